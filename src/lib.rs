@@ -1,1 +1,15 @@
+//! rebound: detect GPU/NPU, node and process faults under AI training jobs and
+//! recover them at once. See `docs/` for the user guide and `DESIGN.md` in the
+//! shared folder for the contract.
+//!
+//! The decision core (`fault` → `classify` → `policy`) is pure: no I/O, so it
+//! is tested and benchmarked alone. I/O lives in `controller`, `recover`,
+//! `agent` and `sim`.
 
+pub mod agent;
+pub mod api;
+pub mod classify;
+pub mod expr;
+pub mod fault;
+pub mod policy;
+pub mod sim;

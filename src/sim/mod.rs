@@ -1,0 +1,3 @@
+//! The embedded cluster: an in-memory Kubernetes API server on loopback with
+//! simulated nodes, kubelets and job operators, so the unchanged controller
+//! can be seen, tested and measured without a real cluster.
