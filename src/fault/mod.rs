@@ -1,1 +1,3 @@
-//! fault
+//! The fault model shared by every source, and each source's parser.
+
+pub mod wire;

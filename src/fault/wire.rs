@@ -1,0 +1,170 @@
+//! The wire contract between fault reporters (rebound's agent, AlertManager
+//! hooks, custom checkers) and the controller: the structured Event
+//! annotation and the Node condition message format.
+//!
+//! Both sides use this one module so that a change of format cannot make the
+//! agent and the controller disagree silently.
+
+use serde::{Deserialize, Serialize};
+
+/// Event annotation carrying one structured fault as JSON ([`WireFault`]).
+pub const FAULT_ANNOTATION: &str = "rebound.dev/fault";
+/// kcover's Event annotation (`"true"`): kept so kcover users migrate unchanged.
+pub const KCOVER_NEED_RECOVERY: &str = "kcover.io/need-recovery";
+/// kcover's opt-in label on a job or pod: kept so kcover users migrate unchanged.
+pub const KCOVER_OPT_IN: &str = "kcover.io/cascading-recovery";
+/// Node condition type the agent sets for GPU faults (`True` = faulty).
+pub const GPU_CONDITION: &str = "GpuFault";
+/// Node condition type the agent sets for NPU faults (`True` = faulty).
+pub const NPU_CONDITION: &str = "NpuFault";
+
+/// One fault as reporters write it and the controller reads it.
+///
+/// `source` is a [`crate::fault::FaultSource`] name (`NvidiaXid`,
+/// `AscendNpu`, ...); it is kept as a string here so that an unknown source
+/// from a newer reporter is reported, not a parse failure of the whole batch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WireFault {
+    pub source: String,
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Errors reading a fault from the wire.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("annotation {FAULT_ANNOTATION} is not a valid fault: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("condition message line {line:?} has no `code=`")]
+    NoCode { line: String },
+}
+
+/// Parse the `rebound.dev/fault` annotation value.
+pub fn parse_annotation(value: &str) -> Result<WireFault, WireError> {
+    Ok(serde_json::from_str(value)?)
+}
+
+/// Render the `rebound.dev/fault` annotation value.
+pub fn format_annotation(fault: &WireFault) -> String {
+    // A struct of strings always serialises.
+    serde_json::to_string(fault).unwrap_or_default()
+}
+
+/// Render a Node condition message: one line per fault,
+/// `source=S code=C [device=D] | free text`, readable in `kubectl describe`.
+pub fn format_condition_message(faults: &[WireFault]) -> String {
+    let mut out = String::new();
+    for (i, f) in faults.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str("source=");
+        out.push_str(&token(&f.source));
+        out.push_str(" code=");
+        out.push_str(&token(&f.code));
+        if let Some(d) = &f.device {
+            out.push_str(" device=");
+            out.push_str(&token(d));
+        }
+        if let Some(m) = &f.message {
+            out.push_str(" | ");
+            out.push_str(&m.replace('\n', " "));
+        }
+    }
+    out
+}
+
+/// Parse a Node condition message written by [`format_condition_message`].
+///
+/// Lines that do not follow the format (for example a condition written by
+/// node-problem-detector) yield an error for that line only.
+pub fn parse_condition_message(message: &str) -> Vec<Result<WireFault, WireError>> {
+    message
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(parse_condition_line)
+        .collect()
+}
+
+fn parse_condition_line(line: &str) -> Result<WireFault, WireError> {
+    let (head, text) = match line.split_once(" | ") {
+        Some((h, t)) => (h, Some(t.trim().to_string())),
+        None => (line, None),
+    };
+    let mut f = WireFault {
+        message: text,
+        ..WireFault::default()
+    };
+    for tok in head.split_whitespace() {
+        if let Some((k, v)) = tok.split_once('=') {
+            match k {
+                "source" => f.source = v.to_string(),
+                "code" => f.code = v.to_string(),
+                "device" => f.device = Some(v.to_string()),
+                "node" => f.node = Some(v.to_string()),
+                _ => {}
+            }
+        }
+    }
+    if f.code.is_empty() {
+        return Err(WireError::NoCode {
+            line: line.to_string(),
+        });
+    }
+    Ok(f)
+}
+
+fn token(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_whitespace() || c == '|' { '_' } else { c })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn condition_message_round_trips() {
+        let faults = vec![
+            WireFault {
+                source: "NvidiaXid".into(),
+                code: "79".into(),
+                device: Some("3".into()),
+                message: Some("GPU has fallen off the bus".into()),
+                ..Default::default()
+            },
+            WireFault {
+                source: "DcgmDiag".into(),
+                code: "memory bandwidth".into(),
+                ..Default::default()
+            },
+        ];
+        let msg = format_condition_message(&faults);
+        let back: Vec<_> = parse_condition_message(&msg)
+            .into_iter()
+            .map(|r| r.expect("parses"))
+            .collect();
+        assert_eq!(back[0], faults[0]);
+        assert_eq!(back[1].code, "memory_bandwidth");
+    }
+
+    #[test]
+    fn foreign_condition_line_is_an_error_not_a_panic() {
+        let r = parse_condition_message("kernel has deadlocked");
+        assert!(matches!(r[0], Err(WireError::NoCode { .. })));
+    }
+
+    #[test]
+    fn annotation_rejects_unknown_fields() {
+        assert!(parse_annotation(r#"{"source":"NvidiaXid","code":"79","bogus":1}"#).is_err());
+        let f = parse_annotation(r#"{"source":"NvidiaXid","code":"79","node":"gpu-7"}"#).unwrap();
+        assert_eq!(f.node.as_deref(), Some("gpu-7"));
+    }
+}
