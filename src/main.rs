@@ -1,1 +1,3 @@
-fn main() {}
+fn main() {
+    print!("{}", rebound::api::crds_yaml().unwrap());
+}

@@ -1,1 +1,148 @@
-//! expr
+//! CEL for rebound: compile once when an object changes, evaluate per fault.
+//!
+//! Variables are `fault`, `job`, `node` and `now` (DESIGN.md §3). Values are
+//! built here from the core's own types with integers as CEL `int` (the trap
+//! in ECOSYSTEM.md: JSON integers bound as `uint` break `job.restarts + 1`).
+//!
+//! Cost bound: cel-rust has no runtime cost limit, so the bound is static and
+//! by construction: expressions are at most [`MAX_EXPRESSION_LEN`] bytes, the
+//! language has no loops beyond comprehensions, and every list bound into a
+//! context is capped ([`MAX_LIST`]), so an evaluation is bounded by
+//! expression size × list size.
+
+mod free_vars;
+mod values;
+
+pub use values::{JobView, NodeView, Vars, fault_value, json_to_value};
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+/// Longest expression accepted (bytes); the CRD schema says the same.
+pub const MAX_EXPRESSION_LEN: usize = 4096;
+/// Longest list bound into an evaluation context (e.g. `node.faults`).
+pub const MAX_LIST: usize = 64;
+
+static ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
+
+/// Why an expression was not accepted; shown in `Ready=False` conditions.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CompileError {
+    #[error("CEL syntax error: {0}")]
+    Syntax(String),
+    #[error("unknown variable `{name}`; available: {allowed}")]
+    UnknownVariable { name: String, allowed: String },
+    #[error("expression is {len} bytes long; the limit is {MAX_EXPRESSION_LEN}")]
+    TooLong { len: usize },
+}
+
+/// Why an evaluation gave no usable answer; counted and treated as no match.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvalError {
+    #[error("CEL evaluation failed: {0}")]
+    Execution(String),
+    #[error("CEL expression returned {got}, expected {expected}")]
+    WrongType { got: String, expected: &'static str },
+}
+
+/// A compiled CEL program with its source, cheap to clone and share.
+#[derive(Clone)]
+pub struct Expr {
+    source: Arc<str>,
+    program: Arc<cel::Program>,
+}
+
+impl std::fmt::Debug for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Expr({:?})", self.source)
+    }
+}
+
+impl PartialEq for Expr {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+/// The variables a policy expression may use.
+pub const POLICY_VARS: &[&str] = &["fault", "job", "node", "now"];
+/// The variables a classification rule may use (no job: classification
+/// happens before a job is known).
+pub const CLASSIFY_VARS: &[&str] = &["fault", "node", "now"];
+
+impl Expr {
+    /// Compile `source`, rejecting variables outside `allowed`.
+    pub fn compile(source: &str, allowed: &[&str]) -> Result<Expr, CompileError> {
+        if source.len() > MAX_EXPRESSION_LEN {
+            return Err(CompileError::TooLong { len: source.len() });
+        }
+        let program = ENV
+            .compile(source)
+            .map_err(|e| CompileError::Syntax(e.to_string().replace('\n', "; ")))?;
+        let unknown = free_vars::free_vars(program.expression());
+        if let Some(name) = unknown.iter().find(|v| !allowed.contains(&v.as_str())) {
+            return Err(CompileError::UnknownVariable {
+                name: name.to_string(),
+                allowed: allowed.join(", "),
+            });
+        }
+        Ok(Expr {
+            source: source.into(),
+            program: Arc::new(program),
+        })
+    }
+
+    /// The expression as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    fn eval(&self, vars: &Vars) -> Result<cel::Value, EvalError> {
+        let mut ctx = cel::Context::with_env(ENV.clone());
+        ctx.add_variable_from_value("fault", vars.fault.clone());
+        ctx.add_variable_from_value("job", vars.job.clone());
+        ctx.add_variable_from_value("node", vars.node.clone());
+        ctx.add_variable_from_value("now", vars.now.clone());
+        self.program
+            .execute(&ctx)
+            .map_err(|e| EvalError::Execution(e.to_string()))
+    }
+
+    /// Evaluate as a condition.
+    pub fn eval_bool(&self, vars: &Vars) -> Result<bool, EvalError> {
+        match self.eval(vars)? {
+            cel::Value::Bool(b) => Ok(b),
+            other => Err(EvalError::WrongType {
+                got: type_name(&other),
+                expected: "bool",
+            }),
+        }
+    }
+
+    /// Evaluate as a duration (`duration("30s")`, or a string in Go
+    /// duration syntax, or an int of seconds).
+    pub fn eval_duration(&self, vars: &Vars) -> Result<Duration, EvalError> {
+        match self.eval(vars)? {
+            cel::Value::Duration(d) => d.to_std().map_err(|_| EvalError::WrongType {
+                got: "negative duration".into(),
+                expected: "duration",
+            }),
+            cel::Value::Int(s) if s >= 0 => Ok(Duration::from_secs(s as u64)),
+            cel::Value::String(s) => crate::api::duration::parse(&s).map_err(|_| EvalError::WrongType {
+                got: format!("string {s:?}"),
+                expected: "duration",
+            }),
+            other => Err(EvalError::WrongType {
+                got: type_name(&other),
+                expected: "duration",
+            }),
+        }
+    }
+}
+
+fn type_name(v: &cel::Value) -> String {
+    format!("{:?}", v.type_of())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+//! `RecoveryPolicy`: which workloads are covered and what happens to them at
+//! each level (DESIGN.md §3). Namespaced; owned by the team running the jobs.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::conditions::Condition;
+
+/// Which workloads a policy covers and how it recovers them.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "rebound.dev",
+    version = "v1alpha1",
+    kind = "RecoveryPolicy",
+    namespaced,
+    shortname = "rp",
+    category = "rebound",
+    status = "RecoveryPolicyStatus",
+    doc = "How rebound recovers the training jobs of a namespace from faults: which workloads, which action, cooldowns and budgets. A policy in the operator's root namespace is the default for every namespace without one of its own.",
+    printcolumn = r#"{"name":"Action","type":"string","jsonPath":".spec.action"}"#,
+    printcolumn = r#"{"name":"DryRun","type":"boolean","jsonPath":".spec.dryRun"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Workloads","type":"integer","jsonPath":".status.workloads"}"#,
+    printcolumn = r#"{"name":"Recoveries","type":"integer","jsonPath":".status.recoveries"}"#,
+    printcolumn = r#"{"name":"Last","type":"date","jsonPath":".status.lastRecovery"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecoveryPolicySpec {
+    /// Which workloads of this namespace the policy covers. Empty kinds cover
+    /// every supported kind; empty labels cover every workload.
+    #[serde(default)]
+    pub selector: WorkloadSelector,
+    /// Optional CEL gate over `fault`, `job`, `node` and `now`: the policy
+    /// acts only when it is true. An evaluation error counts as false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub when: Option<String>,
+    /// What to do with an affected workload: restart the whole job
+    /// (default), restart only the failed pod, or nothing (record only).
+    #[serde(default)]
+    pub action: PolicyAction,
+    /// Graded recovery: restart the failed pod first, then the whole job if
+    /// it is not running again in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<GradedEscalation>,
+    /// Least time between two restarts of one job: a plain duration (`30s`,
+    /// `5m`) or a CEL expression returning a duration, e.g.
+    /// `job.restarts < 3 ? duration("30s") : duration("5m")`. Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub cooldown: Option<String>,
+    /// At most this many restarts in a sliding window; then the job is
+    /// marked and left alone until the window moves on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_budget: Option<RestartBudget>,
+    /// Treat a job whose progress signal stops as a fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hang: Option<HangDetection>,
+    /// Save the tail of each container's log in a ConfigMap owned by the job
+    /// before its pods are deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preserve_logs: Option<PreserveLogs>,
+    /// Decide and record, act on nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Node-level behaviour (cordon, taint, breaker, auto-uncordon). Honoured
+    /// only on the policy in the operator's root namespace; a tenant's policy
+    /// that sets it is reported and the field ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_actions: Option<NodeActions>,
+}
+
+/// Job kinds rebound knows how to restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+pub enum WorkloadKind {
+    PyTorchJob,
+    TFJob,
+    MPIJob,
+    XGBoostJob,
+    PaddleJob,
+    JAXJob,
+    /// Volcano `batch.volcano.sh` Job.
+    VolcanoJob,
+    JobSet,
+    /// `batch/v1` Job.
+    Job,
+    /// A pod with no job controller.
+    Pod,
+}
+
+impl WorkloadKind {
+    /// The name in YAML, CEL (`job.kind`) and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::PyTorchJob => "PyTorchJob",
+            WorkloadKind::TFJob => "TFJob",
+            WorkloadKind::MPIJob => "MPIJob",
+            WorkloadKind::XGBoostJob => "XGBoostJob",
+            WorkloadKind::PaddleJob => "PaddleJob",
+            WorkloadKind::JAXJob => "JAXJob",
+            WorkloadKind::VolcanoJob => "VolcanoJob",
+            WorkloadKind::JobSet => "JobSet",
+            WorkloadKind::Job => "Job",
+            WorkloadKind::Pod => "Pod",
+        }
+    }
+}
+
+impl std::str::FromStr for WorkloadKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        use WorkloadKind::*;
+        [PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob, JAXJob, VolcanoJob, JobSet, Job, Pod]
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown workload kind {s:?}"))
+    }
+}
+
+/// Which workloads a policy covers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkloadSelector {
+    /// Job kinds covered; empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub kinds: Vec<WorkloadKind>,
+    /// Labels the job (or its pod) must carry, all of them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// What a policy does with an affected workload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum PolicyAction {
+    /// Delete all pods of the job at once so its operator recreates them
+    /// from the last checkpoint (Volcano: a `RestartJob` Command).
+    #[default]
+    RestartJob,
+    /// Delete only the failed pod.
+    RestartPod,
+    /// Record the decision, act on nothing.
+    None,
+}
+
+/// Graded recovery: pod first, then the job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GradedEscalation {
+    /// Restart only the failed pod on the first fault.
+    #[serde(default)]
+    pub restart_pod_first: bool,
+    /// If the job is not Running again this long after the pod restart,
+    /// restart the whole job. Humantime duration; default 2m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub job_after: Option<String>,
+}
+
+/// A budget of restarts per sliding window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestartBudget {
+    /// Restarts allowed within `window`.
+    #[schemars(range(min = 0, max = 10000))]
+    pub max_restarts: u32,
+    /// The sliding window, a humantime duration (`1h`). Default 1h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub window: Option<String>,
+    /// Count restarts caused by hardware levels (PreSeparate, ResetDevice,
+    /// Separate) too. Off by default: a broken GPU is not the job's fault.
+    #[serde(default)]
+    pub count_infrastructure: bool,
+}
+
+/// Hang detection: a job whose progress signal stops is a fault.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HangDetection {
+    /// How long the progress signal may stand still (humantime, e.g. `15m`).
+    #[schemars(length(max = 64))]
+    pub no_progress_for: String,
+    /// The annotation on the job (or any of its pods) that the training code
+    /// updates with a timestamp or step counter. Default
+    /// `rebound.dev/progress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub annotation: Option<String>,
+}
+
+/// Save logs before deleting pods.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PreserveLogs {
+    /// Last lines of each container (and of its previous instance).
+    #[schemars(range(min = 1, max = 10000))]
+    pub tail_lines: u32,
+    /// Upper bound of the ConfigMap's data in bytes (ConfigMaps hold at
+    /// most 1 MiB). Default 512 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = 1000000))]
+    pub max_bytes: Option<u32>,
+}
+
+/// Node-level behaviour; only from the root-namespace policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeActions {
+    /// Cordon nodes at PreSeparate and above. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordon: Option<bool>,
+    /// Taint key put on nodes at Separate (effect NoSchedule). Default
+    /// `rebound.dev/separated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub taint_key: Option<String>,
+    /// Most nodes separated at once within `breakerWindow`: a count (`5`) or
+    /// a percentage of nodes (`10%`). The circuit breaker holds the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub max_separated: Option<String>,
+    /// The breaker's window (humantime). Default 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub breaker_window: Option<String>,
+    /// Uncordon nodes that rebound cordoned once their fault clears.
+    /// Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_uncordon: Option<bool>,
+}
+
+/// What the controller observed of a policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryPolicyStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (compiled and in use; reason such as `InvalidExpression`) and
+    /// `Active` (False when another policy wins for its workloads).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Workloads currently covered by this policy.
+    #[serde(default)]
+    pub workloads: u32,
+    /// Recoveries made under this policy.
+    #[serde(default)]
+    pub recoveries: u64,
+    /// When the last recovery happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_recovery: Option<String>,
+}

@@ -1,0 +1,142 @@
+//! Bounded per-(node, device, code) history for frequency and duration
+//! escalations.
+
+use chrono::{DateTime, Utc};
+use std::collections::{HashMap, VecDeque};
+
+/// Key of one history line: a code on one device of one node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HistoryKey {
+    pub node: String,
+    pub device: String,
+    pub source: crate::fault::FaultSource,
+    pub code: String,
+}
+
+#[derive(Debug, Default)]
+struct Line {
+    first_seen: Option<DateTime<Utc>>,
+    times: VecDeque<DateTime<Utc>>,
+    touched: u64,
+}
+
+/// Occurrences per key, bounded in keys and in times per key, so that a
+/// flood of distinct faults cannot grow memory without limit.
+#[derive(Debug)]
+pub struct History {
+    lines: HashMap<HistoryKey, Line>,
+    max_keys: usize,
+    max_times: usize,
+    max_age: chrono::Duration,
+    clock: u64,
+}
+
+impl History {
+    /// A history keeping at most `max_keys` lines of `max_times`
+    /// occurrences, none older than `max_age`.
+    pub fn new(max_keys: usize, max_times: usize, max_age: std::time::Duration) -> History {
+        History {
+            lines: HashMap::new(),
+            max_keys,
+            max_times,
+            max_age: chrono::Duration::from_std(max_age).unwrap_or(chrono::Duration::days(7)),
+            clock: 0,
+        }
+    }
+
+    /// Record one occurrence at `at` (a replay of an occurrence already
+    /// recorded at the same instant is not counted twice) and return the
+    /// line's first-seen time.
+    pub fn record(&mut self, key: HistoryKey, at: DateTime<Utc>, first_seen: DateTime<Utc>) -> DateTime<Utc> {
+        self.clock += 1;
+        if !self.lines.contains_key(&key) && self.lines.len() >= self.max_keys {
+            self.evict();
+        }
+        let clock = self.clock;
+        let max_times = self.max_times;
+        let horizon = at - self.max_age;
+        let line = self.lines.entry(key).or_default();
+        line.touched = clock;
+        while line.times.front().is_some_and(|t| *t < horizon) {
+            line.times.pop_front();
+        }
+        if !line.times.contains(&at) {
+            let pos = line.times.partition_point(|t| *t <= at);
+            line.times.insert(pos, at);
+            if line.times.len() > max_times {
+                line.times.pop_front();
+            }
+        }
+        let first = match line.first_seen {
+            Some(f) if f <= first_seen => f,
+            _ => first_seen,
+        };
+        line.first_seen = Some(first);
+        first
+    }
+
+    /// Occurrences of `key` in `(now - within, now]`.
+    pub fn count_within(&self, key: &HistoryKey, now: DateTime<Utc>, within: chrono::Duration) -> u32 {
+        self.lines.get(key).map_or(0, |l| {
+            l.times.iter().filter(|t| **t > now - within && **t <= now).count() as u32
+        })
+    }
+
+    /// Forget a key (its fault cleared), so a later fault starts afresh.
+    pub fn clear(&mut self, key: &HistoryKey) {
+        self.lines.remove(key);
+    }
+
+    /// Number of keys held (for metrics and tests).
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    fn evict(&mut self) {
+        // Drop the least recently touched tenth in one pass.
+        let n = (self.max_keys / 10).max(1);
+        let mut ages: Vec<(u64, HistoryKey)> = self
+            .lines
+            .iter()
+            .map(|(k, l)| (l.touched, k.clone()))
+            .collect();
+        ages.sort_unstable_by_key(|(t, _)| *t);
+        for (_, k) in ages.into_iter().take(n) {
+            self.lines.remove(&k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::FaultSource;
+    use chrono::TimeZone;
+
+    fn key(dev: &str) -> HistoryKey {
+        HistoryKey {
+            node: "n".into(),
+            device: dev.into(),
+            source: FaultSource::NvidiaXid,
+            code: "13".into(),
+        }
+    }
+
+    #[test]
+    fn replays_do_not_count_twice_and_keys_are_bounded() {
+        let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let mut h = History::new(10, 8, std::time::Duration::from_secs(86400 * 7));
+        h.record(key("0"), t0, t0);
+        h.record(key("0"), t0, t0);
+        assert_eq!(h.count_within(&key("0"), t0, chrono::Duration::hours(1)), 1);
+        for i in 0..50 {
+            h.record(key(&i.to_string()), t0, t0);
+        }
+        assert!(h.len() <= 10);
+    }
+}
