@@ -1,1 +1,19 @@
-//! policy
+//! RecoveryPolicy: compile, select, decide; plus the node breaker.
+
+pub mod breaker;
+pub mod compile;
+pub mod decide;
+pub mod engine;
+pub mod select;
+
+pub use breaker::Breaker;
+pub use compile::{CompiledPolicy, Cooldown, Limit, NodeConfig};
+pub use decide::{
+    JobAction, JobDecision, JobInput, NodeAction, NodeDecision, NodeInput, RestartRecord, Skip,
+    decide_job, decide_node,
+};
+pub use engine::{Decision, Engine};
+pub use select::{PolicySet, PolicyWarning, Selection, WorkloadRef};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,85 @@
+//! The circuit breaker on node separations: never more nodes out of
+//! scheduling within a window than the limit, so that a switch failure
+//! cannot empty the cluster.
+
+use super::compile::Limit;
+use chrono::{DateTime, Utc};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Separations within a sliding window, against a limit.
+#[derive(Clone, Debug)]
+pub struct Breaker {
+    pub limit: Limit,
+    pub window: Duration,
+    pub total_nodes: u32,
+    recent: VecDeque<DateTime<Utc>>,
+}
+
+impl Breaker {
+    /// A breaker with nothing separated yet.
+    pub fn new(limit: Limit, window: Duration, total_nodes: u32) -> Breaker {
+        Breaker {
+            limit,
+            window,
+            total_nodes,
+            recent: VecDeque::new(),
+        }
+    }
+
+    fn horizon(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        now - chrono::Duration::from_std(self.window).unwrap_or(chrono::Duration::minutes(5))
+    }
+
+    /// Separations within the window ending `now`.
+    pub fn used(&self, now: DateTime<Utc>) -> u32 {
+        let h = self.horizon(now);
+        self.recent.iter().filter(|t| **t > h).count() as u32
+    }
+
+    /// Nodes allowed within the window.
+    pub fn allowed(&self) -> u32 {
+        self.limit.of(self.total_nodes)
+    }
+
+    /// Whether one more separation may happen now.
+    pub fn allows(&self, now: DateTime<Utc>) -> bool {
+        self.used(now) < self.allowed()
+    }
+
+    /// Whether the breaker is open (holding separations back) now.
+    pub fn is_open(&self, now: DateTime<Utc>) -> bool {
+        !self.allows(now)
+    }
+
+    /// Record one separation made at `at`.
+    pub fn record(&mut self, at: DateTime<Utc>) {
+        let h = self.horizon(at);
+        while self.recent.front().is_some_and(|t| *t <= h) {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn percentage_limit_holds_and_reopens_after_the_window() {
+        let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let mut b = Breaker::new(Limit::Percent(10), Duration::from_secs(300), 50);
+        assert_eq!(b.allowed(), 5);
+        for i in 0..5 {
+            assert!(b.allows(t0), "separation {i}");
+            b.record(t0);
+        }
+        assert!(b.is_open(t0));
+        assert!(b.allows(t0 + chrono::Duration::minutes(6)));
+        assert_eq!(Limit::Percent(1).of(10), 1, "at least one node");
+        assert_eq!(Limit::parse("7"), Ok(Limit::Count(7)));
+        assert!(Limit::parse("150%").is_err());
+    }
+}

@@ -1,0 +1,231 @@
+//! Compile a RecoveryPolicy once per generation.
+
+use crate::api::{PolicyAction, RecoveryPolicy, WorkloadKind, duration};
+use crate::classify::InvalidObject;
+use crate::expr::{Expr, POLICY_VARS};
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Default least time between two restarts of one job.
+pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30);
+/// Default graded escalation delay (pod restart → job restart).
+pub const DEFAULT_JOB_AFTER: Duration = Duration::from_secs(120);
+/// Default restart budget window.
+pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(3600);
+/// Default annotation carrying a job's progress signal.
+pub const DEFAULT_PROGRESS_ANNOTATION: &str = "rebound.dev/progress";
+/// Default upper bound of saved logs per job.
+pub const DEFAULT_LOG_BYTES: u32 = 512 * 1024;
+
+/// How long to wait between restarts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cooldown {
+    Fixed(Duration),
+    Cel(Expr),
+}
+
+/// A restart budget, compiled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Budget {
+    pub max_restarts: u32,
+    pub window: Duration,
+    pub count_infrastructure: bool,
+}
+
+/// Node-level behaviour, compiled (root policy or operator flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeConfig {
+    pub cordon: bool,
+    pub taint_key: String,
+    pub max_separated: Limit,
+    pub breaker_window: Duration,
+    pub auto_uncordon: bool,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            cordon: true,
+            taint_key: "rebound.dev/separated".into(),
+            max_separated: Limit::Percent(10),
+            breaker_window: Duration::from_secs(300),
+            auto_uncordon: true,
+        }
+    }
+}
+
+/// The breaker's limit: an absolute count or a percentage of the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    Count(u32),
+    Percent(u32),
+}
+
+impl Limit {
+    /// Parse `5` or `10%`.
+    pub fn parse(s: &str) -> Result<Limit, String> {
+        let s = s.trim();
+        if let Some(p) = s.strip_suffix('%') {
+            let n: u32 = p.trim().parse().map_err(|_| format!("{s:?} is not a percentage"))?;
+            if n > 100 {
+                return Err(format!("{s:?} is above 100%"));
+            }
+            Ok(Limit::Percent(n))
+        } else {
+            s.parse()
+                .map(Limit::Count)
+                .map_err(|_| format!("{s:?} is neither a count (5) nor a percentage (10%)"))
+        }
+    }
+
+    /// The number of nodes allowed out of `total` (at least one when the
+    /// limit is not zero, so small clusters can still separate a node).
+    pub fn of(self, total: u32) -> u32 {
+        match self {
+            Limit::Count(n) => n,
+            Limit::Percent(0) => 0,
+            Limit::Percent(p) => ((total as u64 * p as u64) / 100).max(1) as u32,
+        }
+    }
+}
+
+/// A RecoveryPolicy ready to use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompiledPolicy {
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    pub kinds: Vec<WorkloadKind>,
+    pub match_labels: BTreeMap<String, String>,
+    pub when: Option<Expr>,
+    pub action: PolicyAction,
+    pub restart_pod_first: bool,
+    pub job_after: Duration,
+    pub cooldown: Cooldown,
+    pub budget: Option<Budget>,
+    pub hang: Option<(Duration, String)>,
+    pub preserve_logs: Option<(u32, u32)>,
+    pub dry_run: bool,
+    /// Node behaviour this policy asks for (used only for the root policy).
+    pub node: Option<NodeConfig>,
+}
+
+impl CompiledPolicy {
+    /// `namespace/name`, the policy's identity in records.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Compile; every error names the field.
+    pub fn compile(p: &RecoveryPolicy) -> Result<CompiledPolicy, InvalidObject> {
+        let s = &p.spec;
+        let dur = |field: &str, v: &str| {
+            duration::parse(v).map_err(|m| InvalidObject::duration(field.to_string(), m))
+        };
+        let when = s
+            .when
+            .as_deref()
+            .map(|w| Expr::compile(w, POLICY_VARS).map_err(|e| InvalidObject::expr("spec.when".into(), e)))
+            .transpose()?;
+        let cooldown = match s.cooldown.as_deref() {
+            None => Cooldown::Fixed(DEFAULT_COOLDOWN),
+            Some(c) => match duration::parse(c) {
+                Ok(d) => Cooldown::Fixed(d),
+                Err(_) => Cooldown::Cel(Expr::compile(c, POLICY_VARS).map_err(|e| InvalidObject {
+                    field: "spec.cooldown".into(),
+                    reason: "InvalidExpression",
+                    message: format!("neither a duration (30s, 5m) nor a valid CEL expression: {e}"),
+                })?),
+            },
+        };
+        let (restart_pod_first, job_after) = match &s.escalation {
+            Some(e) => (
+                e.restart_pod_first,
+                e.job_after
+                    .as_deref()
+                    .map(|v| dur("spec.escalation.jobAfter", v))
+                    .transpose()?
+                    .unwrap_or(DEFAULT_JOB_AFTER),
+            ),
+            None => (false, DEFAULT_JOB_AFTER),
+        };
+        let budget = s
+            .restart_budget
+            .as_ref()
+            .map(|b| -> Result<Budget, InvalidObject> {
+                Ok(Budget {
+                    max_restarts: b.max_restarts,
+                    window: b
+                        .window
+                        .as_deref()
+                        .map(|v| dur("spec.restartBudget.window", v))
+                        .transpose()?
+                        .unwrap_or(DEFAULT_BUDGET_WINDOW),
+                    count_infrastructure: b.count_infrastructure,
+                })
+            })
+            .transpose()?;
+        let hang = s
+            .hang
+            .as_ref()
+            .map(|h| -> Result<(Duration, String), InvalidObject> {
+                Ok((
+                    dur("spec.hang.noProgressFor", &h.no_progress_for)?,
+                    h.annotation
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_PROGRESS_ANNOTATION.into()),
+                ))
+            })
+            .transpose()?;
+        let node = s
+            .node_actions
+            .as_ref()
+            .map(|n| -> Result<NodeConfig, InvalidObject> {
+                let d = NodeConfig::default();
+                Ok(NodeConfig {
+                    cordon: n.cordon.unwrap_or(d.cordon),
+                    taint_key: n.taint_key.clone().unwrap_or(d.taint_key),
+                    max_separated: n
+                        .max_separated
+                        .as_deref()
+                        .map(Limit::parse)
+                        .transpose()
+                        .map_err(|m| InvalidObject {
+                            field: "spec.nodeActions.maxSeparated".into(),
+                            reason: "InvalidValue",
+                            message: m,
+                        })?
+                        .unwrap_or(d.max_separated),
+                    breaker_window: n
+                        .breaker_window
+                        .as_deref()
+                        .map(|v| dur("spec.nodeActions.breakerWindow", v))
+                        .transpose()?
+                        .unwrap_or(d.breaker_window),
+                    auto_uncordon: n.auto_uncordon.unwrap_or(d.auto_uncordon),
+                })
+            })
+            .transpose()?;
+        Ok(CompiledPolicy {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+            generation: p.metadata.generation,
+            kinds: s.selector.kinds.clone(),
+            match_labels: s.selector.match_labels.clone(),
+            when,
+            action: s.action,
+            restart_pod_first,
+            job_after,
+            cooldown,
+            budget,
+            hang,
+            preserve_logs: s
+                .preserve_logs
+                .as_ref()
+                .map(|l| (l.tail_lines, l.max_bytes.unwrap_or(DEFAULT_LOG_BYTES))),
+            dry_run: s.dry_run,
+            node,
+        })
+    }
+}
