@@ -13,3 +13,4 @@ pub mod expr;
 pub mod fault;
 pub mod policy;
 pub mod sim;
+pub mod explain;
