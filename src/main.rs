@@ -13,8 +13,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Print the CRD YAML (what `crds/` holds).
-    Crds,
+    /// Print the CRD YAML (what `crds/` holds), or write one file per CRD.
+    Crds {
+        /// Write `<name>.yaml` files into this folder instead of printing.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
     /// Offline: classify a fault and decide with the given policy files.
     Explain(rebound::explain::ExplainArgs),
 }
@@ -32,8 +36,16 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Crds => {
+        Command::Crds { out: None } => {
             print!("{}", rebound::api::crds_yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Crds { out: Some(dir) } => {
+            std::fs::create_dir_all(&dir)?;
+            for (name, yaml) in rebound::api::crd_files()? {
+                std::fs::write(dir.join(&name), yaml)?;
+                eprintln!("wrote {}", dir.join(name).display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain(a) => explain(a),

@@ -17,13 +17,31 @@ pub use policy::{
 
 use kube::CustomResourceExt;
 
-/// The CRDs as one multi-document YAML, as `rebound crds` prints and
-/// `crds/` holds.
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// The CRDs this crate defines.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![FaultClassification::crd(), RecoveryPolicy::crd()]
+}
+
+/// Each CRD as `(file name under crds/, YAML)`: the committed `crds/` must
+/// equal this (a test checks it).
+pub fn crd_files() -> Result<Vec<(String, String)>, serde_saphyr::ser::Error> {
+    crds()
+        .into_iter()
+        .map(|crd| {
+            let name = format!("{}.yaml", crd.metadata.name.clone().unwrap_or_default());
+            Ok((name, serde_saphyr::to_string(&crd)?))
+        })
+        .collect()
+}
+
+/// The CRDs as one multi-document YAML, as `rebound crds` prints.
 pub fn crds_yaml() -> Result<String, serde_saphyr::ser::Error> {
     let mut out = String::new();
-    for crd in [FaultClassification::crd(), RecoveryPolicy::crd()] {
+    for (_, y) in crd_files()? {
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&crd)?);
+        out.push_str(&y);
     }
     Ok(out)
 }

@@ -1,1 +1,3 @@
+//! Integration tests, one binary (ECOSYSTEM.md: each test binary links ~200 MB).
 
+mod crds;
