@@ -1,0 +1,30 @@
+{{/* The prefix of every object name: the release name, with "-rebound" unless it already says rebound. */}}
+{{- define "rebound.fullname" -}}
+{{- if contains "rebound" .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-rebound" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The operator's root namespace: controller.rootNamespace, else the release namespace. */}}
+{{- define "rebound.rootNamespace" -}}
+{{- default .Release.Namespace .Values.controller.rootNamespace -}}
+{{- end -}}
+
+{{- define "rebound.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "rebound.labels" -}}
+app.kubernetes.io/name: rebound
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "rebound.selectorLabels" -}}
+app.kubernetes.io/name: rebound
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
