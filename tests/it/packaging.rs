@@ -796,14 +796,15 @@ fn constraints(s: &Value) -> Vec<String> {
         c.push(format!("one of {}", e.iter().map(|x| format!("`{}`", x.as_str().map(str::to_string).unwrap_or(x.to_string()))).collect::<Vec<_>>().join(", ")));
     }
     for (k, label) in [("minimum", "min"), ("maximum", "max"), ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"), ("maxItems", "max items")] {
-        if let Some(n) = s[k].as_i64() {
+        if let Some(n) = s[k].as_f64() {
             c.push(format!("{label} {n}"));
         }
     }
     if let Some(d) = s.get("default") {
         c.push(format!("default `{d}`"));
     }
-    for r in s["x-kubernetes-validations"].as_array().into_iter().flatten() {
+    let item_rules = s["items"]["x-kubernetes-validations"].as_array().into_iter().flatten();
+    for r in s["x-kubernetes-validations"].as_array().into_iter().flatten().chain(item_rules) {
         c.push(format!("rule: {}", r["message"].as_str().unwrap_or("")));
     }
     c
@@ -904,4 +905,31 @@ fn install_commands_in_docs_reference_files_that_exist() {
         }
     }
     assert!(checked >= 5, "only {checked} install commands found in the docs");
+}
+
+#[test]
+fn cel_examples_in_the_docs_compile_and_evaluate() {
+    use rebound::expr::{Expr, JobView, NodeView, POLICY_VARS, Vars};
+    use rebound::fault::{Fault, FaultSource, Level};
+    let doc = read("docs/cel.md");
+    let blocks: Vec<&str> = doc.split("```cel\n").skip(1).map(|b| b.split("```").next().unwrap().trim()).collect();
+    assert!(blocks.len() >= 8, "docs/cel.md has only {} examples", blocks.len());
+    let now = chrono::Utc::now();
+    let mut fault = Fault::new(FaultSource::NvidiaXid, "79", now);
+    fault.node = Some("gpu-7".into());
+    let job = JobView {
+        kind: "PyTorchJob".into(),
+        name: "llm".into(),
+        namespace: "team-a".into(),
+        restarts: 4,
+        replicas: 8,
+        ..Default::default()
+    };
+    let node = NodeView { name: "gpu-7".into(), level: Some(Level::Separate), faults: vec!["79".into()], ..Default::default() };
+    let vars = Vars::new(&fault, Some(Level::Separate), Some(&job), Some(&node), now);
+    for src in blocks {
+        let e = Expr::compile(src, POLICY_VARS).unwrap_or_else(|err| panic!("docs/cel.md: `{src}` does not compile: {err}"));
+        let ok = e.eval_bool(&vars).map(|_| ()).or_else(|_| e.eval_duration(&vars).map(|_| ()));
+        assert!(ok.is_ok(), "docs/cel.md: `{src}` fails to evaluate: {:?}", e.eval_bool(&vars));
+    }
 }
