@@ -50,7 +50,12 @@ fn files_under(dir: &str) -> Vec<String> {
     walk(&root().join(dir), &mut out);
     let mut rel: Vec<String> = out
         .iter()
-        .map(|p| p.strip_prefix(root()).unwrap().to_string_lossy().replace('\\', "/"))
+        .map(|p| {
+            p.strip_prefix(root())
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
         .collect();
     rel.sort();
     rel
@@ -120,14 +125,73 @@ fn one<'a>(objs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 fn round_trips<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value, what: &str) {
     let typed: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
     let back = serde_json::to_value(&typed).unwrap();
-    assert_eq!(&back, v, "{what}: fields lost in a typed round trip (misspelt or misplaced?)");
+    if let Some(path) = first_diff(v, &back, "") {
+        panic!("{what}: {path} is lost or changed in a typed round trip (misspelt or misplaced?)");
+    }
+}
+
+/// The first path where `a` and `b` differ; numbers compare by value
+/// (`2` and `2.0` are equal: YAML tools print either).
+fn first_diff(a: &Value, b: &Value, path: &str) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                first_diff(
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                    &format!("{path}.{k}"),
+                )
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_diff(p, q, &format!("{path}[{i}]"))),
+        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => None,
+        _ if a == b => None,
+        _ => Some(if path.is_empty() {
+            ".".into()
+        } else {
+            path.to_string()
+        }),
+    }
+}
+
+/// Round-trip a Kubernetes object through its k8s-openapi type; false for
+/// kinds not checked (kustomizations, values, Prometheus Operator kinds).
+fn check_typed(d: &Value, what: &str) -> bool {
+    use k8s_openapi::api::{
+        apps::v1 as apps, core::v1 as core, policy::v1 as policy, rbac::v1 as rbac,
+    };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    match d["kind"].as_str().unwrap_or("") {
+        "Deployment" => round_trips::<apps::Deployment>(d, what),
+        "DaemonSet" => round_trips::<apps::DaemonSet>(d, what),
+        "Service" => round_trips::<core::Service>(d, what),
+        "ServiceAccount" => round_trips::<core::ServiceAccount>(d, what),
+        "Namespace" => round_trips::<core::Namespace>(d, what),
+        "PodDisruptionBudget" => round_trips::<policy::PodDisruptionBudget>(d, what),
+        "ClusterRole" => round_trips::<rbac::ClusterRole>(d, what),
+        "ClusterRoleBinding" => round_trips::<rbac::ClusterRoleBinding>(d, what),
+        "Role" => round_trips::<rbac::Role>(d, what),
+        "RoleBinding" => round_trips::<rbac::RoleBinding>(d, what),
+        "CustomResourceDefinition" => round_trips::<CustomResourceDefinition>(d, what),
+        _ => return false,
+    }
+    true
 }
 
 #[test]
 fn every_yaml_parses_and_kubernetes_objects_have_no_unknown_fields() {
-    use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, policy::v1 as policy, rbac::v1 as rbac};
+    use k8s_openapi::api::rbac::v1 as rbac;
     let mut yaml_files: Vec<String> = files_under("config");
-    yaml_files.extend(files_under("chart/rebound").into_iter().filter(|f| !f.contains("/templates/")));
+    yaml_files.extend(
+        files_under("chart/rebound")
+            .into_iter()
+            .filter(|f| !f.contains("/templates/")),
+    );
     yaml_files.retain(|f| f.ends_with(".yaml") || f.ends_with(".yml"));
     assert!(yaml_files.len() >= 15, "found only {yaml_files:?}");
     let mut typed = 0;
@@ -140,23 +204,7 @@ fn every_yaml_parses_and_kubernetes_objects_have_no_unknown_fields() {
         }
         for d in docs_of(f) {
             let what = format!("{f}: {} {}", d["kind"], d["metadata"]["name"]);
-            match d["kind"].as_str().unwrap_or("") {
-                "Deployment" => round_trips::<apps::Deployment>(&d, &what),
-                "DaemonSet" => round_trips::<apps::DaemonSet>(&d, &what),
-                "Service" => round_trips::<core::Service>(&d, &what),
-                "ServiceAccount" => round_trips::<core::ServiceAccount>(&d, &what),
-                "Namespace" => round_trips::<core::Namespace>(&d, &what),
-                "PodDisruptionBudget" => round_trips::<policy::PodDisruptionBudget>(&d, &what),
-                "ClusterRole" => round_trips::<rbac::ClusterRole>(&d, &what),
-                "ClusterRoleBinding" => round_trips::<rbac::ClusterRoleBinding>(&d, &what),
-                "Role" => round_trips::<rbac::Role>(&d, &what),
-                "RoleBinding" => round_trips::<rbac::RoleBinding>(&d, &what),
-                "CustomResourceDefinition" => round_trips::<
-                    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-                >(&d, &what),
-                _ => continue,
-            }
-            typed += 1;
+            typed += usize::from(check_typed(&d, &what));
         }
     }
     assert!(typed >= 19, "only {typed} Kubernetes objects checked");
@@ -180,14 +228,22 @@ fn crd_copies_equal_the_generated_crds() {
         assert_eq!(present, expected, "{dir} holds stale CRD files");
     }
     let k = docs_of("config/crd/kustomization.yaml").remove(0);
-    let listed: Vec<&str> = k["resources"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    let listed: Vec<&str> = k["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
     assert_eq!(listed, names.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
 #[test]
 fn kustomizations_reference_what_exists() {
     let samples_present = root().join("samples").is_dir();
-    for f in files_under("config").into_iter().filter(|f| f.ends_with("kustomization.yaml")) {
+    for f in files_under("config")
+        .into_iter()
+        .filter(|f| f.ends_with("kustomization.yaml"))
+    {
         let dir = f.trim_end_matches("/kustomization.yaml");
         let k = docs_of(&f).remove(0);
         assert_eq!(k["kind"], "Kustomization", "{f}");
@@ -208,26 +264,50 @@ fn kustomizations_reference_what_exists() {
     if samples_present {
         let k = read("config/samples/kustomization.yaml");
         for f in files_under("samples/classifications") {
-            assert!(k.contains(&format!("../../{f}")), "config/samples does not list {f}");
+            assert!(
+                k.contains(&format!("../../{f}")),
+                "config/samples does not list {f}"
+            );
         }
     }
     // default = namespace + crd + rbac + manager + agent.
     let all = kustomize("config/default");
     let kinds: BTreeSet<&str> = all.iter().filter_map(|o| o["kind"].as_str()).collect();
-    for k in ["Namespace", "CustomResourceDefinition", "ClusterRole", "Deployment", "DaemonSet", "ServiceAccount"] {
+    for k in [
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "Deployment",
+        "DaemonSet",
+        "ServiceAccount",
+    ] {
         assert!(kinds.contains(k), "config/default renders no {k}");
     }
     // Without a namespace transformer, every namespaced object names its
     // namespace: rebound-system, or kube-system for the device-info Role.
     for o in &all {
-        let cluster_scoped = ["Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"];
+        let cluster_scoped = [
+            "Namespace",
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleBinding",
+        ];
         if cluster_scoped.contains(&o["kind"].as_str().unwrap()) {
-            assert!(o["metadata"]["namespace"].is_null(), "{} is cluster-scoped", o["metadata"]["name"]);
+            assert!(
+                o["metadata"]["namespace"].is_null(),
+                "{} is cluster-scoped",
+                o["metadata"]["name"]
+            );
             continue;
         }
         let ns = o["metadata"]["namespace"].as_str().unwrap_or("");
-        let ok = ns == "rebound-system" || (ns == "kube-system" && o["metadata"]["name"] == "rebound-controller-device-info");
-        assert!(ok, "{} {} is in namespace {ns:?}", o["kind"], o["metadata"]["name"]);
+        let ok = ns == "rebound-system"
+            || (ns == "kube-system" && o["metadata"]["name"] == "rebound-controller-device-info");
+        assert!(
+            ok,
+            "{} {} is in namespace {ns:?}",
+            o["kind"], o["metadata"]["name"]
+        );
     }
 }
 
@@ -235,7 +315,11 @@ fn restricted_container(c: &Value, what: &str) {
     let sc = &c["securityContext"];
     assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
     assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}");
-    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]), "{what}");
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{what}"
+    );
 }
 
 fn env_from_field(c: &Value, name: &str) -> String {
@@ -255,20 +339,38 @@ fn controller_deployment_is_ha_and_restricted() {
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], "rebound-controller");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     assert!(pod["volumes"].is_null(), "the controller needs no volumes");
     let c = &pod["containers"][0];
     restricted_container(c, "controller");
     assert_eq!(c["securityContext"]["runAsNonRoot"], true);
-    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
     assert_eq!(args[0], "controller");
-    assert!(!args.contains(&"--leader-election=false"), "leader election must be on with 2 replicas");
+    assert!(
+        !args.contains(&"--leader-election=false"),
+        "leader election must be on with 2 replicas"
+    );
     assert_eq!(env_from_field(c, "POD_NAMESPACE"), "metadata.namespace");
     assert_eq!(env_from_field(c, "POD_NAME"), "metadata.name");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
-    let port = c["ports"].as_array().unwrap().iter().find(|p| p["name"] == c["livenessProbe"]["httpGet"]["port"]);
-    assert_eq!(port.expect("probe port is a named container port")["containerPort"], 8080);
+    let port = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == c["livenessProbe"]["httpGet"]["port"]);
+    assert_eq!(
+        port.expect("probe port is a named container port")["containerPort"],
+        8080
+    );
     for k in ["requests", "limits"] {
         assert!(c["resources"][k]["memory"].is_string(), "memory {k}");
     }
@@ -297,14 +399,28 @@ fn controller_deployment_is_ha_and_restricted() {
 fn check_agent_pod(pod: &Value, what: &str) {
     let c = &pod["containers"][0];
     restricted_container(c, what);
-    assert_eq!(c["securityContext"]["capabilities"]["add"], serde_json::json!(["SYSLOG"]), "{what}: only CAP_SYSLOG");
+    assert_eq!(
+        c["securityContext"]["capabilities"]["add"],
+        serde_json::json!(["SYSLOG"]),
+        "{what}: only CAP_SYSLOG"
+    );
     assert_ne!(c["securityContext"]["privileged"], true, "{what}");
-    assert!(pod["hostPID"].is_null() && pod["hostNetwork"].is_null() && pod["hostIPC"].is_null(), "{what}: no host namespaces");
+    assert!(
+        pod["hostPID"].is_null() && pod["hostNetwork"].is_null() && pod["hostIPC"].is_null(),
+        "{what}: no host namespaces"
+    );
     let mounts = c["volumeMounts"].as_array().expect("mounts");
     for v in pod["volumes"].as_array().expect("volumes") {
         if v["hostPath"].is_object() {
-            let m = mounts.iter().find(|m| m["name"] == v["name"]).expect("mounted");
-            assert_eq!(m["readOnly"], true, "{what}: host path {} mounted writable", v["hostPath"]["path"]);
+            let m = mounts
+                .iter()
+                .find(|m| m["name"] == v["name"])
+                .expect("mounted");
+            assert_eq!(
+                m["readOnly"], true,
+                "{what}: host path {} mounted writable",
+                v["hostPath"]["path"]
+            );
         }
     }
     assert_eq!(env_from_field(c, "NODE_NAME"), "spec.nodeName");
@@ -318,22 +434,54 @@ fn agent_daemonset_reads_only_the_kernel_log() {
     let pod = &ds["spec"]["template"]["spec"];
     check_agent_pod(pod, "config agent");
     assert_eq!(pod["serviceAccountName"], "rebound-agent");
-    let hp: Vec<&str> = pod["volumes"].as_array().unwrap().iter().filter_map(|v| v["hostPath"]["path"].as_str()).collect();
-    assert_eq!(hp, ["/dev/kmsg"], "the agent mounts only /dev/kmsg from the host");
+    let hp: Vec<&str> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["hostPath"]["path"].as_str())
+        .collect();
+    assert_eq!(
+        hp,
+        ["/dev/kmsg"],
+        "the agent mounts only /dev/kmsg from the host"
+    );
     let terms = serde_json::to_string(&pod["affinity"]["nodeAffinity"]).unwrap();
-    assert!(terms.contains("nvidia.com/gpu.present"), "accelerator nodes only");
+    assert!(
+        terms.contains("nvidia.com/gpu.present"),
+        "accelerator nodes only"
+    );
     // It tolerates the taint rebound itself puts on separated nodes.
     let taint = rebound::policy::NodeConfig::default().taint_key;
     assert!(
-        pod["tolerations"].as_array().unwrap().iter().any(|t| t["key"] == taint.as_str() && t["operator"] == "Exists"),
+        pod["tolerations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["key"] == taint.as_str() && t["operator"] == "Exists"),
         "the agent must tolerate {taint}"
     );
     let t = read("chart/rebound/templates/daemonset.yaml");
-    for line in ["add: [SYSLOG]", "drop: [ALL]", "readOnly: true", "readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false", "key: {{ .Values.controller.taintKey }}", "fieldPath: spec.nodeName"] {
+    for line in [
+        "add: [SYSLOG]",
+        "drop: [ALL]",
+        "readOnly: true",
+        "readOnlyRootFilesystem: true",
+        "allowPrivilegeEscalation: false",
+        "key: {{ .Values.controller.taintKey }}",
+        "fieldPath: spec.nodeName",
+    ] {
         assert!(t.contains(line), "chart daemonset lacks `{line}`");
     }
-    assert_eq!(t.matches("hostPath:").count(), 1, "chart agent: one host path");
-    assert_eq!(values()["controller"]["taintKey"], taint.as_str(), "chart default taint key");
+    assert_eq!(
+        t.matches("hostPath:").count(),
+        1,
+        "chart agent: one host path"
+    );
+    assert_eq!(
+        values()["controller"]["taintKey"],
+        taint.as_str(),
+        "chart default taint key"
+    );
 }
 
 // ------------------------------------------------------------------ RBAC
@@ -342,12 +490,19 @@ type Grants = BTreeSet<(String, String, String)>;
 
 fn grants(rules: &Value, what: &str) -> Grants {
     let mut g = Grants::new();
-    for r in rules.as_array().unwrap_or_else(|| panic!("{what}: no rules")) {
+    for r in rules
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: no rules"))
+    {
         assert!(r["resourceNames"].is_null() || r["resourceNames"].is_array());
         for group in r["apiGroups"].as_array().unwrap() {
             for res in r["resources"].as_array().unwrap() {
                 for verb in r["verbs"].as_array().unwrap() {
-                    let (group, res, verb) = (group.as_str().unwrap(), res.as_str().unwrap(), verb.as_str().unwrap());
+                    let (group, res, verb) = (
+                        group.as_str().unwrap(),
+                        res.as_str().unwrap(),
+                        verb.as_str().unwrap(),
+                    );
                     for s in [group, res, verb] {
                         assert!(!s.contains('*'), "{what}: wildcard in {group}/{res} {verb}");
                     }
@@ -374,38 +529,93 @@ fn table(rows: &[(&str, &[&str], &[&str])]) -> Grants {
 /// What the controller uses, cluster-wide (issue text: every verb the code
 /// uses and no more).
 const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
-    ("", &["pods"], &["get", "list", "watch", "delete", "deletecollection"]),
+    (
+        "",
+        &["pods"],
+        &["get", "list", "watch", "delete", "deletecollection"],
+    ),
     ("", &["pods/log"], &["get"]),
     ("", &["nodes"], &["get", "list", "watch", "patch"]),
     ("", &["events"], &["list", "watch"]),
     ("events.k8s.io", &["events"], &["create", "patch"]),
     ("", &["configmaps"], &["create"]),
-    ("rebound.dev", &["recoverypolicies", "faultclassifications"], &["get", "list", "watch"]),
-    ("rebound.dev", &["recoverypolicies/status", "faultclassifications/status"], &["patch"]),
-    ("kubeflow.org", &["pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs"], &["get", "list", "watch", "patch"]),
-    ("batch.volcano.sh", &["jobs"], &["get", "list", "watch", "patch"]),
-    ("jobset.x-k8s.io", &["jobsets"], &["get", "list", "watch", "patch"]),
+    (
+        "rebound.dev",
+        &["recoverypolicies", "faultclassifications"],
+        &["get", "list", "watch"],
+    ),
+    (
+        "rebound.dev",
+        &["recoverypolicies/status", "faultclassifications/status"],
+        &["patch"],
+    ),
+    (
+        "kubeflow.org",
+        &[
+            "pytorchjobs",
+            "tfjobs",
+            "mpijobs",
+            "xgboostjobs",
+            "paddlejobs",
+            "jaxjobs",
+        ],
+        &["get", "list", "watch", "patch"],
+    ),
+    (
+        "batch.volcano.sh",
+        &["jobs"],
+        &["get", "list", "watch", "patch"],
+    ),
+    (
+        "jobset.x-k8s.io",
+        &["jobsets"],
+        &["get", "list", "watch", "patch"],
+    ),
     ("batch", &["jobs"], &["get", "list", "watch", "patch"]),
     ("bus.volcano.sh", &["commands"], &["create"]),
 ];
-const CONTROLLER_KUBE_SYSTEM: &[(&str, &[&str], &[&str])] = &[("", &["configmaps"], &["list", "watch"])];
-const CONTROLLER_ROOT_NS: &[(&str, &[&str], &[&str])] = &[("coordination.k8s.io", &["leases"], &["get", "create", "update"])];
-const AGENT_CLUSTER: &[(&str, &[&str], &[&str])] = &[("", &["nodes"], &["get"]), ("", &["nodes/status"], &["patch"])];
-const AGENT_ROOT_NS: &[(&str, &[&str], &[&str])] = &[("events.k8s.io", &["events"], &["create", "patch"])];
+const CONTROLLER_KUBE_SYSTEM: &[(&str, &[&str], &[&str])] =
+    &[("", &["configmaps"], &["list", "watch"])];
+const CONTROLLER_ROOT_NS: &[(&str, &[&str], &[&str])] = &[(
+    "coordination.k8s.io",
+    &["leases"],
+    &["get", "create", "update"],
+)];
+const AGENT_CLUSTER: &[(&str, &[&str], &[&str])] = &[
+    ("", &["nodes"], &["get"]),
+    ("", &["nodes/status"], &["patch"]),
+];
+const AGENT_ROOT_NS: &[(&str, &[&str], &[&str])] =
+    &[("events.k8s.io", &["events"], &["create", "patch"])];
 
 /// Grants of a ServiceAccount through bindings of `kind` (ClusterRoleBinding
 /// or RoleBinding), per namespace ("" for cluster-wide).
 fn bound_grants(all: &[Value], sa: &str) -> BTreeMap<String, Grants> {
     let mut out: BTreeMap<String, Grants> = BTreeMap::new();
-    for b in all.iter().filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding") {
+    for b in all
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
+    {
         let subjects = b["subjects"].as_array().unwrap();
-        if !subjects.iter().any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == "rebound-system") {
+        if !subjects.iter().any(|s| {
+            s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == "rebound-system"
+        }) {
             continue;
         }
-        let role = one(all, b["roleRef"]["kind"].as_str().unwrap(), b["roleRef"]["name"].as_str().unwrap());
-        let ns = if b["kind"] == "RoleBinding" { b["metadata"]["namespace"].as_str().unwrap() } else { "" };
+        let role = one(
+            all,
+            b["roleRef"]["kind"].as_str().unwrap(),
+            b["roleRef"]["name"].as_str().unwrap(),
+        );
+        let ns = if b["kind"] == "RoleBinding" {
+            b["metadata"]["namespace"].as_str().unwrap()
+        } else {
+            ""
+        };
         let what = format!("{} {}", role["kind"], role["metadata"]["name"]);
-        out.entry(ns.to_string()).or_default().extend(grants(&role["rules"], &what));
+        out.entry(ns.to_string())
+            .or_default()
+            .extend(grants(&role["rules"], &what));
     }
     out
 }
@@ -414,30 +624,73 @@ fn bound_grants(all: &[Value], sa: &str) -> BTreeMap<String, Grants> {
 fn rbac_grants_exactly_what_each_component_uses() {
     let all = kustomize("config/default");
     let c = bound_grants(&all, "rebound-controller");
-    assert_eq!(c.keys().collect::<Vec<_>>(), ["", "kube-system", "rebound-system"]);
+    assert_eq!(
+        c.keys().collect::<Vec<_>>(),
+        ["", "kube-system", "rebound-system"]
+    );
     assert_eq!(c[""], table(CONTROLLER_CLUSTER), "controller ClusterRole");
-    assert_eq!(c["kube-system"], table(CONTROLLER_KUBE_SYSTEM), "controller in kube-system");
-    assert_eq!(c["rebound-system"], table(CONTROLLER_ROOT_NS), "controller in the root namespace");
+    assert_eq!(
+        c["kube-system"],
+        table(CONTROLLER_KUBE_SYSTEM),
+        "controller in kube-system"
+    );
+    assert_eq!(
+        c["rebound-system"],
+        table(CONTROLLER_ROOT_NS),
+        "controller in the root namespace"
+    );
     let a = bound_grants(&all, "rebound-agent");
     assert_eq!(a.keys().collect::<Vec<_>>(), ["", "rebound-system"]);
     assert_eq!(a[""], table(AGENT_CLUSTER), "agent ClusterRole");
-    assert_eq!(a["rebound-system"], table(AGENT_ROOT_NS), "agent in the root namespace");
+    assert_eq!(
+        a["rebound-system"],
+        table(AGENT_ROOT_NS),
+        "agent in the root namespace"
+    );
     // No wildcard and no Secrets anywhere.
-    for r in all.iter().filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role") {
+    for r in all
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+    {
         let g = grants(&r["rules"], r["metadata"]["name"].as_str().unwrap());
-        assert!(!g.iter().any(|(_, res, _)| res == "secrets"), "{}", r["metadata"]["name"]);
+        assert!(
+            !g.iter().any(|(_, res, _)| res == "secrets"),
+            "{}",
+            r["metadata"]["name"]
+        );
     }
     // The chart uses the same rules.
-    for (file, name) in [("chart/rebound/files/rbac/controller-rules.yaml", "rebound-controller"), ("chart/rebound/files/rbac/agent-rules.yaml", "rebound-agent")] {
+    for (file, name) in [
+        (
+            "chart/rebound/files/rbac/controller-rules.yaml",
+            "rebound-controller",
+        ),
+        ("chart/rebound/files/rbac/agent-rules.yaml", "rebound-agent"),
+    ] {
         let chart = docs_of(file).remove(0);
-        assert_eq!(chart, one(&all, "ClusterRole", name)["rules"], "{file} differs from config/rbac's {name}");
+        assert_eq!(
+            chart,
+            one(&all, "ClusterRole", name)["rules"],
+            "{file} differs from config/rbac's {name}"
+        );
     }
     let chart = read("chart/rebound/templates/rbac-controller.yaml");
     assert!(chart.contains("verbs: [list, watch]") && chart.contains("namespace: kube-system"));
     assert!(chart.contains("verbs: [get, create, update]"));
     // docs/operations.md has the table: a row per (group, resource) with its verbs.
     let ops = read("docs/operations.md");
-    for (who, rows) in [("controller", [CONTROLLER_CLUSTER, CONTROLLER_KUBE_SYSTEM, CONTROLLER_ROOT_NS].concat()), ("agent", [AGENT_CLUSTER, AGENT_ROOT_NS].concat())] {
+    for (who, rows) in [
+        (
+            "controller",
+            [
+                CONTROLLER_CLUSTER,
+                CONTROLLER_KUBE_SYSTEM,
+                CONTROLLER_ROOT_NS,
+            ]
+            .concat(),
+        ),
+        ("agent", [AGENT_CLUSTER, AGENT_ROOT_NS].concat()),
+    ] {
         for (group, resources, verbs) in rows {
             for res in resources {
                 let group = if group.is_empty() { "core" } else { group };
@@ -449,7 +702,10 @@ fn rbac_grants_exactly_what_each_component_uses() {
                         && cells[3].split(", ").any(|r| r == format!("`{res}`"))
                         && verbs.iter().all(|v| cells[4].split(", ").any(|x| x == *v))
                 });
-                assert!(ok, "docs/operations.md has no RBAC row for the {who}: {group} {res} with {verbs:?}");
+                assert!(
+                    ok,
+                    "docs/operations.md has no RBAC row for the {who}: {group} {res} with {verbs:?}"
+                );
             }
         }
     }
@@ -482,26 +738,48 @@ fn chart_templates_are_balanced_and_use_existing_values_includes_and_files() {
         let mut rest = text.as_str();
         while let Some(open) = rest.find("{{") {
             let after = &rest[open + 2..];
-            let close = after.find("}}").unwrap_or_else(|| panic!("{t}: `{{{{` without `}}}}`"));
+            let close = after
+                .find("}}")
+                .unwrap_or_else(|| panic!("{t}: `{{{{` without `}}}}`"));
             let inner = &after[..close];
-            assert!(!inner.contains("{{") && !inner.contains('\n') || inner.trim_start_matches('-').trim_start().starts_with("/*"), "{t}: unbalanced action near {:?}", &inner[..inner.len().min(60)]);
+            assert!(
+                !inner.contains("{{") && !inner.contains('\n')
+                    || inner.trim_start_matches('-').trim_start().starts_with("/*"),
+                "{t}: unbalanced action near {:?}",
+                &inner[..inner.len().min(60)]
+            );
             rest = &after[close + 2..];
         }
         assert!(!rest.contains("}}"), "{t}: `}}}}` without `{{{{`");
         // Control blocks balance.
-        let opens = regex::Regex::new(r"\{\{-?\s*(if|range|with|define)\b").unwrap().find_iter(&text).count();
-        let ends = regex::Regex::new(r"\{\{-?\s*end\s*-?\}\}").unwrap().find_iter(&text).count();
-        assert_eq!(opens, ends, "{t}: {opens} if/range/with/define but {ends} end");
+        let opens = regex::Regex::new(r"\{\{-?\s*(if|range|with|define)\b")
+            .unwrap()
+            .find_iter(&text)
+            .count();
+        let ends = regex::Regex::new(r"\{\{-?\s*end\s*-?\}\}")
+            .unwrap()
+            .find_iter(&text)
+            .count();
+        assert_eq!(
+            opens, ends,
+            "{t}: {opens} if/range/with/define but {ends} end"
+        );
         for c in values_re.captures_iter(&text) {
             let path = &c[1][1..];
             let mut node = &values;
             for seg in path.split('.') {
-                node = node.get(seg).unwrap_or_else(|| panic!("{t} uses .Values.{path}, which values.yaml lacks"));
+                node = node
+                    .get(seg)
+                    .unwrap_or_else(|| panic!("{t} uses .Values.{path}, which values.yaml lacks"));
             }
             used_values += 1;
         }
         for c in include_re.captures_iter(&text) {
-            assert!(defined.contains(&c[1]), "{t} includes undefined template {}", &c[1]);
+            assert!(
+                defined.contains(&c[1]),
+                "{t} includes undefined template {}",
+                &c[1]
+            );
         }
         for c in files_re.captures_iter(&text) {
             let (how, pat) = (&c[1], &c[2]);
@@ -509,7 +787,10 @@ fn chart_templates_are_balanced_and_use_existing_values_includes_and_files() {
                 usize::from(root().join("chart/rebound").join(pat).is_file())
             } else {
                 let (dir, ext) = pat.rsplit_once("/*").unwrap();
-                files_under(&format!("chart/rebound/{dir}")).iter().filter(|f| f.ends_with(ext)).count()
+                files_under(&format!("chart/rebound/{dir}"))
+                    .iter()
+                    .filter(|f| f.ends_with(ext))
+                    .count()
             };
             assert!(hits > 0, "{t}: .Files.{how} {pat:?} finds nothing");
         }
@@ -518,17 +799,24 @@ fn chart_templates_are_balanced_and_use_existing_values_includes_and_files() {
     // Every value is used by some template: the leaf itself, or a parent
     // used whole (`toYaml .Values.controller.resources`).
     let all_text: String = templates.iter().map(|t| read(t)).collect();
-    let refs: BTreeSet<String> = values_re.captures_iter(&all_text).map(|c| c[1].to_string()).collect();
+    let refs: BTreeSet<String> = values_re
+        .captures_iter(&all_text)
+        .map(|c| c[1].to_string())
+        .collect();
     fn leaves(prefix: &str, v: &Value, out: &mut Vec<String>) {
         match v.as_object() {
-            Some(o) if !o.is_empty() => o.iter().for_each(|(k, c)| leaves(&format!("{prefix}.{k}"), c, out)),
+            Some(o) if !o.is_empty() => o
+                .iter()
+                .for_each(|(k, c)| leaves(&format!("{prefix}.{k}"), c, out)),
             _ => out.push(prefix.to_string()),
         }
     }
     let mut paths = Vec::new();
     leaves("", &values, &mut paths);
     for p in paths {
-        let used = refs.iter().any(|r| *r == p || p.starts_with(&format!("{r}.")));
+        let used = refs
+            .iter()
+            .any(|r| *r == p || p.starts_with(&format!("{r}.")));
         assert!(used, "values.yaml{p} is not used by any template");
     }
 }
@@ -569,13 +857,20 @@ fn covers(schema: &Value, v: &Value, path: &str, problems: &mut Vec<String>) {
 
 #[test]
 fn values_schema_is_valid_json_and_covers_every_value() {
-    let schema: Value = serde_json::from_str(&read("chart/rebound/values.schema.json")).expect("values.schema.json is JSON");
+    let schema: Value = serde_json::from_str(&read("chart/rebound/values.schema.json"))
+        .expect("values.schema.json is JSON");
     assert_eq!(schema["type"], "object");
-    assert_eq!(schema["additionalProperties"], false, "unknown top-level values must be rejected");
+    assert_eq!(
+        schema["additionalProperties"], false,
+        "unknown top-level values must be rejected"
+    );
     let values = values();
     let top: BTreeSet<&String> = values.as_object().unwrap().keys().collect();
     let covered: BTreeSet<&String> = schema["properties"].as_object().unwrap().keys().collect();
-    assert_eq!(top, covered, "top-level keys of values.yaml and values.schema.json");
+    assert_eq!(
+        top, covered,
+        "top-level keys of values.yaml and values.schema.json"
+    );
     let mut problems = Vec::new();
     covers(&schema, &values, "values", &mut problems);
     assert!(problems.is_empty(), "{problems:#?}");
@@ -591,11 +886,21 @@ fn values_schema_is_valid_json_and_covers_every_value() {
     // Defaults agree with the controller's own defaults where the chart
     // states one (maxSeparated, breakerWindow, taintKey).
     let d = rebound::policy::NodeConfig::default();
-    assert_eq!(rebound::policy::Limit::parse(values["controller"]["maxSeparated"].as_str().unwrap()), Ok(d.max_separated));
-    assert_eq!(rebound::api::duration::parse(values["controller"]["breakerWindow"].as_str().unwrap()), Ok(d.breaker_window));
+    assert_eq!(
+        rebound::policy::Limit::parse(values["controller"]["maxSeparated"].as_str().unwrap()),
+        Ok(d.max_separated)
+    );
+    assert_eq!(
+        rebound::api::duration::parse(values["controller"]["breakerWindow"].as_str().unwrap()),
+        Ok(d.breaker_window)
+    );
     let chart = docs_of("chart/rebound/Chart.yaml").remove(0);
     assert_eq!(chart["apiVersion"], "v2");
-    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"), "Chart appVersion follows the crate version");
+    assert_eq!(
+        chart["appVersion"],
+        env!("CARGO_PKG_VERSION"),
+        "Chart appVersion follows the crate version"
+    );
 }
 
 /// `--flag` names of a clap struct in `src_file`, from its field names; None
@@ -603,7 +908,11 @@ fn values_schema_is_valid_json_and_covers_every_value() {
 fn clap_flags(src_file: &str) -> Option<BTreeSet<String>> {
     let text = std::fs::read_to_string(root().join(src_file)).ok()?;
     let re = regex::Regex::new(r"(?m)^\s*pub ([a-z_][a-z0-9_]*):").unwrap();
-    Some(re.captures_iter(&text).map(|c| c[1].replace('_', "-")).collect())
+    Some(
+        re.captures_iter(&text)
+            .map(|c| c[1].replace('_', "-"))
+            .collect(),
+    )
 }
 
 fn flags_in(text: &str) -> BTreeSet<String> {
@@ -617,8 +926,22 @@ fn flags_in(text: &str) -> BTreeSet<String> {
 #[test]
 fn manifest_flags_exist_in_the_code() {
     for (component, src, manifests) in [
-        ("controller", "src/controller/config.rs", ["config/manager/deployment.yaml", "chart/rebound/templates/deployment.yaml"]),
-        ("agent", "src/agent/args.rs", ["config/agent/daemonset.yaml", "chart/rebound/templates/daemonset.yaml"]),
+        (
+            "controller",
+            "src/controller/config.rs",
+            [
+                "config/manager/deployment.yaml",
+                "chart/rebound/templates/deployment.yaml",
+            ],
+        ),
+        (
+            "agent",
+            "src/agent/args.rs",
+            [
+                "config/agent/daemonset.yaml",
+                "chart/rebound/templates/daemonset.yaml",
+            ],
+        ),
     ] {
         let Some(known) = clap_flags(src) else {
             eprintln!("notice: {src} is not in this tree yet; {component} flags not checked");
@@ -626,9 +949,15 @@ fn manifest_flags_exist_in_the_code() {
         };
         for m in manifests {
             let used = flags_in(&read(m));
-            assert!(!used.is_empty() || component == "agent", "{m}: no flags found");
+            assert!(
+                !used.is_empty() || component == "agent",
+                "{m}: no flags found"
+            );
             for f in used {
-                assert!(known.contains(&f), "{m} passes --{f}, which `rebound {component}` does not have ({src})");
+                assert!(
+                    known.contains(&f),
+                    "{m} passes --{f}, which `rebound {component}` does not have ({src})"
+                );
             }
         }
     }
@@ -642,30 +971,64 @@ fn dockerfile_builds_one_static_nonroot_image() {
     let froms: Vec<&str> = d.lines().filter(|l| l.starts_with("FROM ")).collect();
     assert!(froms.len() >= 2, "multi-stage");
     let last = froms.last().unwrap();
-    assert!(last.contains("distroless/static") || last.contains("scratch"), "final stage is static: {last}");
+    assert!(
+        last.contains("distroless/static") || last.contains("scratch"),
+        "final stage is static: {last}"
+    );
     assert!(d.contains("musl"), "a static (musl) binary");
     assert!(d.contains("USER 65532"), "non-root 65532");
     assert!(d.contains("ENTRYPOINT [\"/usr/local/bin/rebound\"]"));
     let ignore = read(".dockerignore");
-    let ignored: Vec<&str> = ignore.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(|l| l.trim_end_matches('/')).collect();
+    let ignored: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_end_matches('/'))
+        .collect();
     // Whatever the build COPYs exists and is not ignored.
-    for l in d.lines().filter(|l| l.starts_with("COPY ") && !l.contains("--from")) {
+    for l in d
+        .lines()
+        .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
+    {
         let parts: Vec<&str> = l.split_whitespace().collect();
         for src in &parts[1..parts.len() - 1] {
-            assert!(root().join(src).exists(), "Dockerfile copies {src}, which does not exist");
-            assert!(!ignored.contains(src), ".dockerignore excludes {src}, which the Dockerfile copies");
+            assert!(
+                root().join(src).exists(),
+                "Dockerfile copies {src}, which does not exist"
+            );
+            assert!(
+                !ignored.contains(src),
+                ".dockerignore excludes {src}, which the Dockerfile copies"
+            );
         }
     }
     // The build must not need a file .dockerignore leaves out: an
     // include_str!/include_bytes! into crds/, samples/, docs/ would break it.
-    let inc = regex::Regex::new(r#"include_(?:str|bytes)!\(\s*(?:concat!\(\s*env!\("CARGO_MANIFEST_DIR"\),\s*)?"([^"]+)""#).unwrap();
-    for f in files_under("src").into_iter().filter(|f| f.ends_with(".rs")) {
+    let inc = regex::Regex::new(
+        r#"include_(?:str|bytes)!\(\s*(?:concat!\(\s*env!\("CARGO_MANIFEST_DIR"\),\s*)?"([^"]+)""#,
+    )
+    .unwrap();
+    for f in files_under("src")
+        .into_iter()
+        .filter(|f| f.ends_with(".rs"))
+    {
         for c in inc.captures_iter(&read(&f)) {
             let p = &c[1];
-            let dir = Path::new(&f).parent().unwrap().to_string_lossy().to_string();
-            let resolved = if p.starts_with('/') { normalize(p) } else { normalize(&format!("{dir}/{p}")) };
+            let dir = Path::new(&f)
+                .parent()
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            let resolved = if p.starts_with('/') {
+                normalize(p)
+            } else {
+                normalize(&format!("{dir}/{p}"))
+            };
             let top = resolved.split('/').next().unwrap_or("");
-            assert!(!ignored.contains(&top), "{f} embeds {resolved}, but .dockerignore leaves {top}/ out of the image build");
+            assert!(
+                !ignored.contains(&top),
+                "{f} embeds {resolved}, but .dockerignore leaves {top}/ out of the image build"
+            );
         }
     }
 }
@@ -703,34 +1066,60 @@ fn metric_refs(text: &str) -> BTreeSet<String> {
 #[test]
 fn metrics_docs_alerts_and_dashboard_name_real_metrics() {
     let Some(names) = metric_names() else {
-        eprintln!("notice: src/controller/metrics.rs is not in this tree yet; metric names not checked");
+        eprintln!(
+            "notice: src/controller/metrics.rs is not in this tree yet; metric names not checked"
+        );
         return;
     };
     assert!(names.len() >= 10, "{names:?}");
     let docs = read("docs/metrics.md");
     for n in &names {
-        assert!(docs.contains(&format!("`{n}`")), "docs/metrics.md does not document {n}");
+        assert!(
+            docs.contains(&format!("`{n}`")),
+            "docs/metrics.md does not document {n}"
+        );
     }
-    let dashboard: Value = serde_json::from_str(&read("docs/grafana-dashboard.json")).expect("dashboard JSON");
+    let dashboard: Value =
+        serde_json::from_str(&read("docs/grafana-dashboard.json")).expect("dashboard JSON");
     assert!(dashboard["panels"].as_array().is_some_and(|p| p.len() >= 5));
     for (what, text) in [
         ("docs/metrics.md", docs.clone()),
-        ("chart/rebound/templates/prometheusrule.yaml", read("chart/rebound/templates/prometheusrule.yaml")),
-        ("docs/grafana-dashboard.json", read("docs/grafana-dashboard.json")),
+        (
+            "chart/rebound/templates/prometheusrule.yaml",
+            read("chart/rebound/templates/prometheusrule.yaml"),
+        ),
+        (
+            "docs/grafana-dashboard.json",
+            read("docs/grafana-dashboard.json"),
+        ),
         ("docs/operations.md", read("docs/operations.md")),
     ] {
         let refs = metric_refs(&text);
         assert!(!refs.is_empty(), "{what} names no metric");
         for r in refs {
-            assert!(names.contains(&r), "{what} names {r}, which the controller does not export");
+            assert!(
+                names.contains(&r),
+                "{what} names {r}, which the controller does not export"
+            );
         }
     }
     let rules = read("chart/rebound/templates/prometheusrule.yaml");
-    for alert in ["ReboundBreakerOpen", "ReboundRestartBudgetExhausted", "ReboundCelErrors", "ReboundNoLeader"] {
-        assert!(rules.contains(&format!("alert: {alert}")), "missing alert {alert}");
+    for alert in [
+        "ReboundBreakerOpen",
+        "ReboundRestartBudgetExhausted",
+        "ReboundCelErrors",
+        "ReboundNoLeader",
+    ] {
+        assert!(
+            rules.contains(&format!("alert: {alert}")),
+            "missing alert {alert}"
+        );
     }
     // The budget alert keys on the skip reason the decision core reports.
-    assert!(rules.contains(&format!("outcome=\"{}\"", rebound::policy::Skip::BudgetExhausted { used: 0, max: 0 }.name())));
+    assert!(rules.contains(&format!(
+        "outcome=\"{}\"",
+        rebound::policy::Skip::BudgetExhausted { used: 0, max: 0 }.name()
+    )));
 }
 
 #[test]
@@ -750,7 +1139,10 @@ fn crd_reference() -> String {
         let ver = &v["spec"]["versions"][0];
         let schema = &ver["schema"]["openAPIV3Schema"];
         out.push_str(&format!("\n## {}\n\n", names["kind"].as_str().unwrap()));
-        out.push_str(&format!("{}\n\n", one_line(schema["description"].as_str().unwrap_or(""))));
+        out.push_str(&format!(
+            "{}\n\n",
+            one_line(schema["description"].as_str().unwrap_or(""))
+        ));
         out.push_str(&format!(
             "- API version: `{}/{}`\n- Scope: {}\n- Plural: `{}`; short names: {}; category: `{}`\n",
             v["spec"]["group"].as_str().unwrap(),
@@ -760,11 +1152,25 @@ fn crd_reference() -> String {
             names["shortNames"].as_array().unwrap().iter().map(|s| format!("`{}`", s.as_str().unwrap())).collect::<Vec<_>>().join(", "),
             names["categories"][0].as_str().unwrap(),
         ));
-        let cols: Vec<String> = ver["additionalPrinterColumns"].as_array().unwrap().iter().map(|c| format!("{} (`{}`)", c["name"].as_str().unwrap(), c["jsonPath"].as_str().unwrap())).collect();
+        let cols: Vec<String> = ver["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} (`{}`)",
+                    c["name"].as_str().unwrap(),
+                    c["jsonPath"].as_str().unwrap()
+                )
+            })
+            .collect();
         out.push_str(&format!("- `kubectl get` columns: {}\n", cols.join(", ")));
         for part in ["spec", "status"] {
             let node = &schema["properties"][part];
-            out.push_str(&format!("\n### {}.{part}\n\n", names["kind"].as_str().unwrap()));
+            out.push_str(&format!(
+                "\n### {}.{part}\n\n",
+                names["kind"].as_str().unwrap()
+            ));
             out.push_str("| field | type | required | description |\n|---|---|---|---|\n");
             fields(part, node, &mut out);
         }
@@ -773,14 +1179,19 @@ fn crd_reference() -> String {
 }
 
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|")
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
 }
 
 fn type_of(s: &Value) -> String {
     if let Some(t) = s["type"].as_str() {
         return match t {
             "array" => format!("[]{}", type_of(&s["items"])),
-            "object" if s["additionalProperties"].is_object() => format!("map[string]{}", type_of(&s["additionalProperties"])),
+            "object" if s["additionalProperties"].is_object() => {
+                format!("map[string]{}", type_of(&s["additionalProperties"]))
+            }
             t => t.to_string(),
         };
     }
@@ -793,9 +1204,25 @@ fn type_of(s: &Value) -> String {
 fn constraints(s: &Value) -> Vec<String> {
     let mut c = Vec::new();
     if let Some(e) = s["enum"].as_array() {
-        c.push(format!("one of {}", e.iter().map(|x| format!("`{}`", x.as_str().map(str::to_string).unwrap_or(x.to_string()))).collect::<Vec<_>>().join(", ")));
+        c.push(format!(
+            "one of {}",
+            e.iter()
+                .map(|x| format!(
+                    "`{}`",
+                    x.as_str().map(str::to_string).unwrap_or(x.to_string())
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
-    for (k, label) in [("minimum", "min"), ("maximum", "max"), ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"), ("maxItems", "max items")] {
+    for (k, label) in [
+        ("minimum", "min"),
+        ("maximum", "max"),
+        ("minLength", "min length"),
+        ("maxLength", "max length"),
+        ("minItems", "min items"),
+        ("maxItems", "max items"),
+    ] {
         if let Some(n) = s[k].as_f64() {
             c.push(format!("{label} {n}"));
         }
@@ -803,16 +1230,31 @@ fn constraints(s: &Value) -> Vec<String> {
     if let Some(d) = s.get("default") {
         c.push(format!("default `{d}`"));
     }
-    let item_rules = s["items"]["x-kubernetes-validations"].as_array().into_iter().flatten();
-    for r in s["x-kubernetes-validations"].as_array().into_iter().flatten().chain(item_rules) {
+    let item_rules = s["items"]["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    for r in s["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(item_rules)
+    {
         c.push(format!("rule: {}", r["message"].as_str().unwrap_or("")));
     }
     c
 }
 
 fn fields(path: &str, node: &Value, out: &mut String) {
-    let required: BTreeSet<&str> = node["required"].as_array().into_iter().flatten().filter_map(|r| r.as_str()).collect();
-    let Some(props) = node["properties"].as_object() else { return };
+    let required: BTreeSet<&str> = node["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str())
+        .collect();
+    let Some(props) = node["properties"].as_object() else {
+        return;
+    };
     for (name, child) in props {
         let p = format!("{path}.{name}");
         let mut desc = one_line(child["description"].as_str().unwrap_or(""));
@@ -823,7 +1265,15 @@ fn fields(path: &str, node: &Value, out: &mut String) {
             }
             desc.push_str(&format!("({})", one_line(&c.join("; "))));
         }
-        out.push_str(&format!("| `{p}` | {} | {} | {desc} |\n", type_of(child), if required.contains(name.as_str()) { "yes" } else { "" }));
+        out.push_str(&format!(
+            "| `{p}` | {} | {} | {desc} |\n",
+            type_of(child),
+            if required.contains(name.as_str()) {
+                "yes"
+            } else {
+                ""
+            }
+        ));
         if child["type"] == "array" {
             fields(&format!("{p}[]"), &child["items"], out);
         } else {
@@ -837,36 +1287,79 @@ fn docs_cover_levels_skips_cel_variables_events_and_ascend_names() {
     use rebound::fault::Level;
     let concepts = read("docs/concepts.md");
     for l in Level::ALL {
-        assert!(concepts.contains(&format!("`{l}`")), "docs/concepts.md lacks level {l}");
+        assert!(
+            concepts.contains(&format!("`{l}`")),
+            "docs/concepts.md lacks level {l}"
+        );
     }
     // Every skip reason the decision core can report.
     let decide = read("src/policy/decide.rs");
-    let skips: BTreeSet<String> = regex::Regex::new(r#"Skip::[A-Za-z]+(?: \{ \.\. \})? => "([A-Za-z]+)""#).unwrap().captures_iter(&decide).map(|c| c[1].to_string()).collect();
+    let skips: BTreeSet<String> =
+        regex::Regex::new(r#"Skip::[A-Za-z]+(?: \{ \.\. \})? => "([A-Za-z]+)""#)
+            .unwrap()
+            .captures_iter(&decide)
+            .map(|c| c[1].to_string())
+            .collect();
     assert!(skips.len() >= 10, "{skips:?}");
     for s in &skips {
-        assert!(concepts.contains(&format!("`{s}`")), "docs/concepts.md does not explain skip reason {s}");
+        assert!(
+            concepts.contains(&format!("`{s}`")),
+            "docs/concepts.md does not explain skip reason {s}"
+        );
     }
     // Every field CEL sees.
     let cel = read("docs/cel.md");
     let values = read("src/expr/values.rs");
-    let keys: BTreeSet<String> = regex::Regex::new(r#"m\.insert\(\s*"([A-Za-z]+)""#).unwrap().captures_iter(&values).map(|c| c[1].to_string()).collect();
+    let keys: BTreeSet<String> = regex::Regex::new(r#"m\.insert\(\s*"([A-Za-z]+)""#)
+        .unwrap()
+        .captures_iter(&values)
+        .map(|c| c[1].to_string())
+        .collect();
     assert!(keys.len() >= 20, "{keys:?}");
     for k in &keys {
-        assert!(cel.contains(&format!(".{k}`")), "docs/cel.md does not document the CEL field `{k}`");
+        assert!(
+            cel.contains(&format!(".{k}`")),
+            "docs/cel.md does not document the CEL field `{k}`"
+        );
     }
     for v in rebound::expr::POLICY_VARS {
-        assert!(cel.contains(&format!("`{v}`")), "docs/cel.md lacks variable {v}");
+        assert!(
+            cel.contains(&format!("`{v}`")),
+            "docs/cel.md lacks variable {v}"
+        );
     }
     // Event reasons: the constants of src/recover/events.rs when present,
     // else the list of the issue.
     let events = read("docs/events.md");
     let reasons: Vec<String> = match std::fs::read_to_string(root().join("src/recover/events.rs")) {
-        Ok(src) => regex::Regex::new(r#"pub const [A-Z_]+: &str = "([A-Za-z]+)""#).unwrap().captures_iter(&src).map(|c| c[1].to_string()).collect(),
-        Err(_) => ["FaultDetected", "JobRestarted", "PodRestarted", "RestartSkipped", "RestartBudgetExhausted", "NodeCordoned", "NodeTainted", "NodeUncordoned", "BreakerOpen", "LogsPreserved", "InvalidPolicy", "CelError"].map(String::from).to_vec(),
+        Ok(src) => regex::Regex::new(r#"pub const [A-Z_]+: &str = "([A-Za-z]+)""#)
+            .unwrap()
+            .captures_iter(&src)
+            .map(|c| c[1].to_string())
+            .collect(),
+        Err(_) => [
+            "FaultDetected",
+            "JobRestarted",
+            "PodRestarted",
+            "RestartSkipped",
+            "RestartBudgetExhausted",
+            "NodeCordoned",
+            "NodeTainted",
+            "NodeUncordoned",
+            "BreakerOpen",
+            "LogsPreserved",
+            "InvalidPolicy",
+            "CelError",
+        ]
+        .map(String::from)
+        .to_vec(),
     };
     assert!(!reasons.is_empty());
     for r in &reasons {
-        assert!(events.contains(&format!("`{r}`")), "docs/events.md lacks Event reason {r}");
+        assert!(
+            events.contains(&format!("`{r}`")),
+            "docs/events.md lacks Event reason {r}"
+        );
     }
     // The Ascend table maps each ClusterD name to the level the code does.
     let ascend = read("docs/ascend.md");
@@ -874,7 +1367,12 @@ fn docs_cover_levels_skips_cel_variables_events_and_ascend_names() {
     let mut n = 0;
     for c in row.captures_iter(&ascend) {
         let level: Level = c[2].parse().unwrap();
-        assert_eq!(Level::from_clusterd(&c[1]), Some(level), "docs/ascend.md maps {} wrongly", &c[1]);
+        assert_eq!(
+            Level::from_clusterd(&c[1]),
+            Some(level),
+            "docs/ascend.md maps {} wrongly",
+            &c[1]
+        );
         n += 1;
     }
     assert!(n >= 7, "docs/ascend.md has only {n} mapping rows");
@@ -882,7 +1380,10 @@ fn docs_cover_levels_skips_cel_variables_events_and_ascend_names() {
 
 #[test]
 fn install_commands_in_docs_reference_files_that_exist() {
-    let mut docs: Vec<String> = files_under("docs").into_iter().filter(|f| f.ends_with(".md")).collect();
+    let mut docs: Vec<String> = files_under("docs")
+        .into_iter()
+        .filter(|f| f.ends_with(".md"))
+        .collect();
     if root().join("README.md").is_file() {
         docs.push("README.md".into());
     }
@@ -893,18 +1394,31 @@ fn install_commands_in_docs_reference_files_that_exist() {
         let text = read(d);
         for c in cmd.captures_iter(&text) {
             let p = c[1].trim_end_matches(['`', ')', ',', '.']);
-            if p.starts_with("http") || p == "-" || p.starts_with('<') || p.starts_with('$') || p.contains("://") || p.starts_with('/') {
+            if p.starts_with("http")
+                || p == "-"
+                || p.starts_with('<')
+                || p.starts_with('$')
+                || p.contains("://")
+                || p.starts_with('/')
+            {
                 continue;
             }
             if p.starts_with("samples/") && !samples_present {
                 eprintln!("notice: samples/ is not in this tree; {d}: {p} not checked");
                 continue;
             }
-            assert!(root().join(p).exists(), "{d}: `{}` names {p}, which does not exist", &c[0]);
+            assert!(
+                root().join(p).exists(),
+                "{d}: `{}` names {p}, which does not exist",
+                &c[0]
+            );
             checked += 1;
         }
     }
-    assert!(checked >= 5, "only {checked} install commands found in the docs");
+    assert!(
+        checked >= 5,
+        "only {checked} install commands found in the docs"
+    );
 }
 
 #[test]
@@ -912,8 +1426,16 @@ fn cel_examples_in_the_docs_compile_and_evaluate() {
     use rebound::expr::{Expr, JobView, NodeView, POLICY_VARS, Vars};
     use rebound::fault::{Fault, FaultSource, Level};
     let doc = read("docs/cel.md");
-    let blocks: Vec<&str> = doc.split("```cel\n").skip(1).map(|b| b.split("```").next().unwrap().trim()).collect();
-    assert!(blocks.len() >= 8, "docs/cel.md has only {} examples", blocks.len());
+    let blocks: Vec<&str> = doc
+        .split("```cel\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().trim())
+        .collect();
+    assert!(
+        blocks.len() >= 8,
+        "docs/cel.md has only {} examples",
+        blocks.len()
+    );
     let now = chrono::Utc::now();
     let mut fault = Fault::new(FaultSource::NvidiaXid, "79", now);
     fault.node = Some("gpu-7".into());
@@ -925,11 +1447,143 @@ fn cel_examples_in_the_docs_compile_and_evaluate() {
         replicas: 8,
         ..Default::default()
     };
-    let node = NodeView { name: "gpu-7".into(), level: Some(Level::Separate), faults: vec!["79".into()], ..Default::default() };
+    let node = NodeView {
+        name: "gpu-7".into(),
+        level: Some(Level::Separate),
+        faults: vec!["79".into()],
+        ..Default::default()
+    };
     let vars = Vars::new(&fault, Some(Level::Separate), Some(&job), Some(&node), now);
     for src in blocks {
-        let e = Expr::compile(src, POLICY_VARS).unwrap_or_else(|err| panic!("docs/cel.md: `{src}` does not compile: {err}"));
-        let ok = e.eval_bool(&vars).map(|_| ()).or_else(|_| e.eval_duration(&vars).map(|_| ()));
-        assert!(ok.is_ok(), "docs/cel.md: `{src}` fails to evaluate: {:?}", e.eval_bool(&vars));
+        let e = Expr::compile(src, POLICY_VARS)
+            .unwrap_or_else(|err| panic!("docs/cel.md: `{src}` does not compile: {err}"));
+        let ok = e
+            .eval_bool(&vars)
+            .map(|_| ())
+            .or_else(|_| e.eval_duration(&vars).map(|_| ()));
+        assert!(
+            ok.is_ok(),
+            "docs/cel.md: `{src}` fails to evaluate: {:?}",
+            e.eval_bool(&vars)
+        );
     }
+}
+
+/// A helm binary: `REBOUND_HELM`, else `helm` on PATH.
+fn helm() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("REBOUND_HELM") {
+        return Some(PathBuf::from(p));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("helm"))
+        .find(|p| p.is_file())
+}
+
+fn helm_template(helm: &Path, extra: &[&str]) -> Result<Vec<Value>, String> {
+    let out = std::process::Command::new(helm)
+        .args([
+            "template",
+            "rebound",
+            "chart/rebound",
+            "--namespace",
+            "rebound-system",
+            "--kube-version",
+            "1.30.0",
+        ])
+        .args(extra)
+        .current_dir(root())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", helm.display()))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).to_string());
+    }
+    Ok(yaml_docs(
+        &String::from_utf8_lossy(&out.stdout),
+        "helm template output",
+    ))
+}
+
+/// With a helm binary (REBOUND_HELM or PATH), the chart renders, its schema
+/// rejects bad values, and with default values it renders the objects of
+/// `config/default` with the same rules, security settings and mounts.
+/// Without one it prints a notice: the text checks above still run.
+#[test]
+fn helm_renders_the_chart_like_config_default() {
+    let Some(helm) = helm() else {
+        eprintln!(
+            "notice: no helm binary (set REBOUND_HELM or put helm on PATH); chart rendering not checked"
+        );
+        return;
+    };
+    let rendered =
+        helm_template(&helm, &[]).unwrap_or_else(|e| panic!("helm template failed: {e}"));
+    for d in &rendered {
+        check_typed(d, &format!("helm: {} {}", d["kind"], d["metadata"]["name"]));
+    }
+    let config = kustomize("config/default");
+    let ids = |objs: &[Value]| -> BTreeSet<(String, String)> {
+        objs.iter()
+            .filter(|o| o["kind"] != "Namespace")
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap().to_string(),
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        ids(&rendered),
+        ids(&config),
+        "helm (release `rebound`) and config/default render different objects"
+    );
+    for (kind, name) in ids(&config) {
+        let (h, k) = (one(&rendered, &kind, &name), one(&config, &kind, &name));
+        match kind.as_str() {
+            "ClusterRole" | "Role" => assert_eq!(h["rules"], k["rules"], "{kind} {name}"),
+            "Deployment" | "DaemonSet" => {
+                let (hp, kp) = (
+                    &h["spec"]["template"]["spec"],
+                    &k["spec"]["template"]["spec"],
+                );
+                for field in [
+                    "securityContext",
+                    "volumes",
+                    "tolerations",
+                    "serviceAccountName",
+                ] {
+                    assert_eq!(hp[field], kp[field], "{kind} {name}: pod {field}");
+                }
+                let (hc, kc) = (&hp["containers"][0], &kp["containers"][0]);
+                for field in [
+                    "securityContext",
+                    "volumeMounts",
+                    "livenessProbe",
+                    "readinessProbe",
+                    "resources",
+                    "ports",
+                ] {
+                    assert_eq!(hc[field], kc[field], "{kind} {name}: container {field}");
+                }
+            }
+            _ => {}
+        }
+    }
+    let all_on = helm_template(
+        &helm,
+        &["--set", "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,controller.dryRun=true,crds.install=false,agent.enabled=false"],
+    )
+    .unwrap_or_else(|e| panic!("helm template with every option failed: {e}"));
+    let kinds: BTreeSet<&str> = all_on.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert!(
+        kinds.contains("ServiceMonitor") && kinds.contains("PrometheusRule"),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.contains("DaemonSet") && !kinds.contains("CustomResourceDefinition"),
+        "{kinds:?}"
+    );
+    let err = helm_template(&helm, &["--set", "controller.logFormat=xml"])
+        .expect_err("the schema must reject logFormat=xml");
+    assert!(err.contains("logFormat"), "{err}");
 }
