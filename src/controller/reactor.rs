@@ -25,19 +25,28 @@ use std::time::{Duration, Instant};
 /// history, never replayed into a second restart).
 pub const REQUIRED_SYNCS: &[&str] = &["pods", "nodes", "policies", "classifications"];
 
-/// Bounded set of fault identities already handled.
+/// Bounded map of fault identities already handled, with the level they
+/// were handled at.
 #[derive(Debug, Default)]
 struct Handled {
-    set: HashSet<String>,
+    set: HashMap<String, Level>,
     order: VecDeque<String>,
 }
 
 impl Handled {
     const MAX: usize = 200_000;
-    fn insert(&mut self, k: String) -> bool {
-        if !self.set.insert(k.clone()) {
-            return false;
+    /// Whether the fault is new, or is now at a higher level than when it
+    /// was handled.
+    fn insert(&mut self, k: String, level: Level) -> bool {
+        match self.set.get_mut(&k) {
+            Some(l) if *l >= level => return false,
+            Some(l) => {
+                *l = level;
+                return true;
+            }
+            None => {}
         }
+        self.set.insert(k.clone(), level);
         self.order.push_back(k);
         if self.order.len() > Self::MAX
             && let Some(old) = self.order.pop_front()
@@ -421,14 +430,18 @@ impl Reactor {
                 .map(|v| v.iter().map(|f| f.code.clone()).collect())
                 .unwrap_or_default(),
         });
+        // Classify first (idempotent for a replayed occurrence): a replay
+        // at the same level is dropped, an escalation (a lasting fault, a
+        // repeat) is decided again at its new level.
+        let c = self.engine.classifier.classify(fault, node_view.as_ref(), Utc::now());
         if !self.ctx.leader.is_leader() {
-            // Hot standby: keep the escalation history warm, act on nothing.
-            self.engine.classifier.classify(fault, node_view.as_ref(), Utc::now());
+            // Hot standby: the history stays warm, nothing is acted on.
             return;
         }
-        if !self.handled.insert(fault_key(&fault)) {
+        if !self.handled.insert(fault_key(&c.fault), c.level) {
             return;
         }
+        let fault = c.fault.clone();
         let now = Utc::now();
         let when = occurred_at(&fault);
         let refs: Vec<JobRef> = match &affected {
@@ -448,7 +461,7 @@ impl Reactor {
             cordoned_by_rebound: n.cordoned_by,
             tainted: n.taints.iter().any(|t| t.key == self.taint_key()),
         });
-        let decision = self.engine.decide(fault, node_input.as_ref(), node_view.as_ref(), &jobs, now);
+        let decision = self.engine.decide_classified(c, node_input.as_ref(), &jobs, now);
         self.ctx
             .metrics
             .faults
@@ -655,9 +668,21 @@ impl Reactor {
         }
         self.ctx.metrics.breaker_open.set(i64::from(!self.held.is_empty()));
         self.ctx.metrics.breaker_held.set(self.held.len() as i64);
-        if self.last_hang.elapsed() >= Duration::from_secs(10) {
+        if self.last_hang.elapsed() >= Duration::from_secs(5) {
             self.last_hang = Instant::now();
             self.scan_hangs(now);
+            // Lasting faults escalate with time (`lastsFor`): re-classify
+            // the faults nodes still carry; same-level replays are dropped.
+            let lasting: Vec<Fault> = self
+                .node_faults
+                .values()
+                .chain(self.ascend_faults.values())
+                .flatten()
+                .cloned()
+                .collect();
+            for f in lasting {
+                self.on_fault(f, Instant::now(), Affected::Node);
+            }
         }
         if self.last_status.elapsed() >= self.args.status_interval && self.ctx.leader.is_leader() {
             self.last_status = Instant::now();
