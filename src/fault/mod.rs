@@ -1,5 +1,6 @@
 //! The fault model shared by every source, and each source's parser.
 
+pub mod ascend;
 pub mod event;
 mod level;
 mod model;
