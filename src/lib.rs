@@ -14,3 +14,4 @@ pub mod fault;
 pub mod policy;
 pub mod sim;
 pub mod explain;
+pub mod workload;
