@@ -14,3 +14,5 @@ pub mod fault;
 pub mod policy;
 pub mod sim;
 pub mod explain;
+pub mod recover;
+pub mod workload;
