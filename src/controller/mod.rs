@@ -91,7 +91,7 @@ pub async fn start(client: kube::Client, args: ControllerArgs) -> Result<Control
         throttle: Arc::new(throttle::Throttle::new(args.qps, args.burst)),
         leader: leadership.clone(),
         metrics: metrics.clone(),
-        events: crate::recover::events::Events::new(client.clone(), "rebound-controller", &args.identity()),
+        events: crate::recover::Events::new(client.clone(), Some(args.identity())),
         tx: tx.clone(),
         health: health.clone(),
     };

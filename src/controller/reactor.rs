@@ -83,7 +83,6 @@ pub struct Reactor {
     pod_faults: HashMap<(String, String), (Vec<Fault>, JobRef)>,
     progress: HashMap<super::state::JobKey, (String, DateTime<Utc>)>,
     status: StatusBook,
-    started: DateTime<Utc>,
     last_status: Instant,
     last_hang: Instant,
 }
@@ -130,7 +129,6 @@ impl Reactor {
             pod_faults: HashMap::new(),
             progress: HashMap::new(),
             status: StatusBook::default(),
-            started: Utc::now(),
             last_status: Instant::now(),
             last_hang: Instant::now(),
         }
@@ -352,6 +350,7 @@ impl Reactor {
                     }
                 }
                 let info = JobInfo {
+                    resource_version: o.resource_version(),
                     labels: o.labels().clone(),
                     never: crate::workload::restart_policy_never(wk, &o.data, None),
                     uid: o.uid(),
@@ -455,11 +454,12 @@ impl Reactor {
             .map(|j| self.job_input(j, &fault))
             .filter(|j| j.history.iter().rfind(|r| !r.pod_only).is_none_or(|r| r.at < when))
             .collect();
+        let taint_key = self.taint_key();
         let node_input = fault.node.as_ref().and_then(|n| self.cache.nodes.get(n)).map(|n| NodeInput {
             name: n.name.clone(),
-            unschedulable: n.unschedulable,
+            unschedulable: n.snap.unschedulable,
             cordoned_by_rebound: n.cordoned_by,
-            tainted: n.taints.iter().any(|t| t.key == self.taint_key()),
+            tainted: n.snap.taints.iter().any(|t| t.key == taint_key),
         });
         let decision = self.engine.decide_classified(c, node_input.as_ref(), &jobs, now);
         self.ctx
@@ -498,10 +498,10 @@ impl Reactor {
                 });
                 let Some(node) = self.cache.nodes.get_mut(&nd.node) else { return };
                 let snapshot = node.clone();
-                node.unschedulable = true;
+                node.snap.unschedulable = true;
                 node.cordoned_by = Some(node.cordoned_by.map_or(level, |l| l.max(level)));
                 if let Some(k) = &taint {
-                    node.taints.push(k8s_openapi::api::core::v1::Taint {
+                    node.snap.taints.push(k8s_openapi::api::core::v1::Taint {
                         key: k.clone(),
                         effect: "NoSchedule".into(),
                         ..Default::default()
@@ -545,12 +545,24 @@ impl Reactor {
                 pod_only,
             });
             let root_cause = self.root_cause(&key, fault);
-            let pods: Vec<(String, Vec<String>)> = self
+            let pods: Vec<crate::recover::PodLogTarget> = self
                 .cache
                 .job_pods(&key)
                 .iter()
-                .map(|p| (p.name.clone(), p.containers.clone()))
+                .map(|p| crate::recover::PodLogTarget {
+                    name: p.name.clone(),
+                    containers: p.containers.clone(),
+                    previous: p.restarted.clone(),
+                    node: p.node.clone(),
+                })
                 .collect();
+            let job_meta = self.cache.jobs.get(&key).map(|i| kube::api::ObjectMeta {
+                name: Some(job.name.clone()),
+                namespace: Some(job.namespace.clone()),
+                resource_version: i.resource_version.clone(),
+                annotations: Some(i.annotations.clone()),
+                ..Default::default()
+            });
             let uid = self.cache.jobs.get(&key).and_then(|i| i.uid.clone());
             let mut jref = job.clone();
             if jref.uid.is_none() {
@@ -575,6 +587,7 @@ impl Reactor {
                 level,
                 root_cause,
                 pods,
+                job_meta,
                 pod_uid,
                 record: crate::policy::RestartRecord { at: now, infrastructure: jd.infrastructure, pod_only },
                 reasons: jd.reasons.join("; "),
@@ -631,8 +644,8 @@ impl Reactor {
         }
         let snapshot = n.clone();
         n.cordoned_by = None;
-        n.unschedulable = false;
-        n.taints.retain(|t| t.key != cfg.taint_key);
+        n.snap.unschedulable = false;
+        n.snap.taints.retain(|t| t.key != cfg.taint_key);
         self.held.remove(node);
         self.ctx.metrics.decision("uncordon", "acted");
         actions::uncordon(&self.ctx, snapshot, cfg.taint_key);

@@ -6,11 +6,9 @@ use crate::fault::Level;
 use crate::policy::RestartRecord;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use crate::recover::NodeSnapshot;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-/// Annotation rebound puts on nodes it cordoned (value: the level).
-pub const CORDONED_ANNOTATION: &str = "rebound.dev/cordoned";
 
 /// What the controller keeps of a pod.
 #[derive(Clone, Debug)]
@@ -24,6 +22,8 @@ pub struct PodInfo {
     pub running: bool,
     pub deleting: bool,
     pub containers: Vec<String>,
+    /// Containers restarted in place (their previous log is worth saving).
+    pub restarted: Vec<String>,
     /// Earliest termination among its containers (root-cause candidate).
     pub first_failure: Option<DateTime<Utc>>,
     /// Restart policy Never on the pod (bare pods, ExitCode replicas).
@@ -65,6 +65,13 @@ impl PodInfo {
             containers: spec
                 .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
                 .unwrap_or_default(),
+            restarted: status
+                .and_then(|s| s.container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|c| c.restart_count > 0)
+                .map(|c| c.name.clone())
+                .collect(),
             first_failure,
             restart_never: spec.and_then(|s| s.restart_policy.as_deref()) == Some("Never"),
             has_controller: m
@@ -81,9 +88,8 @@ impl PodInfo {
 pub struct NodeInfo {
     pub name: String,
     pub labels: BTreeMap<String, String>,
-    pub unschedulable: bool,
-    pub taints: Vec<Taint>,
-    pub resource_version: Option<String>,
+    /// What the cordon patch is computed from.
+    pub snap: NodeSnapshot,
     /// The level at which rebound cordoned it (from its annotation).
     pub cordoned_by: Option<Level>,
 }
@@ -91,19 +97,12 @@ pub struct NodeInfo {
 impl NodeInfo {
     /// Compact a node from a watch event.
     pub fn from_node(n: &Node) -> NodeInfo {
-        let spec = n.spec.as_ref();
+        let snap = NodeSnapshot::from_node(n);
         NodeInfo {
             name: n.metadata.name.clone().unwrap_or_default(),
             labels: n.metadata.labels.clone().unwrap_or_default(),
-            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
-            resource_version: n.metadata.resource_version.clone(),
-            cordoned_by: n
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CORDONED_ANNOTATION))
-                .and_then(|l| l.parse().ok()),
+            cordoned_by: crate::recover::cordoned_level(&snap.annotations),
+            snap,
         }
     }
 }
@@ -111,6 +110,7 @@ impl NodeInfo {
 /// What the controller keeps of a job object.
 #[derive(Clone, Debug, Default)]
 pub struct JobInfo {
+    pub resource_version: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub uid: Option<String>,

@@ -108,7 +108,7 @@ pub async fn save_logs(
 ) -> Result<LogsOutcome, RecoverError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &job.namespace);
     let deadline = Instant::now() + LOGS_TOTAL_TIMEOUT;
-    let reads: Vec<(String, &str, LogParams)> = pods
+    let reads: Vec<(String, String, LogParams)> = pods
         .iter()
         .flat_map(|p| {
             let current = p.containers.iter().map(move |c| (p, c, false));
@@ -127,7 +127,7 @@ pub async fn save_logs(
                 previous,
                 ..LogParams::default()
             };
-            (key, p.name.as_str(), lp)
+            (key, p.name.clone(), lp)
         })
         .collect();
     let requests = reads.len() as u32;
@@ -137,7 +137,7 @@ pub async fn save_logs(
             let api = &api;
             async move {
                 let limit = deadline.min(Instant::now() + LOG_READ_TIMEOUT);
-                let read = read_log(api, pod, &lp, cap);
+                let read = read_log(api, &pod, &lp, cap);
                 let result = match tokio::time::timeout_at(limit, read).await {
                     Ok(r) => r,
                     Err(_) => LogRead::Failed("timed out".to_string()),
