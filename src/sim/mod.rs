@@ -1,3 +1,5 @@
 //! The embedded cluster: an in-memory Kubernetes API server on loopback with
 //! simulated nodes, kubelets and job operators, so the unchanged controller
 //! can be seen, tested and measured without a real cluster.
+
+pub mod actors;
