@@ -104,15 +104,6 @@ pub(crate) fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     cur.as_str()
 }
 
-/// An integer field of a JSON object.
-pub(crate) fn i64_at(v: &Value, path: &[&str]) -> Option<i64> {
-    let mut cur = v;
-    for p in path {
-        cur = cur.get(*p)?;
-    }
-    cur.as_i64()
-}
-
 /// Sets (or replaces, by `type`) a condition in a JSON list of conditions,
 /// moving `lastTransitionTime` only when the status changes, as Kubernetes
 /// controllers do. Returns whether anything changed.
