@@ -14,6 +14,7 @@ use super::util::{controller_of, key};
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ChildPod {
     pub name: String,
+    pub uid: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub phase: Option<String>,
@@ -33,6 +34,7 @@ impl ChildPod {
             .unwrap_or_default();
         Self {
             name: pod.name_any(),
+            uid: pod.uid().unwrap_or_default(),
             labels: pod.labels().clone(),
             annotations: pod.annotations().clone(),
             phase: status.and_then(|s| s.phase.clone()),
