@@ -298,11 +298,7 @@ where
         }
         let patch = json!({
             "metadata": {"resourceVersion": pod.resource_version()},
-            "status": {
-                "phase": status["phase"],
-                "conditions": status["conditions"],
-                "containerStatuses": status["containerStatuses"],
-            },
+            "status": status,
         });
         match api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
