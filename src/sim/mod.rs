@@ -3,3 +3,6 @@
 //! can be seen, tested and measured without a real cluster.
 
 pub mod actors;
+pub mod server;
+
+pub use server::{ApiServer, ApiServerHandle, FaultInjector, RequestRecord, SimError};
