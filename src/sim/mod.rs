@@ -3,6 +3,7 @@
 //! can be seen, tested and measured without a real cluster.
 
 pub mod actors;
+pub mod cluster;
 pub mod server;
 
 pub use server::{ApiServer, ApiServerHandle, FaultInjector, RequestRecord, SimError};
