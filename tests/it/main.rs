@@ -2,3 +2,4 @@
 
 mod crds;
 mod fault_parsers;
+mod sim_actors;
