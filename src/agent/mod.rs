@@ -1,2 +1,10 @@
 //! The node agent: turns what a node knows about its accelerators (kernel log,
 //! NVML, DCGM, npu-smi) into Node conditions and Events the controller reads.
+//!
+//! Sources (`kmsg`, `nvml`, `dcgm`, `npusmi`) produce [`fault::AgentFault`]s;
+//! `state` folds repeats and applies the quiet period; `report` writes Node
+//! conditions and Events; `run` wires them. See `docs/agent.md`.
+
+pub mod fault;
+pub mod kmsg;
+pub mod pci;
