@@ -8,3 +8,5 @@
 pub mod fault;
 pub mod kmsg;
 pub mod pci;
+pub mod state;
+pub mod xid;
