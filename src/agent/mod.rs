@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod dcgm;
 pub mod fault;
 pub mod kmsg;
+pub mod npusmi;
 pub mod pci;
 pub mod state;
 pub mod xid;
