@@ -11,5 +11,6 @@ pub mod fault;
 pub mod kmsg;
 pub mod npusmi;
 pub mod pci;
+pub mod report;
 pub mod state;
 pub mod xid;
