@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod dcgm;
 pub mod fault;
 pub mod kmsg;
+pub mod metrics;
 pub mod npusmi;
 pub mod pci;
 pub mod report;
