@@ -5,6 +5,7 @@
 //! `state` folds repeats and applies the quiet period; `report` writes Node
 //! conditions and Events; `run` wires them. See `docs/agent.md`.
 
+pub mod args;
 pub mod cmd;
 pub mod dcgm;
 pub mod fault;
