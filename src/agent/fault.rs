@@ -92,6 +92,33 @@ pub fn bounded_text(s: &str, max: usize) -> String {
     out.trim().to_string()
 }
 
+/// What a source sends to the agent's loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceEvent {
+    /// A fault, with the time it happened (the kernel record's time when
+    /// known, else when it was read).
+    Fault {
+        /// The fault.
+        fault: AgentFault,
+        /// When it happened.
+        at: std::time::SystemTime,
+    },
+    /// A source started working or stopped (disabled, tool missing, failing).
+    Up {
+        /// `kmsg`, `nvml`, `dcgm`, `npusmi`.
+        source: &'static str,
+        /// Whether it works.
+        up: bool,
+    },
+    /// Input a source could not parse.
+    ParseErrors {
+        /// The source.
+        source: &'static str,
+        /// How many.
+        n: u64,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

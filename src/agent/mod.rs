@@ -12,6 +12,7 @@ pub mod fault;
 pub mod kmsg;
 pub mod metrics;
 pub mod npusmi;
+pub mod nvml;
 pub mod pci;
 pub mod report;
 pub mod state;
