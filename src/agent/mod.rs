@@ -15,5 +15,10 @@ pub mod npusmi;
 pub mod nvml;
 pub mod pci;
 pub mod report;
+pub mod run;
+pub mod sources;
 pub mod state;
 pub mod xid;
+
+pub use args::AgentArgs;
+pub use run::{DryRunReport, ReportedFault, dry_run, run};

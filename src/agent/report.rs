@@ -162,8 +162,9 @@ pub struct ExistingCondition {
     pub status: bool,
     /// Faults its message lists (lines that do not parse are skipped).
     pub faults: Vec<WireFault>,
-    /// `lastTransitionTime`, to tell a condition from before the last boot.
-    pub last_transition: Option<Timestamp>,
+    /// `lastHeartbeatTime` (our last write), to tell a condition written
+    /// before the node's last boot.
+    pub last_heartbeat: Option<Timestamp>,
 }
 
 /// Our conditions as they are on a Node object.
@@ -181,7 +182,7 @@ pub fn existing_conditions(node: &Node) -> Vec<ExistingCondition> {
                     .into_iter()
                     .filter_map(Result::ok)
                     .collect(),
-                last_transition: c.last_transition_time.as_ref().map(|t| t.0),
+                last_heartbeat: c.last_heartbeat_time.as_ref().map(|t| t.0),
             });
         }
     }
