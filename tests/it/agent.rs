@@ -387,6 +387,10 @@ fn hostile_input_never_panics() {
         let _ = npusmi::parse_info(&text);
         let _ = npusmi::parse_health(&text);
         let _ = PciAddr::parse(&text);
+        // What the fuzz target does with the raw bytes.
+        let mut fresh = KmsgScanner::new(DeviceMap::default());
+        let found = fresh.scan(bytes.as_slice()).expect("in-memory read");
+        assert!(found.len() as u64 <= fresh.lines);
     }
     // Pure random bytes too.
     for _ in 0..5_000 {
@@ -705,4 +709,51 @@ mod kube_mock {
                 .expect("no write")
         );
     }
+}
+
+/// A followed file: lines appended later are read; a truncated file is read
+/// again from the top.
+#[tokio::test]
+async fn followed_kmsg_file_picks_up_new_lines_and_truncation() {
+    use rebound::agent::sources::KmsgSource;
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("rebound-agent-follow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let log = dir.join("kmsg.txt");
+    std::fs::write(&log, "boot noise\n").expect("write");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    async fn next_fault(
+        rx: &mut tokio::sync::mpsc::Receiver<SourceEvent>,
+    ) -> rebound::agent::fault::AgentFault {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+                Ok(Some(SourceEvent::Fault { fault, .. })) => return fault,
+                Ok(Some(_)) => continue,
+                other => panic!("no fault: {other:?}"),
+            }
+        }
+    }
+    let _reader = KmsgSource {
+        file: Some(log.clone()),
+        once: false,
+        map: DeviceMap::default(),
+        poll: Duration::from_millis(20),
+    }
+    .spawn(tx);
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .expect("append");
+        writeln!(
+            f,
+            "[ 5.0] NVRM: Xid (PCI:0000:3b:00): 31, pid=1, name=x, Ch 1"
+        )
+        .expect("line");
+    }
+    assert_eq!(next_fault(&mut rx).await.code, "31");
+    std::fs::write(&log, "NVRM: Xid (PCI:0000:3b:00): 43, Ch 2\n").expect("truncate");
+    assert_eq!(next_fault(&mut rx).await.code, "43");
+    drop(rx);
+    let _ = std::fs::remove_dir_all(&dir);
 }
