@@ -1,3 +1,4 @@
 //! Integration tests, one binary (ECOSYSTEM.md: each test binary links ~200 MB).
 
 mod crds;
+mod samples;
