@@ -92,7 +92,39 @@ BUCKET_GROUP = {
 }
 
 # (name, level, description) in rule order; the NVLink5 and XID 154 rules carry CEL.
+# Groups never share a code (except within the NVLink5 and XID 154 families, whose rules keep
+# their order), so the order between groups changes no result; the groups XIDs most often hit
+# come first because every rule passed costs a lookup per fault.
 XID_RULES = [
+    ("app-error-gpu-suspect", "RestartJob",
+     "NVIDIA RESTART_APP, app-class: the fault is confined to the application, which is restarted. "
+     "13, 31 and 68 are also skipped by k8s-device-plugin, so no health check ever blames the GPU; 94 is "
+     "a contained memory error. The same XID twice on one GPU within 24h escalates to ResetDevice."),
+    ("app-teardown", "Ignore",
+     "43 (IGNORE bucket) and 45 (WORKFLOW_XID_45: 'Not Solo: IGNORE, follow the other Xid'): the channel "
+     "is torn down because the app died or was killed - by another XID or by a restart, rebound's own "
+     "included. Restarting on them would loop; ten on one GPU within an hour cordon the node."),
+    ("restart-app", "RestartJob",
+     "NVIDIA RESTART_APP (and CHECK_UVM 159, 170 with no bucket yet): the application's context is broken, "
+     "the GPU is fine: restart the job. Three times on one GPU within 24h escalates to ResetDevice."),
+    ("node-reboot-required", "Separate",
+     "NVIDIA RESTART_BM (79, GPU fallen off the bus) and RESTART_VM (151): only a reboot of the machine "
+     "brings the GPU back; 166 (CC crypto error) and 167 (PCIe fatal timeout) have no NVIDIA bucket yet and "
+     "gpud says RebootSystem. Restart jobs elsewhere, cordon and taint the node."),
+    ("double-bit-ecc", "ResetDevice",
+     "48 (double-bit ECC, NVIDIA WORKFLOW_XID_48: reset the GPU so the row is remapped; if remapping "
+     "fails, XID 64 follows) and its detail codes 171/172 (DRAM/SRAM) that have no bucket yet."),
+    ("uncontained-memory-error", "Separate",
+     "95 (uncontained memory error) and 140 (ECC error escaped): NVIDIA's bucket is RESET_GPU, but the "
+     "corruption may have reached other contexts and peers; NVSentinel and gpud call both fatal. Separate "
+     "the node until a person has checked the remap/reset."),
+    ("reset-gpu", "ResetDevice",
+     "NVIDIA immediate resolution RESET_GPU: the GPU must be reset before reuse. 109 is skipped by "
+     "k8s-device-plugin as an application error, but NVIDIA and NVSentinel ask for a reset. 169 has no "
+     "bucket yet; its description matches 62 (micro-controller halt, RESET_GPU)."),
+    ("nvlink-error", "ResetDevice",
+     "74 NVLink error, NVIDIA WORKFLOW_NVLINK_ERR: reset the GPU, then check the link; a link that keeps "
+     "failing is escalated to Separate."),
     ("nvlink5-nonfatal", "Ignore",
      "XIDs 144-150 (NVLink5, GB200), NVIDIA bucket WORKFLOW_NVLINK5_ERR: the kernel line says Fatal or "
      "Nonfatal. Every Non-fatal row of NVIDIA's decode table resolves to IGNORE or XID_154_EVAL (the "
@@ -113,24 +145,6 @@ XID_RULES = [
     ("xid154-informational", "Ignore",
      "XID 154 to 0x0 (None), or a message we cannot read: NVIDIA calls XID 154 informational about "
      "another XID, which is classified on its own."),
-    ("node-reboot-required", "Separate",
-     "NVIDIA RESTART_BM (79, GPU fallen off the bus) and RESTART_VM (151): only a reboot of the machine "
-     "brings the GPU back; 166 (CC crypto error) and 167 (PCIe fatal timeout) have no NVIDIA bucket yet and "
-     "gpud says RebootSystem. Restart jobs elsewhere, cordon and taint the node."),
-    ("uncontained-memory-error", "Separate",
-     "95 (uncontained memory error) and 140 (ECC error escaped): NVIDIA's bucket is RESET_GPU, but the "
-     "corruption may have reached other contexts and peers; NVSentinel and gpud call both fatal. Separate "
-     "the node until a person has checked the remap/reset."),
-    ("double-bit-ecc", "ResetDevice",
-     "48 (double-bit ECC, NVIDIA WORKFLOW_XID_48: reset the GPU so the row is remapped; if remapping "
-     "fails, XID 64 follows) and its detail codes 171/172 (DRAM/SRAM) that have no bucket yet."),
-    ("nvlink-error", "ResetDevice",
-     "74 NVLink error, NVIDIA WORKFLOW_NVLINK_ERR: reset the GPU, then check the link; a link that keeps "
-     "failing is escalated to Separate."),
-    ("reset-gpu", "ResetDevice",
-     "NVIDIA immediate resolution RESET_GPU: the GPU must be reset before reuse. 109 is skipped by "
-     "k8s-device-plugin as an application error, but NVIDIA and NVSentinel ask for a reset. 169 has no "
-     "bucket yet; its description matches 62 (micro-controller halt, RESET_GPU)."),
     ("degraded-hardware", "PreSeparate",
      "Degraded but usable: CHECK_MECHANICALS (54, aux power), UPDATE_SWFW (78, vGPU start), and the "
      "newest power-smoothing / memory-capacity codes (163, 165, 168). No new work; running work may finish."),
@@ -138,17 +152,6 @@ XID_RULES = [
      "NVIDIA immediate resolution CONTACT_SUPPORT: no automatic remedy, a person must look. Nearly all are "
      "retired ('Unused') codes that only old drivers emit. NVSentinel treats them as fatal; we only cordon "
      "(running jobs are not killed; if they crash, their exit restarts them)."),
-    ("app-error-gpu-suspect", "RestartJob",
-     "NVIDIA RESTART_APP, app-class: the fault is confined to the application, which is restarted. "
-     "13, 31 and 68 are also skipped by k8s-device-plugin, so no health check ever blames the GPU; 94 is "
-     "a contained memory error. The same XID twice on one GPU within 24h escalates to ResetDevice."),
-    ("restart-app", "RestartJob",
-     "NVIDIA RESTART_APP (and CHECK_UVM 159, 170 with no bucket yet): the application's context is broken, "
-     "the GPU is fine: restart the job. Three times on one GPU within 24h escalates to ResetDevice."),
-    ("app-teardown", "Ignore",
-     "43 (IGNORE bucket) and 45 (WORKFLOW_XID_45: 'Not Solo: IGNORE, follow the other Xid'): the channel "
-     "is torn down because the app died or was killed - by another XID or by a restart, rebound's own "
-     "included. Restarting on them would loop; ten on one GPU within an hour cordon the node."),
     ("ignore", "Ignore",
      "NVIDIA immediate resolution IGNORE (and the informational power-smoothing codes 162, 164): "
      "recorded, nothing done. If the app dies, its own exit restarts it. 63 (row remapping) and 92 "
@@ -300,6 +303,10 @@ XID_HEADER = """\
 # Escalations count the same code on the same GPU (node + device). They assume
 # the reporter sends one fault per incident: a burst of identical kernel lines
 # (one XID 13 line per SM) must be coalesced by the agent, or the count runs ahead.
+#
+# Rules come in the order XIDs are most often seen (app errors first): no two
+# groups share a code, so the order only saves lookups; the NVLink5 and XID 154
+# rules, which share codes and decide by CEL over the message, keep their order.
 #
 # A code no rule lists gets defaultLevel RestartJob (restart, touch no node).
 # To change a code, do not edit this file: apply a FaultClassification for
