@@ -534,8 +534,8 @@ def gen_ascend(data):
             continue
         out.append(f"  - name: {name}\n    level: {level}\n")
         out.append("    description: >-\n" + wrap(
-            f"SwitchFaultCode.json {key}. {desc} Switch codes are written [alarm id, fault id, peer "
-            "type, port] and compared as written (case-insensitively).", "      ") + "\n")
+            f"SwitchFaultCode.json {key}. {desc} Switch codes are compared exactly as SwitchFaultCode.json "
+            "writes them (case-insensitively), e.g. [0x00f1fef5,155913,npu,na].", "      ") + "\n")
         out.append("    codes:\n")
         for c in codes:
             out.append(f"    - {yq(c)}\n")
