@@ -1,4 +1,5 @@
 //! Integration tests, one binary (ECOSYSTEM.md: each test binary links ~200 MB).
 
 mod crds;
+mod fault_parsers;
 mod samples;
