@@ -3,4 +3,5 @@
 mod agent;
 mod crds;
 mod fault_parsers;
+mod samples;
 mod sim_actors;
