@@ -13,4 +13,7 @@ pub mod expr;
 pub mod fault;
 pub mod policy;
 pub mod sim;
+pub mod controller;
 pub mod explain;
+pub mod recover;
+pub mod workload;

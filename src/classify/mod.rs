@@ -274,7 +274,10 @@ impl Classifier {
             source: fault.source,
             code: codes::normalize(&fault.code, fault.source),
         };
-        let first = self.history.record(key.clone(), fault.last_seen, fault.first_seen);
+        // Occurrences are counted to the second: the same fault reported by
+        // a Node condition and by an Event of the same instant is one.
+        let at = trunc_secs(fault.last_seen);
+        let first = self.history.record(key.clone(), at, fault.first_seen);
         fault.first_seen = first;
         let window = list
             .iter()
@@ -283,7 +286,7 @@ impl Classifier {
             .filter_map(|e| e.times.map(|(_, w)| w))
             .max()
             .unwrap_or_else(|| chrono::Duration::from_std(self.default_count_window).unwrap_or(chrono::Duration::days(1)));
-        fault.count = self.history.count_within(&key, fault.last_seen, window).max(1);
+        fault.count = self.history.count_within(&key, at, window).max(1);
 
         let mut vars: Option<Vars> = None;
         let mut found: Option<(Level, String, &Arc<Compiled>)> = None;
@@ -326,12 +329,14 @@ impl Classifier {
                 if e.level <= level || !e.codes.matches(fault.source, &fault.code, fault.reason.as_deref()) {
                     continue;
                 }
-                let by_times = e.times.is_some_and(|(t, w)| {
-                    self.history.count_within(&key, fault.last_seen, w) >= t
-                });
+                let by_times = e
+                    .times
+                    .is_some_and(|(t, w)| self.history.count_within(&key, at, w) >= t);
+                // A lasting fault is re-evaluated while it persists: its
+                // duration runs to `now`, not to its last occurrence.
                 let by_duration = e
                     .lasts_for
-                    .is_some_and(|d| fault.last_seen - fault.first_seen >= d);
+                    .is_some_and(|d| now.max(fault.last_seen) - fault.first_seen >= d);
                 if by_times || by_duration {
                     level = e.level;
                     escalated_by = Some(format!("{}/{}", c.name, e.name));
@@ -348,6 +353,10 @@ impl Classifier {
             escalated_by,
         }
     }
+}
+
+fn trunc_secs(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
 }
 
 #[cfg(test)]

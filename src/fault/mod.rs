@@ -1,7 +1,11 @@
 //! The fault model shared by every source, and each source's parser.
 
+pub mod ascend;
+pub mod event;
 mod level;
 mod model;
+pub mod node;
+pub mod pod;
 pub mod wire;
 
 pub use level::{FaultSource, Level};

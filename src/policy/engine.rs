@@ -62,6 +62,18 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> Decision {
         let c = self.classifier.classify(fault, node_view, now);
+        self.decide_classified(c, node, jobs, now)
+    }
+
+    /// Decide for a fault already classified (the controller classifies
+    /// first to tell a replay from an escalation).
+    pub fn decide_classified(
+        &mut self,
+        c: crate::fault::Classified,
+        node: Option<&NodeInput>,
+        jobs: &[JobInput],
+        now: DateTime<Utc>,
+    ) -> Decision {
         let node_decision = node.map(|n| {
             let (cfg, from) = self.policies.node_config(&self.node_default);
             self.breaker.limit = cfg.max_separated;

@@ -1,0 +1,769 @@
+//! Ascend NPU faults from the device plugin's `mindx-dl-deviceinfo-<node>`
+//! ConfigMaps (DESIGN.md §4 `AscendNpu`, the ClusterD input).
+//!
+//! The ConfigMap's `DeviceInfoCfg` is JSON:
+//! `{"DeviceInfo":{"DeviceList":{...},"UpdateTime":<unix s>},"SuperPodID":n,"ServerIndex":n,"CheckCode":"..."}`.
+//! `DeviceList` maps resource keys to strings: `huawei.com/Ascend910` (chips
+//! the plugin offers, comma-separated), `...-Unhealthy`,
+//! `...-NetworkUnhealthy`, `...-Recovering`, and `...-Fault`, a JSON array
+//! *inside the string* of entries
+//! `{fault_type, npu_name, large_model_fault_level, fault_level, fault_handling,
+//! fault_code: "C1,C2", fault_time_and_level_map: {C1: {fault_time: <ms>, fault_level}}}`.
+//! Older plugins write `fault_time_map: {C1: <ms>}` or no times at all; newer
+//! hardware (Atlas 350/850/950) uses `huawei.com/npu` as the resource; the
+//! Ascend310P writes `huawei.com/Ascend310P-*`. All are read the same way.
+//! A second data key, `ManuallySeparateNPU`, lists chips the plugin isolated
+//! after repeated faults; they stay isolated until a person edits the key.
+
+use super::{Fault, FaultSource, Level};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ConfigMap;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// Name prefix of the device plugin's per-node ConfigMaps.
+pub const DEVICEINFO_PREFIX: &str = "mindx-dl-deviceinfo-";
+/// The namespace the device plugin writes to; only there is it trusted.
+pub const DEVICEINFO_NAMESPACE: &str = "kube-system";
+/// Data key holding the device JSON.
+pub const DEVICEINFO_KEY: &str = "DeviceInfoCfg";
+/// Data key listing chips isolated by the plugin's frequency escalation.
+pub const MANUALLY_SEPARATE_KEY: &str = "ManuallySeparateNPU";
+/// Fault code of a chip listed in [`MANUALLY_SEPARATE_KEY`]. ClusterD handles
+/// such chips as `SeparateNPU`; classify this code as `Separate`.
+pub const MANUALLY_SEPARATE_CODE: &str = "ManuallySeparateNPU";
+/// Fault code of a chip in a `-Unhealthy` list with no fault entry.
+pub const CARD_UNHEALTHY_CODE: &str = "CardUnhealthy";
+/// Fault code of a chip in a `-NetworkUnhealthy` list with no fault entry.
+pub const CARD_NETWORK_UNHEALTHY_CODE: &str = "CardNetworkUnhealthy";
+
+/// Why a device-info ConfigMap could not be read. Each names the ConfigMap.
+#[derive(Debug, thiserror::Error)]
+pub enum AscendError {
+    #[error(
+        "configmap {namespace}/{name} is not a device-plugin {DEVICEINFO_PREFIX}<node> ConfigMap"
+    )]
+    NotDeviceInfo { namespace: String, name: String },
+    #[error("configmap {namespace}/{name} has no data key {DEVICEINFO_KEY}")]
+    MissingKey { namespace: String, name: String },
+    #[error(
+        "configmap {namespace}/{name}: {DEVICEINFO_KEY} is not valid device-info JSON: {source}"
+    )]
+    Json {
+        namespace: String,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "configmap {namespace}/{name}: {DEVICEINFO_KEY} DeviceList[{key:?}] is not a fault list: {source}"
+    )]
+    FaultList {
+        namespace: String,
+        name: String,
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// One node's devices as the Ascend device plugin reports them, parsed: the
+/// base of [`deviceinfo_faults`] and of a ClusterD-style cluster fault view.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceInfo {
+    /// The node, from the ConfigMap name.
+    pub node: String,
+    /// `DeviceInfo.UpdateTime`: when the plugin last wrote the list.
+    pub update_time: Option<DateTime<Utc>>,
+    /// Atlas A3 super-pod id (`-1`/`-2` when the driver does not know).
+    pub super_pod_id: Option<i64>,
+    pub server_index: Option<i64>,
+    pub check_code: Option<String>,
+    /// One entry per resource (`huawei.com/Ascend910`, `huawei.com/npu`, ...),
+    /// sorted by resource name.
+    pub resources: Vec<ResourceDevices>,
+    /// Chips listed in `ManuallySeparateNPU`.
+    pub manually_separated: Vec<String>,
+}
+
+/// The chip lists of one resource.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResourceDevices {
+    /// The resource name without suffix, e.g. `huawei.com/Ascend910`.
+    pub resource: String,
+    /// Chips the plugin offers (`huawei.com/Ascend910`).
+    pub available: Vec<String>,
+    pub unhealthy: Vec<String>,
+    pub network_unhealthy: Vec<String>,
+    pub recovering: Vec<String>,
+    /// The `-Fault` entries.
+    pub faults: Vec<ChipFault>,
+}
+
+/// One `-Fault` entry: the faults of one chip (or of the node, for
+/// `NodeUnhealthy` entries, whose `npu_name` is empty).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChipFault {
+    /// `CardUnhealthy`, `CardNetworkUnhealthy`, `NodeUnhealthy`.
+    pub fault_type: String,
+    /// `Ascend910-3`; empty for a node fault.
+    pub npu_name: String,
+    /// The entry's handling level name (`fault_handling`, else
+    /// `fault_level`, else `large_model_fault_level`), e.g. `SeparateNPU`.
+    pub level: Option<String>,
+    pub codes: Vec<CodeFault>,
+}
+
+/// One fault code of a chip.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CodeFault {
+    /// Upper-case hex as the plugin writes it, e.g. `80E18402`.
+    pub code: String,
+    /// This code's own level name when the plugin gives one, else the entry's.
+    pub level: Option<String>,
+    /// When the fault occurred, when the plugin says.
+    pub time: Option<DateTime<Utc>>,
+}
+
+impl ChipFault {
+    /// The chip index (`Ascend910-3` → `3`), if the entry names a chip.
+    pub fn device(&self) -> Option<&str> {
+        chip_index(&self.npu_name)
+    }
+}
+
+impl CodeFault {
+    /// The rebound level of the plugin's level name, if it is a known one.
+    pub fn level(&self) -> Option<Level> {
+        self.level.as_deref().and_then(Level::from_clusterd)
+    }
+}
+
+/// The node name if this is a device-plugin `mindx-dl-deviceinfo-<node>`
+/// ConfigMap (any namespace: trust is decided by [`deviceinfo_faults`]).
+pub fn deviceinfo_node(cm: &ConfigMap) -> Option<String> {
+    cm.metadata
+        .name
+        .as_deref()
+        .and_then(|n| n.strip_prefix(DEVICEINFO_PREFIX))
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+}
+
+/// Parse the device lists of a `mindx-dl-deviceinfo-<node>` ConfigMap.
+///
+/// Tolerant of format drift (missing fields, `null`s, old time maps, unknown
+/// keys); a `DeviceInfoCfg` or fault list that is not JSON is an error.
+pub fn parse_deviceinfo(cm: &ConfigMap) -> Result<DeviceInfo, AscendError> {
+    let namespace = || cm.metadata.namespace.clone().unwrap_or_default();
+    let name = || cm.metadata.name.clone().unwrap_or_default();
+    let node = deviceinfo_node(cm).ok_or_else(|| AscendError::NotDeviceInfo {
+        namespace: namespace(),
+        name: name(),
+    })?;
+    let data = cm.data.as_ref();
+    let raw = data
+        .and_then(|d| d.get(DEVICEINFO_KEY))
+        .ok_or_else(|| AscendError::MissingKey {
+            namespace: namespace(),
+            name: name(),
+        })?;
+    let cfg: RawCfg = serde_json::from_str(raw).map_err(|source| AscendError::Json {
+        namespace: namespace(),
+        name: name(),
+        source,
+    })?;
+
+    let mut by_resource: BTreeMap<&str, ResourceDevices> = BTreeMap::new();
+    for (key, value) in &cfg.device_info.device_list {
+        let (resource, kind) = split_key(key);
+        let entry = by_resource
+            .entry(resource)
+            .or_insert_with(|| ResourceDevices {
+                resource: resource.to_string(),
+                ..ResourceDevices::default()
+            });
+        match kind {
+            ListKind::Available => entry.available = chip_list(value),
+            ListKind::Unhealthy => entry.unhealthy = chip_list(value),
+            ListKind::NetworkUnhealthy => entry.network_unhealthy = chip_list(value),
+            ListKind::Recovering => entry.recovering = chip_list(value),
+            ListKind::Fault => {
+                entry.faults = fault_list(value).map_err(|source| AscendError::FaultList {
+                    namespace: namespace(),
+                    name: name(),
+                    key: key.clone(),
+                    source,
+                })?;
+            }
+        }
+    }
+
+    Ok(DeviceInfo {
+        node,
+        update_time: cfg.device_info.update_time.and_then(unix_time),
+        super_pod_id: cfg.super_pod_id,
+        server_index: cfg.server_index,
+        check_code: cfg.check_code,
+        resources: by_resource.into_values().collect(),
+        manually_separated: data
+            .and_then(|d| d.get(MANUALLY_SEPARATE_KEY))
+            .map(|s| split_chips(s))
+            .unwrap_or_default(),
+    })
+}
+
+/// Faults in a `mindx-dl-deviceinfo-<node>` ConfigMap: one per (chip, fault
+/// code) of the `*-Fault` lists, source `AscendNpu`, code = the hex code,
+/// device = the chip index (`Ascend910-3` → `3`; the name is in the message),
+/// reason = the plugin's level name for that code (`SeparateNPU`, ...) so that
+/// a classification may follow the plugin by listing level names as codes.
+///
+/// Also one fault per chip in `ManuallySeparateNPU` (code
+/// [`MANUALLY_SEPARATE_CODE`]: the plugin isolated the chip after repeated
+/// faults and keeps it isolated until a person clears it, which ClusterD
+/// handles as `SeparateNPU`), and one per chip of an `-Unhealthy` /
+/// `-NetworkUnhealthy` list that no fault entry explains (codes
+/// [`CARD_UNHEALTHY_CODE`], [`CARD_NETWORK_UNHEALTHY_CODE`]: older plugins
+/// list chips without codes). An entry without codes becomes one fault whose
+/// code is its `fault_type`.
+///
+/// `first_seen` = `last_seen` = the code's fault time (stable across the
+/// plugin's rewrites, so a fault is not counted again at every update), else
+/// `UpdateTime`, else `now`. `trusted` = the ConfigMap is in `kube-system`.
+pub fn deviceinfo_faults(cm: &ConfigMap, now: DateTime<Utc>) -> Result<Vec<Fault>, AscendError> {
+    let info = parse_deviceinfo(cm)?;
+    let trusted = cm.metadata.namespace.as_deref() == Some(DEVICEINFO_NAMESPACE);
+    let updated = info.update_time.unwrap_or(now);
+    let new = |code: &str, at: DateTime<Utc>, device: Option<&str>| {
+        let mut f = Fault::new(FaultSource::AscendNpu, code, at);
+        f.node = Some(info.node.clone());
+        f.device = device.map(str::to_string);
+        f.trusted = trusted;
+        f
+    };
+
+    let mut out = Vec::new();
+    for res in &info.resources {
+        for entry in &res.faults {
+            let chip = if entry.npu_name.is_empty() {
+                "node"
+            } else {
+                entry.npu_name.as_str()
+            };
+            let kind = if entry.fault_type.is_empty() {
+                "fault"
+            } else {
+                entry.fault_type.as_str()
+            };
+            if entry.codes.is_empty() {
+                let mut f = new(kind, updated, entry.device());
+                f.reason = entry.level.clone();
+                f.message = Some(format!(
+                    "{chip}: {kind} without fault code ({})",
+                    res.resource
+                ));
+                out.push(f);
+                continue;
+            }
+            for c in &entry.codes {
+                let mut f = new(&c.code, c.time.unwrap_or(updated), entry.device());
+                f.reason = c.level.clone();
+                f.message = Some(format!(
+                    "{chip}: {kind} {} level {}",
+                    c.code,
+                    c.level.as_deref().unwrap_or("unknown")
+                ));
+                out.push(f);
+            }
+        }
+        let explained = |chip: &str| res.faults.iter().any(|e| e.npu_name == chip);
+        for (list, code, what) in [
+            (&res.unhealthy, CARD_UNHEALTHY_CODE, "Unhealthy"),
+            (
+                &res.network_unhealthy,
+                CARD_NETWORK_UNHEALTHY_CODE,
+                "NetworkUnhealthy",
+            ),
+        ] {
+            for chip in list.iter().filter(|c| !explained(c)) {
+                let mut f = new(code, updated, chip_index(chip));
+                f.message = Some(format!(
+                    "{chip} listed in {}-{what} without a fault entry",
+                    res.resource
+                ));
+                out.push(f);
+            }
+        }
+    }
+    for chip in &info.manually_separated {
+        let mut f = new(MANUALLY_SEPARATE_CODE, updated, chip_index(chip));
+        f.reason = Some(MANUALLY_SEPARATE_CODE.to_string());
+        f.message = Some(format!(
+            "{chip} isolated by the device plugin after repeated faults ({MANUALLY_SEPARATE_KEY}); \
+             it stays isolated until removed from that key"
+        ));
+        out.push(f);
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct RawCfg {
+    #[serde(rename = "DeviceInfo", default)]
+    device_info: RawDeviceInfo,
+    #[serde(rename = "SuperPodID", default)]
+    super_pod_id: Option<i64>,
+    #[serde(rename = "ServerIndex", default)]
+    server_index: Option<i64>,
+    #[serde(rename = "CheckCode", default)]
+    check_code: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawDeviceInfo {
+    #[serde(rename = "DeviceList", default, deserialize_with = "null_as_default")]
+    device_list: BTreeMap<String, serde_json::Value>,
+    #[serde(rename = "UpdateTime", default)]
+    update_time: Option<i64>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawFault {
+    #[serde(default, deserialize_with = "null_as_default")]
+    fault_type: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    npu_name: String,
+    #[serde(default)]
+    large_model_fault_level: Option<String>,
+    #[serde(default)]
+    fault_level: Option<String>,
+    #[serde(default)]
+    fault_handling: Option<String>,
+    /// `"C1,C2"`; some writers use an array.
+    #[serde(default)]
+    fault_code: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    fault_time_and_level_map: BTreeMap<String, RawTimeLevel>,
+    /// The older per-code time map.
+    #[serde(default, deserialize_with = "null_as_default")]
+    fault_time_map: BTreeMap<String, i64>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawTimeLevel {
+    #[serde(default)]
+    fault_time: Option<i64>,
+    #[serde(default)]
+    fault_level: Option<String>,
+}
+
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+enum ListKind {
+    Available,
+    Unhealthy,
+    NetworkUnhealthy,
+    Recovering,
+    Fault,
+}
+
+fn split_key(key: &str) -> (&str, ListKind) {
+    // `-NetworkUnhealthy` before `-Unhealthy`: the latter is its suffix.
+    for (suffix, kind) in [
+        ("-NetworkUnhealthy", ListKind::NetworkUnhealthy),
+        ("-Unhealthy", ListKind::Unhealthy),
+        ("-Recovering", ListKind::Recovering),
+        ("-Fault", ListKind::Fault),
+    ] {
+        if let Some(base) = key.strip_suffix(suffix) {
+            return (base, kind);
+        }
+    }
+    (key, ListKind::Available)
+}
+
+fn chip_list(v: &serde_json::Value) -> Vec<String> {
+    match v {
+        serde_json::Value::String(s) => split_chips(s),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str())
+            .flat_map(split_chips)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn split_chips(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `-Fault` value: a JSON array in a string (as the plugin writes it), or
+/// an array directly; empty string or `null` is no fault.
+fn fault_list(v: &serde_json::Value) -> Result<Vec<ChipFault>, serde_json::Error> {
+    let raw: Vec<RawFault> = match v {
+        serde_json::Value::String(s) if s.trim().is_empty() => Vec::new(),
+        serde_json::Value::String(s) => {
+            serde_json::from_str::<Option<Vec<RawFault>>>(s)?.unwrap_or_default()
+        }
+        serde_json::Value::Null => Vec::new(),
+        other => Vec::<RawFault>::deserialize(other)?,
+    };
+    Ok(raw.into_iter().map(chip_fault).collect())
+}
+
+fn chip_fault(r: RawFault) -> ChipFault {
+    let nonempty = |s: &Option<String>| {
+        s.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let level = nonempty(&r.fault_handling)
+        .or_else(|| nonempty(&r.fault_level))
+        .or_else(|| nonempty(&r.large_model_fault_level));
+
+    let mut names: Vec<String> = Vec::new();
+    let mut push = |c: &str| {
+        let c = c.trim();
+        if !c.is_empty() && !names.iter().any(|n| n.eq_ignore_ascii_case(c)) {
+            names.push(c.to_ascii_uppercase());
+        }
+    };
+    match &r.fault_code {
+        Some(serde_json::Value::String(s)) => s.split(',').for_each(&mut push),
+        Some(serde_json::Value::Array(a)) => a.iter().for_each(|x| match x {
+            serde_json::Value::String(s) => push(s),
+            serde_json::Value::Number(n) => push(&n.to_string()),
+            _ => {}
+        }),
+        _ => {}
+    }
+    // Codes only present in the time maps are faults too.
+    r.fault_time_and_level_map.keys().for_each(|k| push(k));
+    r.fault_time_map.keys().for_each(|k| push(k));
+
+    let codes = names
+        .into_iter()
+        .map(|code| {
+            let timed = lookup(&r.fault_time_and_level_map, &code);
+            let time = timed
+                .and_then(|t| t.fault_time)
+                .or_else(|| lookup(&r.fault_time_map, &code).copied())
+                .and_then(fault_time);
+            let level = timed
+                .and_then(|t| nonempty(&t.fault_level))
+                .or_else(|| level.clone());
+            CodeFault { code, level, time }
+        })
+        .collect();
+    ChipFault {
+        fault_type: r.fault_type.trim().to_string(),
+        npu_name: r.npu_name.trim().to_string(),
+        level,
+        codes,
+    }
+}
+
+fn lookup<'a, T>(map: &'a BTreeMap<String, T>, code: &str) -> Option<&'a T> {
+    map.get(code).or_else(|| {
+        map.iter()
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case(code))
+            .map(|(_, v)| v)
+    })
+}
+
+/// Fault times are milliseconds; a value too small to be milliseconds since
+/// 1973 is taken as seconds (some writers use seconds).
+fn fault_time(t: i64) -> Option<DateTime<Utc>> {
+    if t <= 0 {
+        None
+    } else if t < 100_000_000_000 {
+        unix_time(t)
+    } else {
+        DateTime::from_timestamp_millis(t)
+    }
+}
+
+fn unix_time(s: i64) -> Option<DateTime<Utc>> {
+    if s <= 0 {
+        None
+    } else {
+        DateTime::from_timestamp(s, 0)
+    }
+}
+
+/// `Ascend910-3` → `3`; vNPU names end in the physical id too
+/// (`Ascend910-2c-100-3`). A name without a numeric suffix is kept whole.
+fn chip_index(name: &str) -> Option<&str> {
+    if name.is_empty() {
+        return None;
+    }
+    match name.rsplit_once('-') {
+        Some((_, idx)) if !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit()) => Some(idx),
+        _ => Some(name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        "2026-01-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn cm(ns: &str, cfg: &str, manual: Option<&str>) -> ConfigMap {
+        let mut data = serde_json::Map::new();
+        data.insert(DEVICEINFO_KEY.into(), json!(cfg));
+        if let Some(m) = manual {
+            data.insert(MANUALLY_SEPARATE_KEY.into(), json!(m));
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": "mindx-dl-deviceinfo-npu-node-1", "namespace": ns},
+            "data": data,
+        }))
+        .unwrap()
+    }
+
+    fn cfg(list: serde_json::Value) -> String {
+        json!({"DeviceInfo": {"DeviceList": list, "UpdateTime": 1718702470}, "CheckCode": "x"})
+            .to_string()
+    }
+
+    #[test]
+    fn node_from_name() {
+        let c = cm("kube-system", "{}", None);
+        assert_eq!(deviceinfo_node(&c).as_deref(), Some("npu-node-1"));
+        let mut other = c.clone();
+        other.metadata.name = Some("mindx-dl-deviceinfo-".into());
+        assert_eq!(deviceinfo_node(&other), None);
+        other.metadata.name = Some("kube-root-ca.crt".into());
+        assert_eq!(deviceinfo_node(&other), None);
+        assert!(matches!(
+            deviceinfo_faults(&other, now()),
+            Err(AscendError::NotDeviceInfo { .. })
+        ));
+    }
+
+    #[test]
+    fn healthy_node_has_no_faults() {
+        let c = cm(
+            "kube-system",
+            &cfg(json!({"huawei.com/Ascend910": "Ascend910-0,Ascend910-1",
+                "huawei.com/Ascend910-Fault": "[]", "huawei.com/Ascend910-Unhealthy": ""})),
+            None,
+        );
+        assert!(deviceinfo_faults(&c, now()).unwrap().is_empty());
+        let info = parse_deviceinfo(&c).unwrap();
+        assert_eq!(info.resources[0].available, ["Ascend910-0", "Ascend910-1"]);
+        assert_eq!(info.update_time, DateTime::from_timestamp(1718702470, 0));
+    }
+
+    #[test]
+    fn one_fault_per_chip_and_code_with_per_code_level_and_time() {
+        let faults = json!([{"fault_type": "CardUnhealthy", "npu_name": "Ascend910-4",
+            "large_model_fault_level": "SeparateNPU", "fault_level": "SeparateNPU",
+            "fault_handling": "SeparateNPU", "fault_code": "A8028801,80E18401",
+            "fault_time_and_level_map": {
+                "80E18401": {"fault_time": 1744167455784_i64, "fault_level": "NotHandleFault"},
+                "A8028801": {"fault_time": 1744167455784_i64, "fault_level": "SeparateNPU"}}}]);
+        let c = cm(
+            "kube-system",
+            &cfg(json!({"huawei.com/Ascend910-Fault": faults.to_string(),
+                "huawei.com/Ascend910-Unhealthy": "Ascend910-4"})),
+            None,
+        );
+        let fs = deviceinfo_faults(&c, now()).unwrap();
+        assert_eq!(
+            fs.len(),
+            2,
+            "the Unhealthy listing is explained by the entry: {fs:?}"
+        );
+        assert_eq!(
+            (fs[0].code.as_str(), fs[0].reason.as_deref()),
+            ("A8028801", Some("SeparateNPU"))
+        );
+        assert_eq!(
+            (fs[1].code.as_str(), fs[1].reason.as_deref()),
+            ("80E18401", Some("NotHandleFault"))
+        );
+        for f in &fs {
+            assert_eq!(f.source, FaultSource::AscendNpu);
+            assert_eq!(f.device.as_deref(), Some("4"));
+            assert_eq!(f.node.as_deref(), Some("npu-node-1"));
+            assert!(
+                f.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("Ascend910-4"))
+            );
+            assert_eq!(
+                f.last_seen,
+                DateTime::from_timestamp_millis(1744167455784).unwrap()
+            );
+            assert_eq!(f.first_seen, f.last_seen);
+            assert!(f.trusted);
+        }
+    }
+
+    #[test]
+    fn older_formats_are_read() {
+        // fault_time_map (code → ms), no level map; and no times at all.
+        let faults = json!([
+            {"fault_type": "CardUnhealthy", "npu_name": "Ascend910-1", "fault_level": "RestartNPU",
+             "fault_code": "80C98008", "fault_time_map": {"80C98008": 1744167455000_i64}},
+            {"fault_type": "CardUnhealthy", "npu_name": "Ascend910-2", "fault_handling": "",
+             "fault_level": "SeparateNPU", "fault_code": "80e18402"}]);
+        let c = cm(
+            "kube-system",
+            &cfg(json!({"huawei.com/Ascend910-Fault": faults.to_string()})),
+            None,
+        );
+        let fs = deviceinfo_faults(&c, now()).unwrap();
+        assert_eq!(fs.len(), 2);
+        assert_eq!(
+            (fs[0].code.as_str(), fs[0].reason.as_deref()),
+            ("80C98008", Some("RestartNPU"))
+        );
+        assert_eq!(
+            fs[0].last_seen,
+            DateTime::from_timestamp_millis(1744167455000).unwrap()
+        );
+        assert_eq!(
+            (fs[1].code.as_str(), fs[1].reason.as_deref()),
+            ("80E18402", Some("SeparateNPU"))
+        );
+        assert_eq!(
+            fs[1].last_seen,
+            DateTime::from_timestamp(1718702470, 0).unwrap(),
+            "UpdateTime"
+        );
+    }
+
+    #[test]
+    fn unexplained_unhealthy_lists_and_node_faults() {
+        let faults = json!([{"fault_type": "NodeUnhealthy", "npu_name": "", "fault_code": ""}]);
+        let c = cm(
+            "kube-system",
+            &cfg(json!({"huawei.com/Ascend310P": "Ascend310P-0",
+                "huawei.com/Ascend310P-Fault": faults.to_string(),
+                "huawei.com/Ascend310P-Unhealthy": "Ascend310P-1",
+                "huawei.com/Ascend310P-NetworkUnhealthy": "Ascend310P-2"})),
+            None,
+        );
+        let fs = deviceinfo_faults(&c, now()).unwrap();
+        let got: Vec<_> = fs
+            .iter()
+            .map(|f| (f.code.as_str(), f.device.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("NodeUnhealthy", None),
+                ("CardUnhealthy", Some("1")),
+                ("CardNetworkUnhealthy", Some("2"))
+            ]
+        );
+    }
+
+    #[test]
+    fn manually_separated_chips() {
+        let c = cm(
+            "kube-system",
+            &cfg(json!({})),
+            Some("Ascend910-0, Ascend910-5"),
+        );
+        let fs = deviceinfo_faults(&c, now()).unwrap();
+        assert_eq!(fs.len(), 2);
+        assert_eq!(
+            (fs[0].code.as_str(), fs[0].device.as_deref()),
+            ("ManuallySeparateNPU", Some("0"))
+        );
+        assert_eq!(fs[1].device.as_deref(), Some("5"));
+    }
+
+    #[test]
+    fn outside_kube_system_is_untrusted() {
+        let c = cm("team-a", &cfg(json!({})), Some("Ascend910-0"));
+        assert!(!deviceinfo_faults(&c, now()).unwrap()[0].trusted);
+    }
+
+    #[test]
+    fn broken_json_is_an_error_not_a_panic() {
+        let c = cm("kube-system", "{\"DeviceInfo\":", None);
+        let err = deviceinfo_faults(&c, now()).unwrap_err();
+        assert!(matches!(err, AscendError::Json { .. }));
+        assert!(
+            err.to_string()
+                .contains("kube-system/mindx-dl-deviceinfo-npu-node-1"),
+            "{err}"
+        );
+        let c = cm(
+            "kube-system",
+            &cfg(json!({"huawei.com/Ascend910-Fault": "[{"})),
+            None,
+        );
+        assert!(matches!(
+            deviceinfo_faults(&c, now()),
+            Err(AscendError::FaultList { key, .. }) if key == "huawei.com/Ascend910-Fault"
+        ));
+        let mut c = c;
+        c.data = None;
+        assert!(matches!(
+            deviceinfo_faults(&c, now()),
+            Err(AscendError::MissingKey { .. })
+        ));
+    }
+
+    #[test]
+    fn nulls_and_unknown_fields_are_tolerated() {
+        let c = cm(
+            "kube-system",
+            r#"{"DeviceInfo":{"DeviceList":null,"UpdateTime":null},"Extra":1}"#,
+            None,
+        );
+        assert!(deviceinfo_faults(&c, now()).unwrap().is_empty());
+        let faults = r#"[{"npu_name":"npu-3","fault_code":["8C084E00"],"fault_time_and_level_map":null,"new_field":true}]"#;
+        let c = cm(
+            "kube-system",
+            &cfg(json!({"huawei.com/npu-Fault": faults})),
+            None,
+        );
+        let fs = deviceinfo_faults(&c, now()).unwrap();
+        assert_eq!(
+            (fs[0].code.as_str(), fs[0].device.as_deref()),
+            ("8C084E00", Some("3"))
+        );
+        assert_eq!(fs[0].reason, None);
+    }
+
+    #[test]
+    fn chip_indices() {
+        assert_eq!(chip_index("Ascend910-3"), Some("3"));
+        assert_eq!(chip_index("Ascend910-2c-100-3"), Some("3"));
+        assert_eq!(chip_index("weird"), Some("weird"));
+        assert_eq!(chip_index(""), None);
+    }
+
+    #[test]
+    fn levels_map_to_rebound_levels() {
+        let c = CodeFault {
+            code: "80E18402".into(),
+            level: Some("SeparateNPU".into()),
+            time: None,
+        };
+        assert_eq!(c.level(), Some(Level::Separate));
+    }
+}

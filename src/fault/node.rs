@@ -1,0 +1,288 @@
+//! Node conditions (DESIGN.md §4 `NodeCondition`, and the agent's
+//! `GpuFault`/`NpuFault` conditions carrying XID and NPU faults).
+//!
+//! Node faults are trusted: tenants cannot write node status. They are also
+//! persistent: a restarted operator finds them again on its first list.
+
+use super::pod::time_utc;
+use super::wire::{self, GPU_CONDITION, NPU_CONDITION};
+use super::{Fault, FaultSource};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
+
+/// The code of the fault a `Ready` condition that is not `True` becomes.
+pub const NOT_READY: &str = "NotReady";
+
+/// Faults a Node carries now.
+///
+/// - `GpuFault` / `NpuFault` conditions with status `True`: each line of the
+///   message (`source=S code=C [device=D] | text`, see [`wire`]) is one fault
+///   of source S. A line that does not parse, or names a source rebound does
+///   not know, becomes a `NodeCondition` fault whose code is the condition
+///   type and whose message is the line, so that it is seen rather than
+///   dropped; so does a `True` condition with an empty message.
+/// - Any other condition type listed in `watched` with status `True`
+///   (node-problem-detector: `KernelDeadlock`, `ReadonlyFilesystem`, ...):
+///   `NodeCondition`, code = the type.
+/// - `Ready` `False` or `Unknown`: `NodeCondition`, code [`NOT_READY`].
+///
+/// `first_seen` is the condition's `lastTransitionTime` (when it went bad),
+/// `last_seen` its `lastHeartbeatTime` (or `now`), never before `first_seen`.
+pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<Fault> {
+    let mut out = Vec::new();
+    for c in conditions(node) {
+        if !is_fault_condition(c, watched) {
+            continue;
+        }
+        let base = |code: &str| condition_fault(node, c, code, now);
+        if c.type_ == GPU_CONDITION || c.type_ == NPU_CONDITION {
+            let message = c.message.as_deref().unwrap_or("");
+            let before = out.len();
+            for (line, parsed) in message
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .zip(wire::parse_condition_message(message))
+            {
+                let wf = match parsed {
+                    Ok(wf) => wf,
+                    Err(_) => {
+                        let mut f = base(&c.type_);
+                        f.message = Some(line.trim().to_string());
+                        out.push(f);
+                        continue;
+                    }
+                };
+                let mut f = match wf.source.parse::<FaultSource>() {
+                    Ok(source) => {
+                        let mut f = base(&wf.code);
+                        f.source = source;
+                        f.message = wf.message;
+                        f
+                    }
+                    Err(_) => {
+                        let mut f = base(&c.type_);
+                        f.message = Some(line.trim().to_string());
+                        f
+                    }
+                };
+                f.device = wf.device;
+                out.push(f);
+            }
+            if out.len() == before {
+                out.push(base(&c.type_));
+            }
+        } else if c.type_ == "Ready" {
+            out.push(base(NOT_READY));
+        } else {
+            out.push(base(&c.type_));
+        }
+    }
+    out
+}
+
+/// Whether the node is healthy again as far as rebound's faults go: no
+/// condition [`node_faults`] would report. The controller uncordons nodes it
+/// cordoned when this turns true.
+pub fn node_healthy(node: &Node, watched: &[String]) -> bool {
+    !conditions(node).any(|c| is_fault_condition(c, watched))
+}
+
+fn conditions(node: &Node) -> impl Iterator<Item = &NodeCondition> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+}
+
+fn is_fault_condition(c: &NodeCondition, watched: &[String]) -> bool {
+    if c.type_ == "Ready" {
+        return c.status != "True";
+    }
+    c.status == "True"
+        && (c.type_ == GPU_CONDITION || c.type_ == NPU_CONDITION || watched.contains(&c.type_))
+}
+
+fn condition_fault(node: &Node, c: &NodeCondition, code: &str, now: DateTime<Utc>) -> Fault {
+    let first = c
+        .last_transition_time
+        .as_ref()
+        .and_then(time_utc)
+        .unwrap_or(now);
+    let last = c
+        .last_heartbeat_time
+        .as_ref()
+        .and_then(time_utc)
+        .unwrap_or(now)
+        .max(first);
+    let mut f = Fault::new(FaultSource::NodeCondition, code, last);
+    f.first_seen = first;
+    f.reason = c.reason.clone();
+    f.message = c.message.clone();
+    f.node = node.metadata.name.clone();
+    f.trusted = true;
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        "2026-01-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn node(conditions: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "gpu-7"},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap()
+    }
+
+    fn ready() -> serde_json::Value {
+        json!({"type": "Ready", "status": "True", "reason": "KubeletReady"})
+    }
+
+    fn watched() -> Vec<String> {
+        vec![
+            "KernelDeadlock".to_string(),
+            "ReadonlyFilesystem".to_string(),
+        ]
+    }
+
+    #[test]
+    fn gpu_fault_condition_with_two_lines_gives_two_faults_with_devices() {
+        let n = node(json!([ready(), {
+            "type": "GpuFault", "status": "True", "reason": "XidError",
+            "message": "source=NvidiaXid code=79 device=3 | GPU has fallen off the bus\nsource=NvidiaXid code=48 device=5 | DBE",
+            "lastTransitionTime": "2026-01-01T11:00:00Z",
+            "lastHeartbeatTime": "2026-01-01T11:30:00Z"
+        }]));
+        let fs = node_faults(&n, &watched(), now());
+        assert_eq!(fs.len(), 2);
+        assert_eq!(fs[0].source, FaultSource::NvidiaXid);
+        assert_eq!(
+            (fs[0].code.as_str(), fs[0].device.as_deref()),
+            ("79", Some("3"))
+        );
+        assert_eq!(fs[0].message.as_deref(), Some("GPU has fallen off the bus"));
+        assert_eq!(
+            (fs[1].code.as_str(), fs[1].device.as_deref()),
+            ("48", Some("5"))
+        );
+        assert_eq!(fs[0].node.as_deref(), Some("gpu-7"));
+        assert!(fs.iter().all(|f| f.trusted));
+        assert_eq!(
+            fs[0].first_seen,
+            "2026-01-01T11:00:00Z".parse::<DateTime<Utc>>().unwrap()
+        );
+        assert_eq!(
+            fs[0].last_seen,
+            "2026-01-01T11:30:00Z".parse::<DateTime<Utc>>().unwrap()
+        );
+        assert!(!node_healthy(&n, &watched()));
+    }
+
+    #[test]
+    fn npu_fault_condition_is_ascend() {
+        let n = node(json!([{"type": "NpuFault", "status": "True",
+            "message": "source=AscendNpu code=80E18402 device=4"}]));
+        let fs = node_faults(&n, &[], now());
+        assert_eq!(
+            (fs[0].source, fs[0].code.as_str()),
+            (FaultSource::AscendNpu, "80E18402")
+        );
+        assert_eq!(fs[0].message, None);
+    }
+
+    #[test]
+    fn condition_false_gives_nothing_and_node_is_healthy() {
+        let n = node(json!([ready(),
+            {"type": "GpuFault", "status": "False", "message": "source=NvidiaXid code=79"},
+            {"type": "KernelDeadlock", "status": "False", "reason": "KernelHasNoDeadlock"}]));
+        assert!(node_faults(&n, &watched(), now()).is_empty());
+        assert!(node_healthy(&n, &watched()));
+    }
+
+    #[test]
+    fn ready_unknown_is_not_ready() {
+        let n = node(
+            json!([{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+            "lastHeartbeatTime": "2026-01-01T10:00:00Z",
+            "lastTransitionTime": "2026-01-01T10:00:40Z"}]),
+        );
+        let fs = node_faults(&n, &watched(), now());
+        assert_eq!(fs.len(), 1);
+        let f = &fs[0];
+        assert_eq!(
+            (f.source, f.code.as_str()),
+            (FaultSource::NodeCondition, NOT_READY)
+        );
+        assert_eq!(f.reason.as_deref(), Some("NodeStatusUnknown"));
+        assert!(
+            f.last_seen >= f.first_seen,
+            "a stale heartbeat does not precede the transition"
+        );
+        assert!(!node_healthy(&n, &watched()));
+    }
+
+    #[test]
+    fn unparseable_agent_line_is_a_condition_fault() {
+        let n = node(
+            json!([{"type": "GpuFault", "status": "True", "reason": "Manual",
+            "message": "source=NvidiaXid code=79 device=0\nGPU 2 looks odd\nsource=DcgmDiag code=pcie device=1"}]),
+        );
+        let fs = node_faults(&n, &[], now());
+        assert_eq!(fs.len(), 3);
+        assert_eq!(
+            (fs[0].source, fs[0].code.as_str()),
+            (FaultSource::NvidiaXid, "79")
+        );
+        assert_eq!(
+            (fs[1].source, fs[1].code.as_str()),
+            (FaultSource::NodeCondition, "GpuFault")
+        );
+        assert_eq!(fs[1].message.as_deref(), Some("GPU 2 looks odd"));
+        assert_eq!(fs[1].reason.as_deref(), Some("Manual"));
+        // An unknown source is kept visible the same way, with its device.
+        assert_eq!(
+            (fs[2].source, fs[2].code.as_str()),
+            (FaultSource::NodeCondition, "GpuFault")
+        );
+        assert_eq!(fs[2].device.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn true_agent_condition_without_message_still_counts() {
+        let n = node(json!([{"type": "NpuFault", "status": "True"}]));
+        let fs = node_faults(&n, &[], now());
+        assert_eq!(fs.len(), 1);
+        assert_eq!(fs[0].code, "NpuFault");
+        assert_eq!(fs[0].last_seen, now());
+    }
+
+    #[test]
+    fn watched_npd_condition() {
+        let n = node(json!([ready(),
+            {"type": "KernelDeadlock", "status": "True", "reason": "DockerHung", "message": "task docker:7 blocked"},
+            {"type": "FrequentKubeletRestart", "status": "True"}]));
+        let fs = node_faults(&n, &watched(), now());
+        assert_eq!(fs.len(), 1, "unwatched conditions are ignored");
+        assert_eq!(
+            (fs[0].code.as_str(), fs[0].reason.as_deref()),
+            ("KernelDeadlock", Some("DockerHung"))
+        );
+        assert!(node_healthy(&n, &[]));
+        assert!(!node_healthy(&n, &watched()));
+    }
+
+    #[test]
+    fn node_without_status_is_healthy() {
+        let n: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
+        assert!(node_faults(&n, &watched(), now()).is_empty());
+        assert!(node_healthy(&n, &watched()));
+    }
+}
