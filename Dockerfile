@@ -23,8 +23,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
 COPY tests ./tests
-# The binary embeds nothing from crds/, samples/ or docs/, so they stay out
-# of the build context's cache key (see .dockerignore).
+# `rebound demo` embeds the shipped samples (include_str!).
+COPY samples ./samples
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin rebound --target "$(cat /rust-target)" \

@@ -986,6 +986,7 @@ fn dockerfile_builds_one_static_nonroot_image() {
         .map(|l| l.trim_end_matches('/'))
         .collect();
     // Whatever the build COPYs exists and is not ignored.
+    let mut copied: Vec<&str> = Vec::new();
     for l in d
         .lines()
         .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
@@ -996,14 +997,15 @@ fn dockerfile_builds_one_static_nonroot_image() {
                 root().join(src).exists(),
                 "Dockerfile copies {src}, which does not exist"
             );
+            copied.push(src);
             assert!(
                 !ignored.contains(src),
                 ".dockerignore excludes {src}, which the Dockerfile copies"
             );
         }
     }
-    // The build must not need a file .dockerignore leaves out: an
-    // include_str!/include_bytes! into crds/, samples/, docs/ would break it.
+    // The build must not need a file it does not copy or .dockerignore
+    // leaves out: `rebound demo` embeds samples/ with include_str!.
     let inc = regex::Regex::new(
         r#"include_(?:str|bytes)!\(\s*(?:concat!\(\s*env!\("CARGO_MANIFEST_DIR"\),\s*)?"([^"]+)""#,
     )
@@ -1025,6 +1027,10 @@ fn dockerfile_builds_one_static_nonroot_image() {
                 normalize(&format!("{dir}/{p}"))
             };
             let top = resolved.split('/').next().unwrap_or("");
+            assert!(
+                copied.contains(&top),
+                "{f} embeds {resolved}, but the Dockerfile does not COPY {top}/ into the build"
+            );
             assert!(
                 !ignored.contains(&top),
                 "{f} embeds {resolved}, but .dockerignore leaves {top}/ out of the image build"
