@@ -26,8 +26,9 @@ pub const NOT_READY: &str = "NotReady";
 ///   `NodeCondition`, code = the type.
 /// - `Ready` `False` or `Unknown`: `NodeCondition`, code [`NOT_READY`].
 ///
-/// `first_seen` is the condition's `lastTransitionTime` (when it went bad),
-/// `last_seen` its `lastHeartbeatTime` (or `now`), never before `first_seen`.
+/// `first_seen` is the condition's `lastTransitionTime` (when it went bad,
+/// stable while it stays bad; else the heartbeat, else `now`), `last_seen`
+/// its `lastHeartbeatTime` (or `now`), never before `first_seen`.
 pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<Fault> {
     let mut out = Vec::new();
     for c in conditions(node) {
@@ -104,17 +105,16 @@ fn is_fault_condition(c: &NodeCondition, watched: &[String]) -> bool {
 }
 
 fn condition_fault(node: &Node, c: &NodeCondition, code: &str, now: DateTime<Utc>) -> Fault {
+    let heartbeat = c.last_heartbeat_time.as_ref().and_then(time_utc);
+    // Without a transition time the heartbeat is the earliest sighting we
+    // have; `now` only when the writer gave no time at all.
     let first = c
         .last_transition_time
         .as_ref()
         .and_then(time_utc)
+        .or(heartbeat)
         .unwrap_or(now);
-    let last = c
-        .last_heartbeat_time
-        .as_ref()
-        .and_then(time_utc)
-        .unwrap_or(now)
-        .max(first);
+    let last = heartbeat.unwrap_or(now).max(first);
     let mut f = Fault::new(FaultSource::NodeCondition, code, last);
     f.first_seen = first;
     f.reason = c.reason.clone();
@@ -262,6 +262,12 @@ mod tests {
         assert_eq!(fs.len(), 1);
         assert_eq!(fs[0].code, "NpuFault");
         assert_eq!(fs[0].last_seen, now());
+        // Without a transition time the (stable) heartbeat stands in for it.
+        let n = node(json!([{"type": "KernelDeadlock", "status": "True",
+            "lastHeartbeatTime": "2026-01-01T11:00:00Z"}]));
+        let f = &node_faults(&n, &watched(), now())[0];
+        let hb = "2026-01-01T11:00:00Z".parse::<DateTime<Utc>>().unwrap();
+        assert_eq!((f.first_seen, f.last_seen), (hb, hb));
     }
 
     #[test]
