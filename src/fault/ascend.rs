@@ -40,12 +40,16 @@ pub const CARD_NETWORK_UNHEALTHY_CODE: &str = "CardNetworkUnhealthy";
 /// Why a device-info ConfigMap could not be read. Each names the ConfigMap.
 #[derive(Debug, thiserror::Error)]
 pub enum AscendError {
+    /// The name does not say which node: the caller should have filtered
+    /// with [`deviceinfo_node`].
     #[error(
         "configmap {namespace}/{name} is not a device-plugin {DEVICEINFO_PREFIX}<node> ConfigMap"
     )]
     NotDeviceInfo { namespace: String, name: String },
+    /// The plugin has not written its data yet, or someone removed it.
     #[error("configmap {namespace}/{name} has no data key {DEVICEINFO_KEY}")]
     MissingKey { namespace: String, name: String },
+    /// The outer JSON is broken: nothing of the node can be trusted.
     #[error(
         "configmap {namespace}/{name}: {DEVICEINFO_KEY} is not valid device-info JSON: {source}"
     )]
@@ -55,6 +59,7 @@ pub enum AscendError {
         #[source]
         source: serde_json::Error,
     },
+    /// One `-Fault` list (JSON inside the JSON string) is broken.
     #[error(
         "configmap {namespace}/{name}: {DEVICEINFO_KEY} DeviceList[{key:?}] is not a fault list: {source}"
     )]
@@ -77,7 +82,11 @@ pub struct DeviceInfo {
     pub update_time: Option<DateTime<Utc>>,
     /// Atlas A3 super-pod id (`-1`/`-2` when the driver does not know).
     pub super_pod_id: Option<i64>,
+    /// Position of the node in its super pod (same `-1`/`-2` convention):
+    /// with `super_pod_id`, what a fault view needs to group A3 nodes.
     pub server_index: Option<i64>,
+    /// The plugin's SHA-256 of `DeviceInfo`, kept for consumers that want to
+    /// detect hand edits; not verified here (it hashes Go's exact bytes).
     pub check_code: Option<String>,
     /// One entry per resource (`huawei.com/Ascend910`, `huawei.com/npu`, ...),
     /// sorted by resource name.
@@ -93,8 +102,11 @@ pub struct ResourceDevices {
     pub resource: String,
     /// Chips the plugin offers (`huawei.com/Ascend910`).
     pub available: Vec<String>,
+    /// Chips the plugin took away from scheduling for a chip fault.
     pub unhealthy: Vec<String>,
+    /// Chips whose network (RoCE/HCCS link) is faulty.
     pub network_unhealthy: Vec<String>,
+    /// Chips being reset; not a fault by themselves.
     pub recovering: Vec<String>,
     /// The `-Fault` entries.
     pub faults: Vec<ChipFault>,
@@ -111,6 +123,7 @@ pub struct ChipFault {
     /// The entry's handling level name (`fault_handling`, else
     /// `fault_level`, else `large_model_fault_level`), e.g. `SeparateNPU`.
     pub level: Option<String>,
+    /// The entry's codes, in the plugin's order, each with its own time.
     pub codes: Vec<CodeFault>,
 }
 

@@ -186,6 +186,38 @@ mod tests {
     }
 
     #[test]
+    fn agent_written_message_round_trips() {
+        let msg = wire::format_condition_message(&[
+            wire::WireFault {
+                source: "NvidiaXid".into(),
+                code: "94".into(),
+                device: Some("2".into()),
+                message: Some("contained ECC error".into()),
+                ..Default::default()
+            },
+            wire::WireFault {
+                source: "NvidiaXid".into(),
+                code: "119".into(),
+                ..Default::default()
+            },
+        ]);
+        let n = node(json!([{"type": GPU_CONDITION, "status": "True", "message": msg}]));
+        let fs = node_faults(&n, &[], now());
+        let got: Vec<_> = fs
+            .iter()
+            .map(|f| (f.source, f.code.as_str(), f.device.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (FaultSource::NvidiaXid, "94", Some("2")),
+                (FaultSource::NvidiaXid, "119", None)
+            ]
+        );
+        assert_eq!(fs[0].message.as_deref(), Some("contained ECC error"));
+    }
+
+    #[test]
     fn npu_fault_condition_is_ascend() {
         let n = node(json!([{"type": "NpuFault", "status": "True",
             "message": "source=AscendNpu code=80E18402 device=4"}]));
