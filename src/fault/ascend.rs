@@ -138,6 +138,35 @@ pub struct CodeFault {
     pub time: Option<DateTime<Utc>>,
 }
 
+impl DeviceInfo {
+    /// Whether the plugin itself reports the node fit for work: no chip in an
+    /// `-Unhealthy` / `-NetworkUnhealthy` list or in `ManuallySeparateNPU`,
+    /// and no fault whose plugin level would take hardware out of service
+    /// (`PreSeparateNPU` and above; an unknown level counts as such).
+    /// Job-level (`RestartRequest`, `RestartBusiness`) and `NotHandleFault`
+    /// codes linger in the list after the job recovered, so they do not
+    /// count: a node cordoned for an Ascend fault may be uncordoned when
+    /// this turns true, whereas [`deviceinfo_faults`] is rarely empty.
+    pub fn healthy(&self) -> bool {
+        let level_ok = |l: Option<&str>| {
+            l.and_then(Level::from_clusterd)
+                .is_some_and(|l| !l.cordons_node())
+        };
+        self.manually_separated.is_empty()
+            && self.resources.iter().all(|r| {
+                r.unhealthy.is_empty()
+                    && r.network_unhealthy.is_empty()
+                    && r.faults.iter().all(|e| {
+                        if e.codes.is_empty() {
+                            level_ok(e.level.as_deref())
+                        } else {
+                            e.codes.iter().all(|c| level_ok(c.level.as_deref()))
+                        }
+                    })
+            })
+    }
+}
+
 impl ChipFault {
     /// The chip index (`Ascend910-3` → `3`), if the entry names a chip.
     pub fn device(&self) -> Option<&str> {
@@ -760,6 +789,31 @@ mod tests {
             ("8C084E00", Some("3"))
         );
         assert_eq!(fs[0].reason, None);
+    }
+
+    #[test]
+    fn healthy_follows_the_plugin_levels() {
+        let with = |faults: serde_json::Value, unhealthy: &str| {
+            let c = cm(
+                "kube-system",
+                &cfg(json!({"huawei.com/Ascend910-Fault": faults.to_string(),
+                    "huawei.com/Ascend910-Unhealthy": unhealthy})),
+                None,
+            );
+            parse_deviceinfo(&c).unwrap().healthy()
+        };
+        assert!(with(json!([]), ""));
+        let lingering = json!([{"npu_name": "Ascend910-1", "fault_code": "80E18401",
+            "fault_time_and_level_map": {"80E18401": {"fault_time": 1, "fault_level": "NotHandleFault"}}},
+            {"npu_name": "Ascend910-2", "fault_code": "", "fault_handling": "RestartBusiness"}]);
+        assert!(with(lingering, ""));
+        let pre = json!([{"npu_name": "Ascend910-0", "fault_code": "81078603", "fault_handling": "PreSeparateNPU"}]);
+        assert!(!with(pre, ""));
+        let unknown = json!([{"npu_name": "Ascend910-0", "fault_code": "81078603"}]);
+        assert!(!with(unknown, ""));
+        assert!(!with(json!([]), "Ascend910-4"));
+        let c = cm("kube-system", &cfg(json!({})), Some("Ascend910-0"));
+        assert!(!parse_deviceinfo(&c).unwrap().healthy());
     }
 
     #[test]
