@@ -35,7 +35,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = matches!(&cli.command, Command::Controller(a) if a.log_format == "json");
-    init_logging(json, matches!(cli.command, Command::Demo(_) | Command::Sim(_) | Command::Explain(_) | Command::Crds { .. }));
+    init_logging(
+        json,
+        matches!(
+            cli.command,
+            Command::Demo(_) | Command::Sim(_) | Command::Explain(_) | Command::Crds { .. }
+        ),
+    );
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -47,18 +53,23 @@ fn main() -> ExitCode {
 
 fn init_logging(json: bool, quiet: bool) {
     use tracing_subscriber::EnvFilter;
-    let default = if quiet { "warn" } else { "info" };
+    let default = if quiet { "error" } else { "info" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         b.json().init();
     } else {
-        b.init();
+        b.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
     }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -94,7 +105,10 @@ fn explain(a: rebound::explain::ExplainArgs) -> anyhow::Result<ExitCode> {
     let now = chrono::Utc::now();
     let loaded = ex::load_paths(&a.files)?;
     if loaded.classifications.is_empty() && loaded.policies.is_empty() {
-        anyhow::bail!("no FaultClassification or RecoveryPolicy found in {:?}", a.files);
+        anyhow::bail!(
+            "no FaultClassification or RecoveryPolicy found in {:?}",
+            a.files
+        );
     }
     let (mut engine, warnings) = ex::engine_from(&loaded, &a.root_namespace, a.nodes)?;
     for w in warnings {

@@ -44,7 +44,11 @@ pub struct ControllerArgs {
     #[arg(long, env = "REBOUND_BREAKER_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub breaker_window: Duration,
     /// Taint key put on nodes at level Separate (effect NoSchedule).
-    #[arg(long, env = "REBOUND_TAINT_KEY", default_value = "rebound.dev/separated")]
+    #[arg(
+        long,
+        env = "REBOUND_TAINT_KEY",
+        default_value = "rebound.dev/separated"
+    )]
     pub taint_key: String,
     /// Never cordon or taint nodes (jobs are still restarted).
     #[arg(long, env = "REBOUND_NO_CORDON")]
@@ -54,7 +58,12 @@ pub struct ControllerArgs {
     pub no_auto_uncordon: bool,
     /// Node condition types read as faults (besides the agent's GpuFault and
     /// NpuFault, and Ready). node-problem-detector's by default.
-    #[arg(long, env = "REBOUND_CONDITION_TYPES", value_delimiter = ',', default_value = "KernelDeadlock,ReadonlyFilesystem,FrequentKubeletRestart,FrequentDockerRestart,FrequentContainerdRestart,GPUProblem,NPUProblem")]
+    #[arg(
+        long,
+        env = "REBOUND_CONDITION_TYPES",
+        value_delimiter = ',',
+        default_value = "KernelDeadlock,ReadonlyFilesystem,FrequentKubeletRestart,FrequentDockerRestart,FrequentContainerdRestart,GPUProblem,NPUProblem"
+    )]
     pub condition_types: Vec<String>,
     /// Decide and record everything, act on nothing.
     #[arg(long, env = "REBOUND_DRY_RUN")]
@@ -87,7 +96,9 @@ impl ControllerArgs {
             a: ControllerArgs,
         }
         // Parsing an empty command line with only defaults cannot fail.
-        P::try_parse_from(["rebound"]).map(|p| p.a).unwrap_or_else(|e| panic!("controller flag defaults are invalid: {e}"))
+        P::try_parse_from(["rebound"])
+            .map(|p| p.a)
+            .unwrap_or_else(|e| panic!("controller flag defaults are invalid: {e}"))
     }
 
     /// The root namespace after defaulting.

@@ -32,18 +32,41 @@ pub async fn serve(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let app = Router::new()
-        .route("/metrics", get(|State(s): State<AppState>| async move {
-            (
-                [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-                s.metrics.encode(),
-            )
-        }))
-        .route("/healthz", get(|State(s): State<AppState>| async move {
-            if s.health.alive.load(Ordering::Relaxed) { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "reactor stopped") }
-        }))
-        .route("/readyz", get(|State(s): State<AppState>| async move {
-            if s.health.ready.load(Ordering::Relaxed) { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "initial watch lists not complete") }
-        }))
+        .route(
+            "/metrics",
+            get(|State(s): State<AppState>| async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    s.metrics.encode(),
+                )
+            }),
+        )
+        .route(
+            "/healthz",
+            get(|State(s): State<AppState>| async move {
+                if s.health.alive.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "reactor stopped")
+                }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(|State(s): State<AppState>| async move {
+                if s.health.ready.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "initial watch lists not complete",
+                    )
+                }
+            }),
+        )
         .with_state(AppState { metrics, health });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;

@@ -122,7 +122,8 @@ pub enum LeaseError {
 fn micro_now() -> MicroTime {
     // Lease times need microseconds (six fractional digits).
     let now = Utc::now();
-    let ts = jiff::Timestamp::from_microsecond(now.timestamp_micros()).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let ts = jiff::Timestamp::from_microsecond(now.timestamp_micros())
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     MicroTime(ts)
 }
 
@@ -147,7 +148,11 @@ pub fn start(
         let mut observed: Option<Observed> = None;
         loop {
             let started = Instant::now();
-            let r = tokio::time::timeout(cfg.retry.max(Duration::from_secs(1)) * 2, try_once(&api, &cfg, &mut observed)).await;
+            let r = tokio::time::timeout(
+                cfg.retry.max(Duration::from_secs(1)) * 2,
+                try_once(&api, &cfg, &mut observed),
+            )
+            .await;
             match r {
                 Ok(Ok(true)) => {
                     let d = started + cfg.duration.saturating_sub(cfg.grace);
@@ -178,7 +183,11 @@ pub fn start(
     (lead, task)
 }
 
-async fn try_once(api: &Api<Lease>, cfg: &LeaseConfig, observed: &mut Option<Observed>) -> Result<bool, LeaseError> {
+async fn try_once(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    observed: &mut Option<Observed>,
+) -> Result<bool, LeaseError> {
     let err = |source| LeaseError::Api {
         ns: cfg.namespace.clone(),
         name: cfg.name.clone(),

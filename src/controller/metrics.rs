@@ -80,30 +80,76 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut r = Registry::default();
         let faults = Family::<FaultLabels, Counter>::default();
-        r.register("rebound_faults", "Faults seen, by source and level", faults.clone());
+        r.register(
+            "rebound_faults",
+            "Faults seen, by source and level",
+            faults.clone(),
+        );
         let decisions = Family::<DecisionLabels, Counter>::default();
         r.register("rebound_decisions", "Decisions by action (restart_job, restart_pod, cordon, taint, none) and outcome (acted, dry_run, a skip reason, error)", decisions.clone());
         // 0.5 ms .. ~4 s
-        let reaction = Histogram::new([0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 4.0]);
-        r.register("rebound_reaction_seconds", "Time from the watch event carrying a fault to the first action request sent", reaction.clone());
+        let reaction = Histogram::new([
+            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 4.0,
+        ]);
+        r.register(
+            "rebound_reaction_seconds",
+            "Time from the watch event carrying a fault to the first action request sent",
+            reaction.clone(),
+        );
         let api_requests = Family::<VerbLabels, Counter>::default();
-        r.register("rebound_api_requests", "API requests made by actions and status writes, by verb", api_requests.clone());
+        r.register(
+            "rebound_api_requests",
+            "API requests made by actions and status writes, by verb",
+            api_requests.clone(),
+        );
         let api_errors = Family::<VerbLabels, Counter>::default();
-        r.register("rebound_api_errors", "API requests that failed, by verb", api_errors.clone());
+        r.register(
+            "rebound_api_errors",
+            "API requests that failed, by verb",
+            api_errors.clone(),
+        );
         let breaker_open = Gauge::default();
-        r.register("rebound_breaker_open", "1 while the node circuit breaker holds separations back", breaker_open.clone());
+        r.register(
+            "rebound_breaker_open",
+            "1 while the node circuit breaker holds separations back",
+            breaker_open.clone(),
+        );
         let breaker_held = Gauge::default();
-        r.register("rebound_breaker_held_nodes", "Node separations held back by the breaker", breaker_held.clone());
+        r.register(
+            "rebound_breaker_held_nodes",
+            "Node separations held back by the breaker",
+            breaker_held.clone(),
+        );
         let cel_errors = Counter::default();
-        r.register("rebound_cel_errors", "CEL evaluations that failed (treated as no match)", cel_errors.clone());
+        r.register(
+            "rebound_cel_errors",
+            "CEL evaluations that failed (treated as no match)",
+            cel_errors.clone(),
+        );
         let parse_errors = Family::<KindLabels, Counter>::default();
-        r.register("rebound_fault_parse_errors", "Objects whose fault data could not be parsed, by kind", parse_errors.clone());
+        r.register(
+            "rebound_fault_parse_errors",
+            "Objects whose fault data could not be parsed, by kind",
+            parse_errors.clone(),
+        );
         let leader = Gauge::default();
-        r.register("rebound_leader", "1 while this replica holds the leader Lease", leader.clone());
+        r.register(
+            "rebound_leader",
+            "1 while this replica holds the leader Lease",
+            leader.clone(),
+        );
         let watch_restarts = Family::<KindLabels, Counter>::default();
-        r.register("rebound_watch_restarts", "Watch streams that failed and were restarted, by kind", watch_restarts.clone());
+        r.register(
+            "rebound_watch_restarts",
+            "Watch streams that failed and were restarted, by kind",
+            watch_restarts.clone(),
+        );
         let cordoned_nodes = Gauge::default();
-        r.register("rebound_cordoned_nodes", "Nodes currently cordoned by rebound", cordoned_nodes.clone());
+        r.register(
+            "rebound_cordoned_nodes",
+            "Nodes currently cordoned by rebound",
+            cordoned_nodes.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             faults,
@@ -133,7 +179,9 @@ impl Metrics {
 
     /// Count one API request (and its failure).
     pub fn request(&self, verb: &str, ok: bool) {
-        let l = VerbLabels { verb: verb.to_string() };
+        let l = VerbLabels {
+            verb: verb.to_string(),
+        };
         self.api_requests.get_or_create(&l).inc();
         if !ok {
             self.api_errors.get_or_create(&l).inc();

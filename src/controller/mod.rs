@@ -39,9 +39,18 @@ pub struct ControllerHandle {
     pub leader: leader::Leadership,
     /// Readiness and liveness flags.
     pub health: Arc<http::Health>,
+    decisions: tokio::sync::broadcast::Sender<Arc<crate::policy::Decision>>,
 }
 
 impl ControllerHandle {
+    /// Every decision this replica makes from now on (in-process observers:
+    /// the demo's timeline, end-to-end tests).
+    pub fn subscribe_decisions(
+        &self,
+    ) -> tokio::sync::broadcast::Receiver<Arc<crate::policy::Decision>> {
+        self.decisions.subscribe()
+    }
+
     /// Stop gracefully: release the Lease, finish the reactor.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
@@ -59,17 +68,31 @@ impl ControllerHandle {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot serve metrics on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Start the controller with a client (real cluster or embedded one).
-pub async fn start(client: kube::Client, args: ControllerArgs) -> Result<ControllerHandle, StartError> {
+pub async fn start(
+    client: kube::Client,
+    args: ControllerArgs,
+) -> Result<ControllerHandle, StartError> {
     let (shutdown_tx, shutdown_rx) = tw::channel(false);
     let metrics = metrics::Metrics::new();
     let health = Arc::new(http::Health::default());
-    let (listen, http_task) = http::serve(args.listen, metrics.clone(), health.clone(), shutdown_rx.clone())
-        .await
-        .map_err(|source| StartError::Listen { addr: args.listen, source })?;
+    let (listen, http_task) = http::serve(
+        args.listen,
+        metrics.clone(),
+        health.clone(),
+        shutdown_rx.clone(),
+    )
+    .await
+    .map_err(|source| StartError::Listen {
+        addr: args.listen,
+        source,
+    })?;
     let root = args.root_namespace();
     let (leadership, lease_task) = if args.leader_election {
         let cfg = leader::LeaseConfig {
@@ -86,6 +109,7 @@ pub async fn start(client: kube::Client, args: ControllerArgs) -> Result<Control
         (leader::Leadership::always(), None)
     };
     let (tx, rx) = mpsc::channel::<Input>(4096);
+    let (decisions, _) = tokio::sync::broadcast::channel(1024);
     let ctx = actions::ActionCtx {
         client: client.clone(),
         throttle: Arc::new(throttle::Throttle::new(args.qps, args.burst)),
@@ -94,8 +118,18 @@ pub async fn start(client: kube::Client, args: ControllerArgs) -> Result<Control
         events: crate::recover::Events::new(client.clone(), Some(args.identity())),
         tx: tx.clone(),
         health: health.clone(),
+        decisions: decisions.clone(),
     };
-    let task = tokio::spawn(run_loop(client, args, ctx, tx, rx, shutdown_rx, http_task, lease_task));
+    let task = tokio::spawn(run_loop(
+        client,
+        args,
+        ctx,
+        tx,
+        rx,
+        shutdown_rx,
+        http_task,
+        lease_task,
+    ));
     Ok(ControllerHandle {
         shutdown: shutdown_tx,
         task,
@@ -103,6 +137,7 @@ pub async fn start(client: kube::Client, args: ControllerArgs) -> Result<Control
         listen,
         leader: leadership,
         health,
+        decisions,
     })
 }
 
@@ -142,7 +177,9 @@ async fn run_loop(
     }));
     let health = ctx.health.clone();
     let mut reactor = reactor::Reactor::new(args, ctx);
-    health.alive.store(true, std::sync::atomic::Ordering::Relaxed);
+    health
+        .alive
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     loop {
         tokio::select! {
             biased;
@@ -156,11 +193,15 @@ async fn run_loop(
             && t.is_finished()
             && !*shutdown.borrow()
         {
-            tracing::error!("the leader-election loop stopped; stopping so that a healthy replica takes over");
+            tracing::error!(
+                "the leader-election loop stopped; stopping so that a healthy replica takes over"
+            );
             break;
         }
     }
-    health.alive.store(false, std::sync::atomic::Ordering::Relaxed);
+    health
+        .alive
+        .store(false, std::sync::atomic::Ordering::Relaxed);
     for t in tasks {
         t.abort();
     }
@@ -169,18 +210,40 @@ async fn run_loop(
     }
 }
 
-async fn spawn_watches(client: &kube::Client, args: &ControllerArgs, tx: &mpsc::Sender<Input>) -> Vec<tokio::task::JoinHandle<()>> {
+async fn spawn_watches(
+    client: &kube::Client,
+    args: &ControllerArgs,
+    tx: &mpsc::Sender<Input>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     let mut pod_cfg = watch::config();
     if let Some(sel) = &args.pod_selector {
         pod_cfg = pod_cfg.labels(sel);
     }
-    tasks.push(watch::spawn("pods", watcher(Api::<Pod>::all(client.clone()), pod_cfg), tx.clone(), Input::Pod));
-    tasks.push(watch::spawn("nodes", watcher(Api::<Node>::all(client.clone()), watch::config()), tx.clone(), Input::Node));
-    tasks.push(watch::spawn("events", watcher(Api::<Event>::all(client.clone()), watch::config()), tx.clone(), Input::Event));
+    tasks.push(watch::spawn(
+        "pods",
+        watcher(Api::<Pod>::all(client.clone()), pod_cfg),
+        tx.clone(),
+        Input::Pod,
+    ));
+    tasks.push(watch::spawn(
+        "nodes",
+        watcher(Api::<Node>::all(client.clone()), watch::config()),
+        tx.clone(),
+        Input::Node,
+    ));
+    tasks.push(watch::spawn(
+        "events",
+        watcher(Api::<Event>::all(client.clone()), watch::config()),
+        tx.clone(),
+        Input::Event,
+    ));
     tasks.push(watch::spawn(
         "configmaps",
-        watcher(Api::<ConfigMap>::namespaced(client.clone(), "kube-system"), watch::config()),
+        watcher(
+            Api::<ConfigMap>::namespaced(client.clone(), "kube-system"),
+            watch::config(),
+        ),
         tx.clone(),
         Input::ConfigMap,
     ));
@@ -192,21 +255,35 @@ async fn spawn_watches(client: &kube::Client, args: &ControllerArgs, tx: &mpsc::
     ));
     tasks.push(watch::spawn(
         "classifications",
-        watcher(Api::<FaultClassification>::all(client.clone()), watch::config()),
+        watcher(
+            Api::<FaultClassification>::all(client.clone()),
+            watch::config(),
+        ),
         tx.clone(),
         |c, _| Input::Classification(c),
     ));
     match discover::job_kinds(client).await {
         Ok(kinds) => {
             for ar in kinds {
-                let kind = if ar.group == "batch.volcano.sh" { "VolcanoJob".to_string() } else { ar.kind.clone() };
+                let kind = if ar.group == "batch.volcano.sh" {
+                    "VolcanoJob".to_string()
+                } else {
+                    ar.kind.clone()
+                };
                 tracing::info!(kind = %kind, group = %ar.group, "watching job kind");
                 let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
                 let k = kind.clone();
-                tasks.push(watch::spawn("jobs", watcher(api, watch::config()), tx.clone(), move |c: Change<DynamicObject>, _| Input::Job(k.clone(), c)));
+                tasks.push(watch::spawn(
+                    "jobs",
+                    watcher(api, watch::config()),
+                    tx.clone(),
+                    move |c: Change<DynamicObject>, _| Input::Job(k.clone(), c),
+                ));
             }
         }
-        Err(e) => tracing::warn!(error = %e, "job kind discovery failed; job objects are not watched (restart history is read from in-memory records only)"),
+        Err(e) => {
+            tracing::warn!(error = %e, "job kind discovery failed; job objects are not watched (restart history is read from in-memory records only)")
+        }
     }
     tasks
 }

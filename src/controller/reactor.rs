@@ -64,6 +64,9 @@ enum Affected {
     Pod(JobRef),
     /// Every job with a pod on the node.
     Node,
+    /// Every job with a pod on the node; the fault came from an Event,
+    /// which never clears, so a cordon it causes is not undone by itself.
+    NodeFromEvent,
 }
 
 /// The reactor state.
@@ -79,6 +82,9 @@ pub struct Reactor {
     node_faults: HashMap<String, Vec<Fault>>,
     ascend_faults: HashMap<String, Vec<Fault>>,
     held: BTreeMap<String, Fault>,
+    /// Nodes cordoned for an Event-borne fault: no clear signal will come,
+    /// so they are not uncordoned automatically.
+    sticky: HashSet<String>,
     /// Current faults of failed pods (for re-evaluation after fail-over).
     pod_faults: HashMap<(String, String), (Vec<Fault>, JobRef)>,
     progress: HashMap<super::state::JobKey, (String, DateTime<Utc>)>,
@@ -127,6 +133,7 @@ impl Reactor {
             ascend_faults: HashMap::new(),
             held: BTreeMap::new(),
             pod_faults: HashMap::new(),
+            sticky: HashSet::new(),
             progress: HashMap::new(),
             status: StatusBook::default(),
             last_status: Instant::now(),
@@ -153,7 +160,9 @@ impl Reactor {
                 self.ctx
                     .metrics
                     .watch_restarts
-                    .get_or_create(&super::metrics::KindLabels { kind: name.to_string() })
+                    .get_or_create(&super::metrics::KindLabels {
+                        kind: name.to_string(),
+                    })
                     .inc();
             }
             Input::Done(r) => self.on_done(r),
@@ -171,8 +180,14 @@ impl Reactor {
         let was = self.ready();
         self.synced.insert(name);
         if !was && self.ready() {
-            tracing::info!(deferred = self.deferred.len(), "initial lists complete; deciding faults seen at start-up");
-            self.ctx.health.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(
+                deferred = self.deferred.len(),
+                "initial lists complete; deciding faults seen at start-up"
+            );
+            self.ctx
+                .health
+                .ready
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             for (f, at, aff) in std::mem::take(&mut self.deferred) {
                 self.on_fault(f, at, aff);
             }
@@ -188,7 +203,11 @@ impl Reactor {
                 let deleting = info.deleting;
                 let key = (info.namespace.clone(), info.name.clone());
                 self.cache.upsert_pod(info);
-                let faults = if deleting { Vec::new() } else { crate::fault::pod::pod_faults(&p, Utc::now()) };
+                let faults = if deleting {
+                    Vec::new()
+                } else {
+                    crate::fault::pod::pod_faults(&p, Utc::now())
+                };
                 if faults.is_empty() {
                     self.pod_faults.remove(&key);
                     return;
@@ -214,13 +233,17 @@ impl Reactor {
                 let info = NodeInfo::from_node(&n);
                 self.cache.nodes.insert(name.clone(), info);
                 self.engine.breaker.total_nodes = self.cache.nodes.len() as u32;
-                let faults = crate::fault::node::node_faults(&n, &self.args.condition_types, Utc::now());
+                let faults =
+                    crate::fault::node::node_faults(&n, &self.args.condition_types, Utc::now());
                 let healthy = crate::fault::node::node_healthy(&n, &self.args.condition_types);
+                let was_faulty = self.node_faults.get(&name).is_some_and(|v| !v.is_empty());
                 self.node_faults.insert(name.clone(), faults.clone());
                 for f in faults {
                     self.on_fault(f, at, Affected::Node);
                 }
-                if healthy {
+                // Uncordon on the transition to healthy only: a node cordoned
+                // for an Event-borne fault has no such transition.
+                if healthy && was_faulty {
                     self.maybe_uncordon(&name);
                 }
             }
@@ -244,7 +267,9 @@ impl Reactor {
                 self.ctx
                     .metrics
                     .parse_errors
-                    .get_or_create(&super::metrics::KindLabels { kind: "Event".into() })
+                    .get_or_create(&super::metrics::KindLabels {
+                        kind: "Event".into(),
+                    })
                     .inc();
             }
             Some(Ok(f)) => {
@@ -253,12 +278,14 @@ impl Reactor {
                     return;
                 }
                 let affected = match (&f.pod, &f.namespace) {
-                    (Some(pod), Some(ns)) => match self.cache.pods.get(&(ns.clone(), pod.clone())) {
-                        Some(p) => Affected::Pod(p.job.clone()),
-                        None if f.node.is_some() => Affected::Node,
-                        None => return,
-                    },
-                    _ if f.node.is_some() => Affected::Node,
+                    (Some(pod), Some(ns)) => {
+                        match self.cache.pods.get(&(ns.clone(), pod.clone())) {
+                            Some(p) => Affected::Pod(p.job.clone()),
+                            None if f.node.is_some() => Affected::NodeFromEvent,
+                            None => return,
+                        }
+                    }
+                    _ if f.node.is_some() => Affected::NodeFromEvent,
                     _ => return,
                 };
                 self.on_fault(f, at, affected);
@@ -272,18 +299,22 @@ impl Reactor {
             Change::Delete(cm) => (cm, true),
             Change::Synced => return,
         };
-        let Some(node) = crate::fault::ascend::deviceinfo_node(&cm) else { return };
+        let Some(node) = crate::fault::ascend::deviceinfo_node(&cm) else {
+            return;
+        };
         if deleted {
             self.ascend_faults.remove(&node);
             return;
         }
         match crate::fault::ascend::deviceinfo_faults(&cm, Utc::now()) {
             Ok(faults) => {
+                let was_faulty = self.ascend_faults.get(&node).is_some_and(|v| !v.is_empty());
+                let now_clear = faults.is_empty();
                 self.ascend_faults.insert(node.clone(), faults.clone());
                 for f in faults {
                     self.on_fault(f, at, Affected::Node);
                 }
-                if self.ascend_faults.get(&node).is_some_and(|v| v.is_empty()) {
+                if was_faulty && now_clear {
                     self.maybe_uncordon(&node);
                 }
             }
@@ -292,7 +323,9 @@ impl Reactor {
                 self.ctx
                     .metrics
                     .parse_errors
-                    .get_or_create(&super::metrics::KindLabels { kind: "ConfigMap".into() })
+                    .get_or_create(&super::metrics::KindLabels {
+                        kind: "ConfigMap".into(),
+                    })
                     .inc();
             }
         }
@@ -328,7 +361,9 @@ impl Reactor {
     }
 
     fn on_job(&mut self, kind: &str, c: Change<DynamicObject>) {
-        let Ok(wk) = kind.parse::<WorkloadKind>() else { return };
+        let Ok(wk) = kind.parse::<WorkloadKind>() else {
+            return;
+        };
         match c {
             Change::Apply(o) => {
                 let ns = o.namespace().unwrap_or_default();
@@ -344,7 +379,10 @@ impl Reactor {
                     && let Some(v) = annotations.get(&ann)
                 {
                     let now = Utc::now();
-                    let e = self.progress.entry(key.clone()).or_insert_with(|| (v.clone(), now));
+                    let e = self
+                        .progress
+                        .entry(key.clone())
+                        .or_insert_with(|| (v.clone(), now));
                     if &e.0 != v {
                         *e = (v.clone(), now);
                     }
@@ -360,7 +398,11 @@ impl Reactor {
                 self.cache.jobs.insert(key, info);
             }
             Change::Delete(o) => {
-                let key = (o.namespace().unwrap_or_default(), wk.as_str().to_string(), o.name_any());
+                let key = (
+                    o.namespace().unwrap_or_default(),
+                    wk.as_str().to_string(),
+                    o.name_any(),
+                );
                 self.cache.jobs.remove(&key);
                 self.cache.pending.remove(&key);
                 self.progress.remove(&key);
@@ -419,20 +461,27 @@ impl Reactor {
             self.deferred.push((fault, at, affected));
             return;
         }
-        let node_view = fault.node.as_ref().and_then(|n| self.cache.nodes.get(n)).map(|n| NodeView {
-            name: n.name.clone(),
-            labels: n.labels.clone(),
-            level: n.cordoned_by,
-            faults: self
-                .node_faults
-                .get(&n.name)
-                .map(|v| v.iter().map(|f| f.code.clone()).collect())
-                .unwrap_or_default(),
-        });
+        let node_view = fault
+            .node
+            .as_ref()
+            .and_then(|n| self.cache.nodes.get(n))
+            .map(|n| NodeView {
+                name: n.name.clone(),
+                labels: n.labels.clone(),
+                level: n.cordoned_by,
+                faults: self
+                    .node_faults
+                    .get(&n.name)
+                    .map(|v| v.iter().map(|f| f.code.clone()).collect())
+                    .unwrap_or_default(),
+            });
         // Classify first (idempotent for a replayed occurrence): a replay
         // at the same level is dropped, an escalation (a lasting fault, a
         // repeat) is decided again at its new level.
-        let c = self.engine.classifier.classify(fault, node_view.as_ref(), Utc::now());
+        let c = self
+            .engine
+            .classifier
+            .classify(fault, node_view.as_ref(), Utc::now());
         if !self.ctx.leader.is_leader() {
             // Hot standby: the history stays warm, nothing is acted on.
             return;
@@ -445,23 +494,38 @@ impl Reactor {
         let when = occurred_at(&fault);
         let refs: Vec<JobRef> = match &affected {
             Affected::Pod(j) => vec![j.clone()],
-            Affected::Node => fault.node.as_deref().map(|n| self.cache.jobs_on_node(n)).unwrap_or_default(),
+            Affected::Node | Affected::NodeFromEvent => fault
+                .node
+                .as_deref()
+                .map(|n| self.cache.jobs_on_node(n))
+                .unwrap_or_default(),
         };
         // A job restarted after this fault happened has been handled
         // already (by us before a restart, or by the previous leader).
         let jobs: Vec<JobInput> = refs
             .iter()
             .map(|j| self.job_input(j, &fault))
-            .filter(|j| j.history.iter().rfind(|r| !r.pod_only).is_none_or(|r| r.at < when))
+            .filter(|j| {
+                j.history
+                    .iter()
+                    .rfind(|r| !r.pod_only)
+                    .is_none_or(|r| r.at < when)
+            })
             .collect();
         let taint_key = self.taint_key();
-        let node_input = fault.node.as_ref().and_then(|n| self.cache.nodes.get(n)).map(|n| NodeInput {
-            name: n.name.clone(),
-            unschedulable: n.snap.unschedulable,
-            cordoned_by_rebound: n.cordoned_by,
-            tainted: n.snap.taints.iter().any(|t| t.key == taint_key),
-        });
-        let decision = self.engine.decide_classified(c, node_input.as_ref(), &jobs, now);
+        let node_input = fault
+            .node
+            .as_ref()
+            .and_then(|n| self.cache.nodes.get(n))
+            .map(|n| NodeInput {
+                name: n.name.clone(),
+                unschedulable: n.snap.unschedulable,
+                cordoned_by_rebound: n.cordoned_by,
+                tainted: n.snap.taints.iter().any(|t| t.key == taint_key),
+            });
+        let decision = self
+            .engine
+            .decide_classified(c, node_input.as_ref(), &jobs, now);
         self.ctx
             .metrics
             .faults
@@ -471,24 +535,49 @@ impl Reactor {
             })
             .inc();
         self.ctx.metrics.cel_errors.inc_by(
-            self.engine.classifier.stats().cel_errors.saturating_sub(self.ctx.metrics.cel_errors.get()),
+            self.engine
+                .classifier
+                .stats()
+                .cel_errors
+                .saturating_sub(self.ctx.metrics.cel_errors.get()),
         );
         tracing::debug!(fault = %decision.fault.code, level = %decision.level, rule = %decision.rule, "fault classified");
+        if self.ctx.decisions.receiver_count() > 0 {
+            let _ = self
+                .ctx
+                .decisions
+                .send(std::sync::Arc::new(decision.clone()));
+        }
         if let Some(nd) = &decision.node {
+            if nd.acts() && matches!(affected, Affected::NodeFromEvent) {
+                self.sticky.insert(nd.node.clone());
+            }
             self.apply_node_decision(nd, &decision.fault, decision.level, at);
         }
         for (jd, job) in decision.jobs.iter().zip(refs.iter().filter(|r| {
-            jobs.iter().any(|j| j.view.name == r.name && j.view.namespace == r.namespace && j.kind == Some(r.kind))
+            jobs.iter().any(|j| {
+                j.view.name == r.name && j.view.namespace == r.namespace && j.kind == Some(r.kind)
+            })
         })) {
             self.apply_job_decision(jd, job, &decision.fault, decision.level, at);
         }
     }
 
     fn taint_key(&self) -> String {
-        self.engine.policies.node_config(&self.engine.node_default).0.taint_key
+        self.engine
+            .policies
+            .node_config(&self.engine.node_default)
+            .0
+            .taint_key
     }
 
-    fn apply_node_decision(&mut self, nd: &crate::policy::NodeDecision, fault: &Fault, level: Level, at: Instant) {
+    fn apply_node_decision(
+        &mut self,
+        nd: &crate::policy::NodeDecision,
+        fault: &Fault,
+        level: Level,
+        at: Instant,
+    ) {
         let m = &self.ctx.metrics;
         match &nd.skip {
             None if nd.acts() => {
@@ -496,7 +585,9 @@ impl Reactor {
                     crate::policy::NodeAction::Taint { key } => Some(key.clone()),
                     _ => None,
                 });
-                let Some(node) = self.cache.nodes.get_mut(&nd.node) else { return };
+                let Some(node) = self.cache.nodes.get_mut(&nd.node) else {
+                    return;
+                };
                 let snapshot = node.clone();
                 node.snap.unschedulable = true;
                 node.cordoned_by = Some(node.cordoned_by.map_or(level, |l| l.max(level)));
@@ -509,7 +600,15 @@ impl Reactor {
                 }
                 self.held.remove(&nd.node);
                 m.decision("cordon", "acted");
-                actions::cordon(&self.ctx, snapshot, level, taint, fault.clone(), nd.reasons.join("; "), at);
+                actions::cordon(
+                    &self.ctx,
+                    snapshot,
+                    level,
+                    taint,
+                    fault.clone(),
+                    nd.reasons.join("; "),
+                    at,
+                );
             }
             Some(Skip::BreakerOpen { used, allowed }) => {
                 m.decision("cordon", "BreakerOpen");
@@ -528,7 +627,14 @@ impl Reactor {
         m.breaker_open.set(i64::from(!self.held.is_empty()));
     }
 
-    fn apply_job_decision(&mut self, jd: &crate::policy::JobDecision, job: &JobRef, fault: &Fault, level: Level, at: Instant) {
+    fn apply_job_decision(
+        &mut self,
+        jd: &crate::policy::JobDecision,
+        job: &JobRef,
+        fault: &Fault,
+        level: Level,
+        at: Instant,
+    ) {
         let m = self.ctx.metrics.clone();
         let action_name = match &jd.action {
             Some(crate::policy::JobAction::RestartPod { .. }) => "restart_pod",
@@ -539,11 +645,15 @@ impl Reactor {
         if jd.acts() {
             let pod_only = matches!(jd.action, Some(crate::policy::JobAction::RestartPod { .. }));
             let now = Utc::now();
-            self.cache.pending.entry(key.clone()).or_default().push(crate::policy::RestartRecord {
-                at: now,
-                infrastructure: jd.infrastructure,
-                pod_only,
-            });
+            self.cache
+                .pending
+                .entry(key.clone())
+                .or_default()
+                .push(crate::policy::RestartRecord {
+                    at: now,
+                    infrastructure: jd.infrastructure,
+                    pod_only,
+                });
             let root_cause = self.root_cause(&key, fault);
             let pods: Vec<crate::recover::PodLogTarget> = self
                 .cache
@@ -569,7 +679,11 @@ impl Reactor {
                 jref.uid = uid;
             }
             if pod_only
-                && let Some(p) = jd.policy.as_ref().and_then(|id| id.split_once('/')).and_then(|(ns, n)| self.engine.policies.get(ns, n))
+                && let Some(p) = jd
+                    .policy
+                    .as_ref()
+                    .and_then(|id| id.split_once('/'))
+                    .and_then(|(ns, n)| self.engine.policies.get(ns, n))
             {
                 actions::recheck_later(&self.ctx, fault.clone(), job.clone(), p.job_after);
             }
@@ -579,29 +693,52 @@ impl Reactor {
                 .and_then(|p| self.cache.pods.get(&(job.namespace.clone(), p.clone())))
                 .map(|p| p.uid.clone());
             m.decision(action_name, "acted");
-            actions::restart(&self.ctx, JobPlan {
-                job: jref,
-                action: jd.action.clone(),
-                policy: jd.policy.clone(),
-                fault: fault.clone(),
-                level,
-                root_cause,
-                pods,
-                job_meta,
-                pod_uid,
-                record: crate::policy::RestartRecord { at: now, infrastructure: jd.infrastructure, pod_only },
-                reasons: jd.reasons.join("; "),
-                received: at,
-            });
+            actions::restart(
+                &self.ctx,
+                JobPlan {
+                    job: jref,
+                    action: jd.action.clone(),
+                    policy: jd.policy.clone(),
+                    fault: fault.clone(),
+                    level,
+                    root_cause,
+                    pods,
+                    job_meta,
+                    pod_uid,
+                    record: crate::policy::RestartRecord {
+                        at: now,
+                        infrastructure: jd.infrastructure,
+                        pod_only,
+                    },
+                    reasons: jd.reasons.join("; "),
+                    received: at,
+                },
+            );
             return;
         }
         let Some(skip) = &jd.skip else { return };
-        m.decision(action_name, if matches!(skip, Skip::DryRun) { "dry_run" } else { skip.name() });
+        m.decision(
+            action_name,
+            if matches!(skip, Skip::DryRun) {
+                "dry_run"
+            } else {
+                skip.name()
+            },
+        );
         match skip {
             Skip::WaitingForPodRestart { remaining_secs } => {
-                actions::recheck_later(&self.ctx, fault.clone(), job.clone(), Duration::from_secs(*remaining_secs));
+                actions::recheck_later(
+                    &self.ctx,
+                    fault.clone(),
+                    job.clone(),
+                    Duration::from_secs(*remaining_secs),
+                );
             }
-            Skip::BudgetExhausted { .. } | Skip::DryRun | Skip::GateError { .. } | Skip::CooldownError { .. } | Skip::RestartPolicyNever => {
+            Skip::BudgetExhausted { .. }
+            | Skip::DryRun
+            | Skip::GateError { .. }
+            | Skip::CooldownError { .. }
+            | Skip::RestartPolicyNever => {
                 actions::note_job(&self.ctx, job, skip, &jd.reasons.join("; "));
             }
             _ => {}
@@ -619,7 +756,11 @@ impl Reactor {
             })
         });
         if let Some(p) = on_faulty {
-            return Some(format!("{} (on faulty node {})", p.name, p.node.clone().unwrap_or_default()));
+            return Some(format!(
+                "{} (on faulty node {})",
+                p.name,
+                p.node.clone().unwrap_or_default()
+            ));
         }
         pods.iter()
             .filter_map(|p| p.first_failure.map(|t| (t, &p.name)))
@@ -631,14 +772,16 @@ impl Reactor {
     fn maybe_uncordon(&mut self, node: &str) {
         let healthy_everywhere = self.node_faults.get(node).is_none_or(|v| v.is_empty())
             && self.ascend_faults.get(node).is_none_or(|v| v.is_empty());
-        if !healthy_everywhere || !self.ctx.leader.is_leader() {
+        if !healthy_everywhere || !self.ctx.leader.is_leader() || self.sticky.contains(node) {
             return;
         }
         let (cfg, _) = self.engine.policies.node_config(&self.engine.node_default);
         if !cfg.auto_uncordon || self.engine.global_dry_run {
             return;
         }
-        let Some(n) = self.cache.nodes.get_mut(node) else { return };
+        let Some(n) = self.cache.nodes.get_mut(node) else {
+            return;
+        };
         if n.cordoned_by.is_none() {
             return;
         }
@@ -654,7 +797,9 @@ impl Reactor {
     fn on_done(&mut self, r: ActionResult) {
         self.ctx.metrics.request("action", r.ok);
         if r.ok {
-            if let (Some(p), ActionKind::RestartJob(_) | ActionKind::RestartPod(..)) = (&r.policy, &r.kind) {
+            if let (Some(p), ActionKind::RestartJob(_) | ActionKind::RestartPod(..)) =
+                (&r.policy, &r.kind)
+            {
                 self.status.recovered(p, Utc::now());
             }
         } else {
@@ -666,7 +811,13 @@ impl Reactor {
                 node.cordoned_by = None;
             }
         }
-        self.ctx.metrics.cordoned_nodes.set(self.cache.nodes.values().filter(|n| n.cordoned_by.is_some()).count() as i64);
+        self.ctx.metrics.cordoned_nodes.set(
+            self.cache
+                .nodes
+                .values()
+                .filter(|n| n.cordoned_by.is_some())
+                .count() as i64,
+        );
     }
 
     fn on_tick(&mut self) {
@@ -679,7 +830,10 @@ impl Reactor {
                 self.on_fault(f, Instant::now(), Affected::Node);
             }
         }
-        self.ctx.metrics.breaker_open.set(i64::from(!self.held.is_empty()));
+        self.ctx
+            .metrics
+            .breaker_open
+            .set(i64::from(!self.held.is_empty()));
         self.ctx.metrics.breaker_held.set(self.held.len() as i64);
         if self.last_hang.elapsed() >= Duration::from_secs(5) {
             self.last_hang = Instant::now();
@@ -702,14 +856,24 @@ impl Reactor {
             let counts = self.workload_counts();
             self.status.flush(&self.ctx, &self.engine, counts);
         }
-        self.ctx.metrics.leader.set(i64::from(self.ctx.leader.is_leader()));
+        self.ctx
+            .metrics
+            .leader
+            .set(i64::from(self.ctx.leader.is_leader()));
     }
 
     fn workload_counts(&self) -> HashMap<String, u32> {
         let mut counts: HashMap<String, u32> = HashMap::new();
         for key in self.cache.pods_by_job.keys() {
-            let Ok(kind) = key.1.parse::<WorkloadKind>() else { continue };
-            let labels = self.cache.jobs.get(key).map(|j| j.labels.clone()).unwrap_or_default();
+            let Ok(kind) = key.1.parse::<WorkloadKind>() else {
+                continue;
+            };
+            let labels = self
+                .cache
+                .jobs
+                .get(key)
+                .map(|j| j.labels.clone())
+                .unwrap_or_default();
             let sel = self.engine.policies.select(crate::policy::WorkloadRef {
                 kind,
                 namespace: &key.0,
@@ -726,15 +890,24 @@ impl Reactor {
     fn scan_hangs(&mut self, now: DateTime<Utc>) {
         let mut stalled = Vec::new();
         for (key, (_, changed)) in &self.progress {
-            let Ok(kind) = key.1.parse::<WorkloadKind>() else { continue };
-            let labels = self.cache.jobs.get(key).map(|j| j.labels.clone()).unwrap_or_default();
+            let Ok(kind) = key.1.parse::<WorkloadKind>() else {
+                continue;
+            };
+            let labels = self
+                .cache
+                .jobs
+                .get(key)
+                .map(|j| j.labels.clone())
+                .unwrap_or_default();
             let sel = self.engine.policies.select(crate::policy::WorkloadRef {
                 kind,
                 namespace: &key.0,
                 labels: &labels,
                 pod_labels: None,
             });
-            let Some((limit, _)) = sel.chosen.and_then(|p| p.hang.clone()) else { continue };
+            let Some((limit, _)) = sel.chosen.and_then(|p| p.hang.clone()) else {
+                continue;
+            };
             let idle = (now - *changed).to_std().unwrap_or(Duration::ZERO);
             if idle > limit && self.cache.job_running(key) {
                 stalled.push((key.clone(), kind, *changed, idle));
@@ -746,7 +919,10 @@ impl Reactor {
             f.last_seen = changed;
             f.namespace = Some(key.0.clone());
             f.trusted = true;
-            f.message = Some(format!("no progress for {}", crate::api::duration::format(Duration::from_secs(idle.as_secs()))));
+            f.message = Some(format!(
+                "no progress for {}",
+                crate::api::duration::format(Duration::from_secs(idle.as_secs()))
+            ));
             let job = JobRef {
                 kind,
                 api_version: String::new(),

@@ -4,9 +4,9 @@
 
 use crate::fault::Level;
 use crate::policy::RestartRecord;
+use crate::recover::NodeSnapshot;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use crate::recover::NodeSnapshot;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -39,8 +39,15 @@ impl PodInfo {
         let spec = p.spec.as_ref();
         let status = p.status.as_ref();
         let mut first_failure: Option<DateTime<Utc>> = None;
-        for cs in status.and_then(|s| s.container_statuses.as_ref()).into_iter().flatten() {
-            for st in [cs.state.as_ref(), cs.last_state.as_ref()].into_iter().flatten() {
+        for cs in status
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            for st in [cs.state.as_ref(), cs.last_state.as_ref()]
+                .into_iter()
+                .flatten()
+            {
                 if let Some(t) = st.terminated.as_ref()
                     && t.exit_code != 0
                     && let Some(f) = t.finished_at.as_ref()
@@ -56,9 +63,7 @@ impl PodInfo {
             namespace: m.namespace.clone().unwrap_or_default(),
             name: m.name.clone().unwrap_or_default(),
             node: spec.and_then(|s| s.node_name.clone()),
-            replica_type: labels
-                .get("training.kubeflow.org/replica-type")
-                .cloned(),
+            replica_type: labels.get("training.kubeflow.org/replica-type").cloned(),
             job: crate::workload::job_of_pod(m),
             running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
             deleting: m.deletion_timestamp.is_some(),
@@ -124,7 +129,11 @@ pub type JobKey = (String, String, String);
 
 /// The key of a job reference.
 pub fn job_key(j: &JobRef) -> JobKey {
-    (j.namespace.clone(), j.kind.as_str().to_string(), j.name.clone())
+    (
+        j.namespace.clone(),
+        j.kind.as_str().to_string(),
+        j.name.clone(),
+    )
 }
 
 /// All caches with their indices.
@@ -144,9 +153,15 @@ impl Cache {
     pub fn upsert_pod(&mut self, p: PodInfo) {
         let key = (p.namespace.clone(), p.name.clone());
         self.remove_pod(&key.0, &key.1);
-        self.pods_by_job.entry(job_key(&p.job)).or_default().insert(p.name.clone());
+        self.pods_by_job
+            .entry(job_key(&p.job))
+            .or_default()
+            .insert(p.name.clone());
         if let Some(n) = &p.node {
-            self.pods_by_node.entry(n.clone()).or_default().insert(key.clone());
+            self.pods_by_node
+                .entry(n.clone())
+                .or_default()
+                .insert(key.clone());
         }
         self.pods.insert(key, p);
     }
@@ -204,7 +219,11 @@ impl Cache {
     /// Restart history: annotations on the job merged with restarts this
     /// process made that the annotations do not show yet.
     pub fn history(&self, j: &JobKey) -> Vec<RestartRecord> {
-        let mut h = self.jobs.get(j).map(|i| i.history.clone()).unwrap_or_default();
+        let mut h = self
+            .jobs
+            .get(j)
+            .map(|i| i.history.clone())
+            .unwrap_or_default();
         if let Some(p) = self.pending.get(j) {
             for r in p {
                 if !h.iter().any(|x| x.at == r.at) {

@@ -36,18 +36,34 @@ pub struct StatusBook {
 
 impl StatusBook {
     /// A policy was added or changed; `r` is the result of compiling it.
-    pub fn policy_changed(&mut self, p: &RecoveryPolicy, r: Result<Vec<PolicyWarning>, InvalidObject>) {
+    pub fn policy_changed(
+        &mut self,
+        p: &RecoveryPolicy,
+        r: Result<Vec<PolicyWarning>, InvalidObject>,
+    ) {
         let key = (p.namespace().unwrap_or_default(), p.name_any());
         let now = Utc::now();
         let g = p.metadata.generation;
         let b = self.policies.entry(key).or_default();
-        if b.recoveries == 0 && let Some(s) = &p.status {
+        if b.recoveries == 0
+            && let Some(s) = &p.status
+        {
             b.recoveries = s.recoveries;
         }
         b.generation = g;
         let cond = match &r {
             Ok(w) if w.is_empty() => Condition::new("Ready", true, "Compiled", "in use", g, now),
-            Ok(w) => Condition::new("Ready", true, w[0].reason, w.iter().map(|w| w.message.clone()).collect::<Vec<_>>().join("; "), g, now),
+            Ok(w) => Condition::new(
+                "Ready",
+                true,
+                w[0].reason,
+                w.iter()
+                    .map(|w| w.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                g,
+                now,
+            ),
             Err(e) => Condition::new("Ready", false, e.reason, e.to_string(), g, now),
         };
         upsert(&mut b.conditions, cond);
@@ -59,7 +75,11 @@ impl StatusBook {
     }
 
     /// A classification was added or changed.
-    pub fn classification_changed(&mut self, o: &FaultClassification, r: Result<(), InvalidObject>) {
+    pub fn classification_changed(
+        &mut self,
+        o: &FaultClassification,
+        r: Result<(), InvalidObject>,
+    ) {
         let g = o.metadata.generation;
         let b = self.classifications.entry(o.name_any()).or_default();
         b.generation = g;
@@ -90,14 +110,38 @@ impl StatusBook {
         // Policies that lose to another for some workload are told so.
         for ((ns, name), b) in self.policies.iter_mut() {
             let id = format!("{ns}/{name}");
-            let ready = b.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+            let ready = b
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
             let count = workloads.get(&id).copied().unwrap_or(0);
             let active = if !ready {
-                Condition::new("Active", false, "NotReady", "the policy is not in use until it is valid", b.generation, Utc::now())
+                Condition::new(
+                    "Active",
+                    false,
+                    "NotReady",
+                    "the policy is not in use until it is valid",
+                    b.generation,
+                    Utc::now(),
+                )
             } else if count == 0 {
-                Condition::new("Active", false, "NoWorkloads", "no workload is covered by this policy (another policy may be more specific; see rebound explain)", b.generation, Utc::now())
+                Condition::new(
+                    "Active",
+                    false,
+                    "NoWorkloads",
+                    "no workload is covered by this policy (another policy may be more specific; see rebound explain)",
+                    b.generation,
+                    Utc::now(),
+                )
             } else {
-                Condition::new("Active", true, "Covering", format!("covers {count} workload(s)"), b.generation, Utc::now())
+                Condition::new(
+                    "Active",
+                    true,
+                    "Covering",
+                    format!("covers {count} workload(s)"),
+                    b.generation,
+                    Utc::now(),
+                )
             };
             upsert(&mut b.conditions, active);
             let status = serde_json::json!({
@@ -117,7 +161,9 @@ impl StatusBook {
             let api: Api<RecoveryPolicy> = Api::namespaced(ctx.client.clone(), ns);
             let (name, metrics) = (name.clone(), ctx.metrics.clone());
             tokio::spawn(async move {
-                let r = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
+                let r = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await;
                 metrics.request("patch_status", r.is_ok());
                 if let Err(e) = r {
                     tracing::debug!(policy = %name, error = %e, "status write failed");
@@ -146,7 +192,9 @@ impl StatusBook {
             let api: Api<FaultClassification> = Api::all(ctx.client.clone());
             let (name, metrics) = (name.clone(), ctx.metrics.clone());
             tokio::spawn(async move {
-                let r = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await;
+                let r = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await;
                 metrics.request("patch_status", r.is_ok());
                 if let Err(e) = r {
                     tracing::debug!(classification = %name, error = %e, "status write failed");

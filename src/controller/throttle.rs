@@ -58,11 +58,18 @@ mod tests {
         for _ in 0..5 {
             t.acquire().await;
         }
-        assert!(start.elapsed() < Duration::from_millis(5), "burst is immediate");
+        assert!(
+            start.elapsed() < Duration::from_millis(5),
+            "burst is immediate"
+        );
         for _ in 0..10 {
             t.acquire().await;
         }
         // Ten more at 10/s take about a second of (paused, virtual) time.
-        assert!(start.elapsed() >= Duration::from_millis(900), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_millis(900),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }

@@ -4,7 +4,8 @@ use chrono::{DateTime, Utc};
 
 /// Convert a k8s-openapi timestamp.
 pub fn to_chrono(t: &jiff::Timestamp) -> DateTime<Utc> {
-    DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32).unwrap_or(DateTime::UNIX_EPOCH)
+    DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32)
+        .unwrap_or(DateTime::UNIX_EPOCH)
 }
 
 /// Convert to a k8s-openapi timestamp.

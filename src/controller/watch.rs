@@ -7,8 +7,8 @@
 use super::inputs::{Change, Input};
 use futures::{Stream, StreamExt};
 use kube::Resource;
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::time::Instant;

@@ -39,7 +39,11 @@ pub struct Engine {
 impl Engine {
     /// An engine with no objects yet for a cluster of `total_nodes`.
     pub fn new(root_namespace: &str, node_default: NodeConfig, total_nodes: u32) -> Engine {
-        let breaker = Breaker::new(node_default.max_separated, node_default.breaker_window, total_nodes);
+        let breaker = Breaker::new(
+            node_default.max_separated,
+            node_default.breaker_window,
+            total_nodes,
+        );
         Engine {
             classifier: Classifier::new(),
             policies: PolicySet::new(root_namespace),
