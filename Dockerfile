@@ -7,7 +7,8 @@
 #
 # Build stage: a fully static binary for musl (rustls and ring, no OpenSSL,
 # no glibc), so the final image needs no libc at all.
-FROM rust:1.89-bookworm AS build
+# The toolchain CI tests with (rust-version in Cargo.toml is the minimum).
+FROM rust:1.95-bookworm AS build
 ARG TARGETARCH
 RUN apt-get update \
  && apt-get install -y --no-install-recommends musl-tools \
