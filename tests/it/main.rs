@@ -2,6 +2,7 @@
 
 mod agent;
 mod crds;
+mod e2e;
 mod fault_parsers;
 mod samples;
 mod sim_actors;
