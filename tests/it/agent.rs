@@ -709,6 +709,143 @@ mod kube_mock {
                 .expect("no write")
         );
     }
+
+    fn once_args(log: &std::path::Path) -> rebound::agent::AgentArgs {
+        rebound::agent::AgentArgs::from_args([
+            "--node-name",
+            "gpu-node-1",
+            "--kmsg-file",
+            log.to_str().expect("utf-8 path"),
+            "--once",
+            "--dcgm",
+            "false",
+            "--nvml",
+            "false",
+            "--nvidia-proc-dir",
+            "/nonexistent",
+            "--pci-map",
+            "0000:3b:00.0=0,0000:5e:00.0=1",
+            "--event-namespace",
+            "rebound-system",
+        ])
+        .expect("flags")
+    }
+
+    fn temp_log(name: &str, text: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("rebound-agent-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let log = dir.join("kmsg.txt");
+        std::fs::write(&log, text).expect("write");
+        log
+    }
+
+    /// `rebound agent --once` end to end: read the node, write the
+    /// condition, one Event per distinct fault with its count.
+    #[tokio::test]
+    async fn once_run_writes_condition_then_one_event_per_fault() {
+        let log = temp_log(
+            "once",
+            "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 48, DBE\n[ 1.1] NVRM: Xid (PCI:0000:3b:00): 48, DBE\n\
+             [ 2.0] NVRM: Xid (PCI:0000:5e:00): 13, Graphics Exception\n",
+        );
+        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(svc, "default");
+        let server = tokio::spawn(async move {
+            expect(
+                &mut handle,
+                "GET",
+                "/api/v1/nodes/gpu-node-1",
+                node(json!([{"type": "Ready", "status": "True"}])),
+            )
+            .await;
+            let (_, body) = expect(
+                &mut handle,
+                "PATCH",
+                "/api/v1/nodes/gpu-node-1/status",
+                node(json!([])),
+            )
+            .await;
+            let c = &body["status"]["conditions"][0];
+            assert_eq!(
+                (
+                    c["type"].as_str(),
+                    c["status"].as_str(),
+                    c["reason"].as_str()
+                ),
+                (Some("GpuFault"), Some("True"), Some("GpuXid"))
+            );
+            assert_eq!(
+                c["message"],
+                "source=NvidiaXid code=48 device=0 | Xid 48 on GPU 0000:3b:00.0: DBE\n\
+                 source=NvidiaXid code=13 device=1 | Xid 13 on GPU 0000:5e:00.0: Graphics Exception"
+            );
+            let reply = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x"}, "eventTime": "2027-01-15T08:00:00.000000Z"});
+            let (_, e13) = expect(
+                &mut handle,
+                "POST",
+                "/apis/events.k8s.io/v1/namespaces/rebound-system/events",
+                reply.clone(),
+            )
+            .await;
+            let (_, e48) = expect(
+                &mut handle,
+                "POST",
+                "/apis/events.k8s.io/v1/namespaces/rebound-system/events",
+                reply,
+            )
+            .await;
+            let code = |e: &Value| {
+                parse_annotation(
+                    e["metadata"]["annotations"][FAULT_ANNOTATION]
+                        .as_str()
+                        .expect("annotation"),
+                )
+                .expect("wire")
+                .code
+            };
+            assert_eq!(
+                (code(&e13), code(&e48)),
+                ("13".to_string(), "48".to_string())
+            );
+            assert!(e13.get("series").is_none());
+            assert_eq!(e48["series"]["count"], 2);
+            assert!(handle.next_request().await.is_none(), "no other request");
+        });
+        rebound::agent::run_with_client(once_args(&log), Some(client))
+            .await
+            .expect("run");
+        server.await.expect("server script");
+        let _ = std::fs::remove_dir_all(log.parent().expect("dir"));
+    }
+
+    /// After a restart in the same boot, the faults of our condition are
+    /// restored: no Event again, no write when nothing changed.
+    #[tokio::test]
+    async fn restart_restores_the_condition_without_writes() {
+        let log = temp_log("restart", "nothing here\n");
+        let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(svc, "default");
+        let server = tokio::spawn(async move {
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            expect(
+                &mut handle,
+                "GET",
+                "/api/v1/nodes/gpu-node-1",
+                node(json!([{
+                    "type": "GpuFault", "status": "True", "reason": "GpuXid79",
+                    "message": "source=NvidiaXid code=79 device=0 | Xid 79 on GPU 0000:3b:00.0: GPU has fallen off the bus",
+                    "lastHeartbeatTime": now, "lastTransitionTime": now
+                }])),
+            )
+            .await;
+            assert!(handle.next_request().await.is_none(), "nothing to write");
+        });
+        rebound::agent::run_with_client(once_args(&log), Some(client))
+            .await
+            .expect("run");
+        server.await.expect("server script");
+        let _ = std::fs::remove_dir_all(log.parent().expect("dir"));
+    }
 }
 
 /// A followed file: lines appended later are read; a truncated file is read
