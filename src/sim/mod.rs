@@ -1,3 +1,7 @@
 //! The embedded cluster: an in-memory Kubernetes API server on loopback with
 //! simulated nodes, kubelets and job operators, so the unchanged controller
 //! can be seen, tested and measured without a real cluster.
+
+pub mod server;
+
+pub use server::{ApiServer, ApiServerHandle, FaultInjector, RequestRecord, SimError};

@@ -1,1 +1,2 @@
 mod agent;
+mod sim_server;
