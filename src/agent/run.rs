@@ -472,7 +472,8 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
             map: device_map(&args)?,
             poll: Duration::from_secs(1),
         }
-        .spawn(tx.clone());
+        .spawn(tx.clone())
+        .context("starting the kernel-log thread")?;
     } else {
         metrics.source_up("kmsg", false);
     }

@@ -876,7 +876,8 @@ async fn followed_kmsg_file_picks_up_new_lines_and_truncation() {
         map: DeviceMap::default(),
         poll: Duration::from_millis(20),
     }
-    .spawn(tx);
+    .spawn(tx)
+    .expect("reader thread");
     {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
