@@ -1111,4 +1111,81 @@ mod embedded {
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// The long-running loop: a fault appended to the followed log raises
+    /// the condition at once; after the quiet period it clears by itself.
+    #[tokio::test]
+    async fn follow_loop_raises_then_clears_after_the_quiet_period() {
+        let server = ApiServer::builder().start().await.expect("server");
+        let client = server.client();
+        let nodes: Api<Node> = Api::all(client.clone());
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "gpu-node-2"}})).expect("node"),
+            )
+            .await
+            .expect("node created");
+        let dir = std::env::temp_dir().join(format!("rebound-agent-loop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let log = dir.join("kmsg.txt");
+        std::fs::write(&log, "").expect("log");
+        let args = rebound::agent::AgentArgs::from_args([
+            "--node-name",
+            "gpu-node-2",
+            "--kmsg-file",
+            log.to_str().expect("utf-8 path"),
+            "--dcgm",
+            "false",
+            "--nvml",
+            "false",
+            "--nvidia-proc-dir",
+            "/nonexistent",
+            "--quiet-period",
+            "1s",
+            "--flush-interval",
+            "100ms",
+            "--metrics-addr",
+            "",
+            "--event-namespace",
+            "default",
+        ])
+        .expect("flags");
+        let agent = tokio::spawn(rebound::agent::run_with_client(args, Some(client.clone())));
+
+        async fn wait_for(nodes: &Api<Node>, status: &str) -> std::time::Duration {
+            let start = std::time::Instant::now();
+            loop {
+                let n = nodes.get("gpu-node-2").await.expect("node");
+                if condition(&n, "GpuFault").map(|c| c.status.as_str()) == Some(status) {
+                    return start.elapsed();
+                }
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(10),
+                    "GpuFault never {status}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        std::fs::write(&log, "NVRM: Xid (PCI:0000:3b:00): 31, pid=7, name=python, Ch 00000010, intr 10000000. MMU Fault\n")
+            .expect("append");
+        wait_for(&nodes, "True").await;
+        let cleared_after = wait_for(&nodes, "False").await;
+        assert!(
+            cleared_after >= std::time::Duration::from_millis(500),
+            "cleared too early: {cleared_after:?}"
+        );
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        assert_eq!(
+            events
+                .list(&ListParams::default())
+                .await
+                .expect("events")
+                .items
+                .len(),
+            1
+        );
+        agent.abort();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
