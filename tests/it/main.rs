@@ -6,3 +6,4 @@ mod e2e;
 mod fault_parsers;
 mod samples;
 mod sim_actors;
+mod sim_server;
