@@ -9,8 +9,11 @@
 pub mod agent;
 pub mod api;
 pub mod classify;
+pub mod controller;
+pub mod explain;
 pub mod expr;
 pub mod fault;
 pub mod policy;
+pub mod recover;
 pub mod sim;
-pub mod explain;
+pub mod workload;

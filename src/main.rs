@@ -13,6 +13,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the operator against the cluster of the environment (in-cluster
+    /// config or KUBECONFIG).
+    Controller(rebound::controller::ControllerArgs),
+    /// Run the node agent (DaemonSet on accelerator nodes).
+    Agent(rebound::agent::AgentArgs),
+    /// The embedded cluster with the controller: a narrated demo.
+    Demo(rebound::sim::demo::DemoArgs),
+    /// The embedded cluster at scale: reaction times, API calls, memory.
+    Sim(rebound::sim::bench::SimArgs),
     /// Print the CRD YAML (what `crds/` holds), or write one file per CRD.
     Crds {
         /// Write `<name>.yaml` files into this folder instead of printing.
@@ -25,6 +34,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = matches!(&cli.command, Command::Controller(a) if a.log_format == "json");
+    init_logging(
+        json,
+        matches!(
+            cli.command,
+            Command::Demo(_) | Command::Sim(_) | Command::Explain(_) | Command::Crds { .. }
+        ),
+    );
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -34,8 +51,39 @@ fn main() -> ExitCode {
     }
 }
 
+fn init_logging(json: bool, quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if quiet { "error" } else { "info" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().init();
+    } else {
+        b.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Controller(a) => {
+            runtime()?.block_on(rebound::controller::run(a))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent(a) => {
+            runtime()?.block_on(rebound::agent::run(a))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo(a) => runtime()?.block_on(rebound::sim::demo::run(a)),
+        Command::Sim(a) => runtime()?.block_on(rebound::sim::bench::run(a)),
         Command::Crds { out: None } => {
             print!("{}", rebound::api::crds_yaml()?);
             Ok(ExitCode::SUCCESS)
@@ -57,7 +105,10 @@ fn explain(a: rebound::explain::ExplainArgs) -> anyhow::Result<ExitCode> {
     let now = chrono::Utc::now();
     let loaded = ex::load_paths(&a.files)?;
     if loaded.classifications.is_empty() && loaded.policies.is_empty() {
-        anyhow::bail!("no FaultClassification or RecoveryPolicy found in {:?}", a.files);
+        anyhow::bail!(
+            "no FaultClassification or RecoveryPolicy found in {:?}",
+            a.files
+        );
     }
     let (mut engine, warnings) = ex::engine_from(&loaded, &a.root_namespace, a.nodes)?;
     for w in warnings {

@@ -1,2 +1,24 @@
 //! The node agent: turns what a node knows about its accelerators (kernel log,
 //! NVML, DCGM, npu-smi) into Node conditions and Events the controller reads.
+//!
+//! Sources (`kmsg`, `nvml`, `dcgm`, `npusmi`) produce [`fault::AgentFault`]s;
+//! `state` folds repeats and applies the quiet period; `report` writes Node
+//! conditions and Events; `run` wires them. See `docs/agent.md`.
+
+pub mod args;
+pub mod cmd;
+pub mod dcgm;
+pub mod fault;
+pub mod kmsg;
+pub mod metrics;
+pub mod npusmi;
+pub mod nvml;
+pub mod pci;
+pub mod report;
+pub mod run;
+pub mod sources;
+pub mod state;
+pub mod xid;
+
+pub use args::AgentArgs;
+pub use run::{DryRunReport, ReportedFault, dry_run, run};

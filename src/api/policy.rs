@@ -74,7 +74,9 @@ pub struct RecoveryPolicySpec {
 }
 
 /// Job kinds rebound knows how to restart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 pub enum WorkloadKind {
     PyTorchJob,
     TFJob,
@@ -113,10 +115,12 @@ impl std::str::FromStr for WorkloadKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         use WorkloadKind::*;
-        [PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob, JAXJob, VolcanoJob, JobSet, Job, Pod]
-            .into_iter()
-            .find(|k| k.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown workload kind {s:?}"))
+        [
+            PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob, JAXJob, VolcanoJob, JobSet, Job, Pod,
+        ]
+        .into_iter()
+        .find(|k| k.as_str().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("unknown workload kind {s:?}"))
     }
 }
 

@@ -125,7 +125,11 @@ mod tests {
     use super::*;
 
     fn set(codes: &[&str], src: FaultSource) -> CodeSet {
-        CodeSet::compile(&codes.iter().map(|s| s.to_string()).collect::<Vec<_>>(), src).unwrap()
+        CodeSet::compile(
+            &codes.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            src,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -139,7 +143,10 @@ mod tests {
 
     #[test]
     fn hex_codes_for_ascend() {
-        let s = set(&["80E18402", "0x80C98000-0x80C98FFF"], FaultSource::AscendNpu);
+        let s = set(
+            &["80E18402", "0x80C98000-0x80C98FFF"],
+            FaultSource::AscendNpu,
+        );
         assert!(s.matches(FaultSource::AscendNpu, "80e18402", None));
         assert!(s.matches(FaultSource::AscendNpu, "0x80E18402", None));
         assert!(s.matches(FaultSource::AscendNpu, "80C98123", None));
@@ -156,9 +163,7 @@ mod tests {
 
     #[test]
     fn bad_ranges_are_errors() {
-        let bad = |c: &str| {
-            CodeSet::compile(&[c.to_string()], FaultSource::NvidiaXid).unwrap_err()
-        };
+        let bad = |c: &str| CodeSet::compile(&[c.to_string()], FaultSource::NvidiaXid).unwrap_err();
         assert!(bad("143-140").why.contains("above"));
         assert!(bad("a-b").why.contains("not a number"));
         assert!(bad(" ").why.contains("empty"));

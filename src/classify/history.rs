@@ -47,7 +47,12 @@ impl History {
     /// Record one occurrence at `at` (a replay of an occurrence already
     /// recorded at the same instant is not counted twice) and return the
     /// line's first-seen time.
-    pub fn record(&mut self, key: HistoryKey, at: DateTime<Utc>, first_seen: DateTime<Utc>) -> DateTime<Utc> {
+    pub fn record(
+        &mut self,
+        key: HistoryKey,
+        at: DateTime<Utc>,
+        first_seen: DateTime<Utc>,
+    ) -> DateTime<Utc> {
         self.clock += 1;
         if !self.lines.contains_key(&key) && self.lines.len() >= self.max_keys {
             self.evict();
@@ -76,9 +81,17 @@ impl History {
     }
 
     /// Occurrences of `key` in `(now - within, now]`.
-    pub fn count_within(&self, key: &HistoryKey, now: DateTime<Utc>, within: chrono::Duration) -> u32 {
+    pub fn count_within(
+        &self,
+        key: &HistoryKey,
+        now: DateTime<Utc>,
+        within: chrono::Duration,
+    ) -> u32 {
         self.lines.get(key).map_or(0, |l| {
-            l.times.iter().filter(|t| **t > now - within && **t <= now).count() as u32
+            l.times
+                .iter()
+                .filter(|t| **t > now - within && **t <= now)
+                .count() as u32
         })
     }
 

@@ -88,12 +88,10 @@ impl Compiled {
                 message: e.to_string(),
             })?;
             let when = match &r.when {
-                Some(w) => {
-                    Some(
-                        Expr::compile(w, CLASSIFY_VARS)
-                            .map_err(|e| InvalidObject::expr(format!("spec.rules[{i}].when"), e))?,
-                    )
-                }
+                Some(w) => Some(
+                    Expr::compile(w, CLASSIFY_VARS)
+                        .map_err(|e| InvalidObject::expr(format!("spec.rules[{i}].when"), e))?,
+                ),
                 None => None,
             };
             if codes.is_empty() && when.is_none() {
@@ -133,7 +131,11 @@ impl Compiled {
                     ));
                 }
             };
-            let lasts_for = e.lasts_for.as_deref().map(|v| dur("lastsFor", v)).transpose()?;
+            let lasts_for = e
+                .lasts_for
+                .as_deref()
+                .map(|v| dur("lastsFor", v))
+                .transpose()?;
             if times.is_none() && lasts_for.is_none() {
                 return Err(InvalidObject::duration(
                     field("times"),
@@ -210,9 +212,9 @@ impl Classifier {
     pub fn upsert(&mut self, obj: &FaultClassification) -> Result<(), InvalidObject> {
         let name = obj.name_any();
         if obj.metadata.generation.is_some()
-            && self
-                .find(&name)
-                .is_some_and(|c| c.generation == obj.metadata.generation && c.source == obj.spec.source)
+            && self.find(&name).is_some_and(|c| {
+                c.generation == obj.metadata.generation && c.source == obj.spec.source
+            })
         {
             return Ok(());
         }
@@ -221,7 +223,11 @@ impl Classifier {
             Ok(c) => {
                 let list = self.by_source.entry(c.source).or_default();
                 list.push(Arc::new(c));
-                list.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
+                list.sort_by(|a, b| {
+                    b.priority
+                        .cmp(&a.priority)
+                        .then_with(|| a.name.cmp(&b.name))
+                });
                 Ok(())
             }
             Err(e) => {
@@ -266,31 +272,50 @@ impl Classifier {
 
     /// Classify one fault: record it in the history, set `count`, find the
     /// rule, then apply escalations.
-    pub fn classify(&mut self, mut fault: Fault, node: Option<&NodeView>, now: DateTime<Utc>) -> Classified {
-        let list = self.by_source.get(&fault.source).cloned().unwrap_or_default();
+    pub fn classify(
+        &mut self,
+        mut fault: Fault,
+        node: Option<&NodeView>,
+        now: DateTime<Utc>,
+    ) -> Classified {
+        let list = self
+            .by_source
+            .get(&fault.source)
+            .cloned()
+            .unwrap_or_default();
         let key = HistoryKey {
             node: fault.node.clone().unwrap_or_default(),
             device: fault.device.clone().unwrap_or_default(),
             source: fault.source,
             code: codes::normalize(&fault.code, fault.source),
         };
-        let first = self.history.record(key.clone(), fault.last_seen, fault.first_seen);
+        // Occurrences are counted to the second: the same fault reported by
+        // a Node condition and by an Event of the same instant is one.
+        let at = trunc_secs(fault.last_seen);
+        let first = self.history.record(key.clone(), at, fault.first_seen);
         fault.first_seen = first;
         let window = list
             .iter()
             .flat_map(|c| c.escalations.iter())
-            .filter(|e| e.codes.matches(fault.source, &fault.code, fault.reason.as_deref()))
+            .filter(|e| {
+                e.codes
+                    .matches(fault.source, &fault.code, fault.reason.as_deref())
+            })
             .filter_map(|e| e.times.map(|(_, w)| w))
             .max()
-            .unwrap_or_else(|| chrono::Duration::from_std(self.default_count_window).unwrap_or(chrono::Duration::days(1)));
-        fault.count = self.history.count_within(&key, fault.last_seen, window).max(1);
+            .unwrap_or_else(|| {
+                chrono::Duration::from_std(self.default_count_window)
+                    .unwrap_or(chrono::Duration::days(1))
+            });
+        fault.count = self.history.count_within(&key, at, window).max(1);
 
         let mut vars: Option<Vars> = None;
         let mut found: Option<(Level, String, &Arc<Compiled>)> = None;
         'objects: for c in &list {
             for r in &c.rules {
                 let code_ok = r.codes.is_empty()
-                    || r.codes.matches(fault.source, &fault.code, fault.reason.as_deref());
+                    || r.codes
+                        .matches(fault.source, &fault.code, fault.reason.as_deref());
                 if !code_ok {
                     continue;
                 }
@@ -323,15 +348,21 @@ impl Classifier {
         let mut escalated_by = None;
         for c in &list {
             for e in &c.escalations {
-                if e.level <= level || !e.codes.matches(fault.source, &fault.code, fault.reason.as_deref()) {
+                if e.level <= level
+                    || !e
+                        .codes
+                        .matches(fault.source, &fault.code, fault.reason.as_deref())
+                {
                     continue;
                 }
-                let by_times = e.times.is_some_and(|(t, w)| {
-                    self.history.count_within(&key, fault.last_seen, w) >= t
-                });
+                let by_times = e
+                    .times
+                    .is_some_and(|(t, w)| self.history.count_within(&key, at, w) >= t);
+                // A lasting fault is re-evaluated while it persists: its
+                // duration runs to `now`, not to its last occurrence.
                 let by_duration = e
                     .lasts_for
-                    .is_some_and(|d| fault.last_seen - fault.first_seen >= d);
+                    .is_some_and(|d| now.max(fault.last_seen) - fault.first_seen >= d);
                 if by_times || by_duration {
                     level = e.level;
                     escalated_by = Some(format!("{}/{}", c.name, e.name));
@@ -339,7 +370,8 @@ impl Classifier {
             }
         }
         if let Some(o) = object {
-            o.classified.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            o.classified
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Classified {
             fault,
@@ -348,6 +380,10 @@ impl Classifier {
             escalated_by,
         }
     }
+}
+
+fn trunc_secs(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
 }
 
 #[cfg(test)]

@@ -16,7 +16,12 @@ fn rule(name: &str, codes: &[&str], level: Level) -> ClassificationRule {
     }
 }
 
-fn fc(name: &str, source: FaultSource, priority: i32, rules: Vec<ClassificationRule>) -> FaultClassification {
+fn fc(
+    name: &str,
+    source: FaultSource,
+    priority: i32,
+    rules: Vec<ClassificationRule>,
+) -> FaultClassification {
     let mut o = FaultClassification::new(
         name,
         FaultClassificationSpec {
@@ -82,14 +87,31 @@ fn xid_classifier() -> Classifier {
 fn each_level_from_rules_and_default() {
     let mut c = xid_classifier();
     let at = t(10, 0);
-    assert_eq!(c.classify(xid("79", "n1", "0", at), None, at).level, Level::Separate);
-    assert_eq!(c.classify(xid("48", "n1", "1", at), None, at).level, Level::ResetDevice);
-    assert_eq!(c.classify(xid("145", "n1", "2", at), None, at).level, Level::ResetDevice);
-    assert_eq!(c.classify(xid("13", "n1", "3", at), None, at).level, Level::Ignore);
+    assert_eq!(
+        c.classify(xid("79", "n1", "0", at), None, at).level,
+        Level::Separate
+    );
+    assert_eq!(
+        c.classify(xid("48", "n1", "1", at), None, at).level,
+        Level::ResetDevice
+    );
+    assert_eq!(
+        c.classify(xid("145", "n1", "2", at), None, at).level,
+        Level::ResetDevice
+    );
+    assert_eq!(
+        c.classify(xid("13", "n1", "3", at), None, at).level,
+        Level::Ignore
+    );
     let d = c.classify(xid("999", "n1", "3", at), None, at);
     assert_eq!(d.level, Level::RestartJob);
     assert_eq!(d.rule, "nvidia-xid/defaultLevel");
-    assert_eq!(c.in_use().next().map(|o| o.classified.load(std::sync::atomic::Ordering::Relaxed)), Some(5));
+    assert_eq!(
+        c.in_use()
+            .next()
+            .map(|o| o.classified.load(std::sync::atomic::Ordering::Relaxed)),
+        Some(5)
+    );
 }
 
 #[test]
@@ -101,7 +123,10 @@ fn app_xid_twice_on_one_gpu_escalates_but_not_on_two_gpus() {
     assert_eq!(other_gpu.level, Level::Ignore, "two GPUs: no escalation");
     let again = c.classify(xid("13", "n1", "0", t(3, 0)), None, t(3, 0));
     assert_eq!(again.level, Level::ResetDevice);
-    assert_eq!(again.escalated_by.as_deref(), Some("nvidia-xid/app-repeats"));
+    assert_eq!(
+        again.escalated_by.as_deref(),
+        Some("nvidia-xid/app-repeats")
+    );
     assert_eq!(again.fault.count, 2);
 }
 
@@ -111,9 +136,15 @@ fn repeats_outside_the_window_do_not_escalate_and_replays_do_not_count() {
     let day1 = Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap();
     let day3 = Utc.with_ymd_and_hms(2026, 11, 3, 0, 0, 0).unwrap();
     c.classify(xid("31", "n1", "0", day1), None, day1);
-    assert_eq!(c.classify(xid("31", "n1", "0", day3), None, day3).level, Level::Ignore);
+    assert_eq!(
+        c.classify(xid("31", "n1", "0", day3), None, day3).level,
+        Level::Ignore
+    );
     // The same occurrence seen again (watch replay) is not a repeat.
-    assert_eq!(c.classify(xid("31", "n1", "0", day3), None, day3).level, Level::Ignore);
+    assert_eq!(
+        c.classify(xid("31", "n1", "0", day3), None, day3).level,
+        Level::Ignore
+    );
 }
 
 #[test]
@@ -152,10 +183,17 @@ fn higher_priority_object_overrides_and_default_is_builtin_without_objects() {
     assert_eq!(d.level, Level::ResetDevice);
     assert_eq!(d.rule, "site-override/79-only-reset");
     // Codes the override does not know still fall through to the base.
-    assert_eq!(c.classify(xid("48", "n1", "0", t(1, 0)), None, t(1, 0)).level, Level::ResetDevice);
+    assert_eq!(
+        c.classify(xid("48", "n1", "0", t(1, 0)), None, t(1, 0))
+            .level,
+        Level::ResetDevice
+    );
     let at = t(1, 0);
     let d = c.classify(Fault::new(FaultSource::PodExit, "1", at), None, at);
-    assert_eq!((d.level, d.rule.as_str()), (BUILTIN_DEFAULT, "builtin-default"));
+    assert_eq!(
+        (d.level, d.rule.as_str()),
+        (BUILTIN_DEFAULT, "builtin-default")
+    );
 }
 
 #[test]
@@ -165,25 +203,49 @@ fn hex_codes_classify_for_ascend() {
         "ascend",
         FaultSource::AscendNpu,
         0,
-        vec![rule("sep", &["80E18402"], Level::Separate), rule("hbm", &["0x80C98000-0x80C98FFF"], Level::ResetDevice)],
+        vec![
+            rule("sep", &["80E18402"], Level::Separate),
+            rule("hbm", &["0x80C98000-0x80C98FFF"], Level::ResetDevice),
+        ],
     ))
     .unwrap();
     let at = t(1, 0);
-    assert_eq!(c.classify(Fault::new(FaultSource::AscendNpu, "0x80e18402", at), None, at).level, Level::Separate);
-    assert_eq!(c.classify(Fault::new(FaultSource::AscendNpu, "80C98008", at), None, at).level, Level::ResetDevice);
+    assert_eq!(
+        c.classify(
+            Fault::new(FaultSource::AscendNpu, "0x80e18402", at),
+            None,
+            at
+        )
+        .level,
+        Level::Separate
+    );
+    assert_eq!(
+        c.classify(Fault::new(FaultSource::AscendNpu, "80C98008", at), None, at)
+            .level,
+        Level::ResetDevice
+    );
 }
 
 #[test]
 fn invalid_objects_are_refused_with_the_field_and_not_used() {
     let mut c = xid_classifier();
-    let mut bad = fc("broken", FaultSource::NvidiaXid, 500, vec![rule("r", &["79"], Level::Ignore)]);
+    let mut bad = fc(
+        "broken",
+        FaultSource::NvidiaXid,
+        500,
+        vec![rule("r", &["79"], Level::Ignore)],
+    );
     bad.spec.rules[0].when = Some("fault.code ==".into());
     let e = c.upsert(&bad).unwrap_err();
     assert_eq!(e.field, "spec.rules[0].when");
     assert_eq!(e.reason, "InvalidExpression");
     assert!(c.invalid("broken").is_some());
     // Not in use: XID 79 is still Separate.
-    assert_eq!(c.classify(xid("79", "n", "0", t(1, 0)), None, t(1, 0)).level, Level::Separate);
+    assert_eq!(
+        c.classify(xid("79", "n", "0", t(1, 0)), None, t(1, 0))
+            .level,
+        Level::Separate
+    );
 
     let mut bad = fc("bad-dur", FaultSource::NvidiaXid, 1, vec![]);
     bad.spec.escalations = vec![EscalationRule {
@@ -195,7 +257,10 @@ fn invalid_objects_are_refused_with_the_field_and_not_used() {
         level: Level::Separate,
     }];
     let e = c.upsert(&bad).unwrap_err();
-    assert_eq!((e.field.as_str(), e.reason), ("spec.escalations[0].within", "InvalidDuration"));
+    assert_eq!(
+        (e.field.as_str(), e.reason),
+        ("spec.escalations[0].within", "InvalidDuration")
+    );
 }
 
 #[test]

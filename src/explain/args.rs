@@ -52,7 +52,8 @@ fn pairs(s: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 fn boolean(k: &str, v: &str) -> Result<bool, String> {
-    v.parse().map_err(|_| format!("{k}={v:?}: expected true or false"))
+    v.parse()
+        .map_err(|_| format!("{k}={v:?}: expected true or false"))
 }
 
 /// Parse `--fault`.
@@ -78,7 +79,9 @@ pub fn parse_fault(s: &str, now: DateTime<Utc>) -> Result<Fault, String> {
             "reason" => f.reason = Some(v),
             "message" => f.message = Some(v),
             "exitCode" => {
-                let n: i32 = v.parse().map_err(|_| format!("exitCode={v:?} is not an integer"))?;
+                let n: i32 = v
+                    .parse()
+                    .map_err(|_| format!("exitCode={v:?} is not an integer"))?;
                 f.exit_code = Some(n);
                 if f.code.is_empty() {
                     f.code = n.to_string();

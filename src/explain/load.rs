@@ -66,7 +66,10 @@ fn collect(p: &Path, files: &mut Vec<PathBuf>) -> Result<(), LoadError> {
             let path = e.path();
             if path.is_dir() {
                 collect(&path, files)?;
-            } else if matches!(path.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")) {
+            } else if matches!(
+                path.extension().and_then(|x| x.to_str()),
+                Some("yaml" | "yml")
+            ) {
                 files.push(path);
             }
         }
@@ -87,7 +90,11 @@ pub fn load_str(path: &Path, text: &str, out: &mut Loaded) -> Result<(), LoadErr
         if doc.is_null() {
             continue;
         }
-        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or("").to_string();
+        let kind = doc
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("")
+            .to_string();
         let api = doc.get("apiVersion").and_then(|k| k.as_str()).unwrap_or("");
         if !api.starts_with("rebound.dev/") {
             continue;
@@ -115,7 +122,10 @@ pub fn load_str(path: &Path, text: &str, out: &mut Loaded) -> Result<(), LoadErr
                 out.policies.push((path.to_path_buf(), obj));
             }
             other => {
-                return Err(field_err("kind".into(), format!("unknown rebound.dev kind {other:?}")));
+                return Err(field_err(
+                    "kind".into(),
+                    format!("unknown rebound.dev kind {other:?}"),
+                ));
             }
         }
     }

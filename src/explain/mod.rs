@@ -16,7 +16,11 @@ use kube::ResourceExt;
 
 /// Build an engine from loaded objects; an object that does not compile is
 /// an error naming its file, object and field (nothing is silently dropped).
-pub fn engine_from(loaded: &Loaded, root_namespace: &str, total_nodes: u32) -> Result<(Engine, Vec<String>), LoadError> {
+pub fn engine_from(
+    loaded: &Loaded,
+    root_namespace: &str,
+    total_nodes: u32,
+) -> Result<(Engine, Vec<String>), LoadError> {
     let mut engine = Engine::new(root_namespace, NodeConfig::default(), total_nodes);
     let mut warnings = Vec::new();
     for (path, fc) in &loaded.classifications {
@@ -43,7 +47,13 @@ pub fn engine_from(loaded: &Loaded, root_namespace: &str, total_nodes: u32) -> R
             message: format!("{} ({})", e.message, e.reason),
         })?;
         warnings.extend(w.into_iter().map(|w| {
-            format!("{}: RecoveryPolicy {}: {} ({})", path.display(), p.name_any(), w.message, w.reason)
+            format!(
+                "{}: RecoveryPolicy {}: {} ({})",
+                path.display(),
+                p.name_any(),
+                w.message,
+                w.reason
+            )
         }));
     }
     Ok((engine, warnings))
@@ -68,6 +78,9 @@ pub fn explain(
         name: n.clone(),
         ..Default::default()
     });
-    let jobs: Vec<JobInput> = job.or_else(|| args::job_from_fault(&fault)).into_iter().collect();
+    let jobs: Vec<JobInput> = job
+        .or_else(|| args::job_from_fault(&fault))
+        .into_iter()
+        .collect();
     engine.decide(fault, node.as_ref(), None, &jobs, now)
 }

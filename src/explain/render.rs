@@ -18,7 +18,17 @@ pub fn render_text(d: &Decision) -> String {
             let _ = write!(where_, " {label} {v}");
         }
     }
-    let _ = writeln!(o, "fault:    {} {}{}{}", f.source, f.code, f.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(), where_);
+    let _ = writeln!(
+        o,
+        "fault:    {} {}{}{}",
+        f.source,
+        f.code,
+        f.reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default(),
+        where_
+    );
     let _ = writeln!(o, "seen:     {} time(s) in the escalation window", f.count);
     let _ = writeln!(o, "level:    {}  (rule {})", d.level, d.rule);
     if let Some(e) = &d.escalated_by {
@@ -40,7 +50,11 @@ pub fn render_text(d: &Decision) -> String {
                 (None, true) => "nothing".into(),
                 (None, false) => acts.join(" + "),
             };
-            let _ = writeln!(o, "node:     {}: {verdict}  [node settings: {}]", n.node, n.config_from);
+            let _ = writeln!(
+                o,
+                "node:     {}: {verdict}  [node settings: {}]",
+                n.node, n.config_from
+            );
             for r in &n.reasons {
                 let _ = writeln!(o, "          - {r}");
             }
@@ -50,7 +64,10 @@ pub fn render_text(d: &Decision) -> String {
         }
     }
     if d.jobs.is_empty() {
-        let _ = writeln!(o, "job:      (none given; pass --job kind=...,name=...,namespace=...)");
+        let _ = writeln!(
+            o,
+            "job:      (none given; pass --job kind=...,name=...,namespace=...)"
+        );
     }
     for j in &d.jobs {
         let act = j.action.as_ref().map(|a| match a {

@@ -2,8 +2,8 @@
 //! comprehension macros open (`list.exists(f, f == "79")` binds `f`), so
 //! unknown variables are rejected at compile time without rejecting macros.
 
-use cel::common::ast::{EntryExpr, Expr};
 use cel::IdedExpr;
+use cel::common::ast::{EntryExpr, Expr};
 use std::collections::BTreeSet;
 
 /// Identifiers read but not bound by an enclosing comprehension.
@@ -50,7 +50,11 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut BTreeSet<String>) {
     }
 }
 
-fn entries(es: &[cel::common::ast::IdedEntryExpr], bound: &mut Vec<String>, out: &mut BTreeSet<String>) {
+fn entries(
+    es: &[cel::common::ast::IdedEntryExpr],
+    bound: &mut Vec<String>,
+    out: &mut BTreeSet<String>,
+) {
     for en in es {
         match &en.expr {
             EntryExpr::StructField(f) => walk(&f.value, bound, out),

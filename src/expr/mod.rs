@@ -128,10 +128,12 @@ impl Expr {
                 expected: "duration",
             }),
             cel::Value::Int(s) if s >= 0 => Ok(Duration::from_secs(s as u64)),
-            cel::Value::String(s) => crate::api::duration::parse(&s).map_err(|_| EvalError::WrongType {
-                got: format!("string {s:?}"),
-                expected: "duration",
-            }),
+            cel::Value::String(s) => {
+                crate::api::duration::parse(&s).map_err(|_| EvalError::WrongType {
+                    got: format!("string {s:?}"),
+                    expected: "duration",
+                })
+            }
             other => Err(EvalError::WrongType {
                 got: type_name(&other),
                 expected: "duration",

@@ -22,7 +22,10 @@ fn integers_are_int_not_uint() {
     assert!(e.eval_bool(&vars(2)).unwrap());
     let j = json_to_value(&serde_json::json!({"restarts": 2}));
     let cel::Value::Map(m) = j else { panic!("map") };
-    assert!(matches!(m.map.get(&cel::objects::Key::from("restarts")), Some(cel::Value::Int(2))));
+    assert!(matches!(
+        m.map.get(&cel::objects::Key::from("restarts")),
+        Some(cel::Value::Int(2))
+    ));
 }
 
 #[test]
@@ -44,11 +47,7 @@ fn weekday_and_timestamps_work() {
     // 2026-11-28 is a Saturday: getDayOfWeek() is 0 for Sunday.
     let e = Expr::compile("now.getDayOfWeek() == 6", POLICY_VARS).unwrap();
     assert!(e.eval_bool(&vars(0)).unwrap());
-    let e = Expr::compile(
-        r#"now - job.lastRestart > duration("1h")"#,
-        POLICY_VARS,
-    )
-    .unwrap();
+    let e = Expr::compile(r#"now - job.lastRestart > duration("1h")"#, POLICY_VARS).unwrap();
     assert!(e.eval_bool(&vars(0)).unwrap());
 }
 
@@ -82,5 +81,8 @@ fn evaluation_errors_are_errors_not_panics() {
     let e = Expr::compile("fault.nosuchfield == 1", POLICY_VARS).unwrap();
     assert!(e.eval_bool(&vars(0)).is_err());
     let e = Expr::compile("fault.code", POLICY_VARS).unwrap();
-    assert!(matches!(e.eval_bool(&vars(0)), Err(EvalError::WrongType { .. })));
+    assert!(matches!(
+        e.eval_bool(&vars(0)),
+        Err(EvalError::WrongType { .. })
+    ));
 }

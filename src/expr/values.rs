@@ -29,7 +29,9 @@ impl Vars {
     ) -> Vars {
         Vars {
             fault: fault_value(fault, level),
-            job: job.map(JobView::to_value).unwrap_or_else(|| JobView::default().to_value()),
+            job: job
+                .map(JobView::to_value)
+                .unwrap_or_else(|| JobView::default().to_value()),
             node: node
                 .map(NodeView::to_value)
                 .unwrap_or_else(|| NodeView::default().to_value()),
@@ -70,7 +72,9 @@ impl JobView {
         m.insert("restarts".into(), Value::Int(self.restarts));
         m.insert(
             "lastRestart".into(),
-            self.last_restart.map(ts).unwrap_or(ts(DateTime::UNIX_EPOCH)),
+            self.last_restart
+                .map(ts)
+                .unwrap_or(ts(DateTime::UNIX_EPOCH)),
         );
         m.insert("replicas".into(), Value::Int(self.replicas));
         m.into()
@@ -126,7 +130,10 @@ pub fn fault_value(f: &Fault, level: Option<Level>) -> Value {
     m.insert("pod".into(), s(&f.pod));
     m.insert("container".into(), s(&f.container));
     m.insert("device".into(), s(&f.device));
-    m.insert("exitCode".into(), Value::Int(f.exit_code.unwrap_or(0) as i64));
+    m.insert(
+        "exitCode".into(),
+        Value::Int(f.exit_code.unwrap_or(0) as i64),
+    );
     m.insert("count".into(), Value::Int(f.count as i64));
     m.insert("firstSeen".into(), ts(f.first_seen));
     m.insert("lastSeen".into(), ts(f.last_seen));
@@ -156,9 +163,9 @@ pub fn json_to_value(v: &serde_json::Value) -> Value {
             None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
         serde_json::Value::String(s) => Value::from(s.as_str()),
-        serde_json::Value::Array(a) => {
-            Value::List(Arc::new(a.iter().take(MAX_LIST).map(json_to_value).collect()))
-        }
+        serde_json::Value::Array(a) => Value::List(Arc::new(
+            a.iter().take(MAX_LIST).map(json_to_value).collect(),
+        )),
         serde_json::Value::Object(o) => {
             let h: HashMap<Key, Value> = o
                 .iter()

@@ -40,12 +40,16 @@ pub const CARD_NETWORK_UNHEALTHY_CODE: &str = "CardNetworkUnhealthy";
 /// Why a device-info ConfigMap could not be read. Each names the ConfigMap.
 #[derive(Debug, thiserror::Error)]
 pub enum AscendError {
+    /// The name does not say which node: the caller should have filtered
+    /// with [`deviceinfo_node`].
     #[error(
         "configmap {namespace}/{name} is not a device-plugin {DEVICEINFO_PREFIX}<node> ConfigMap"
     )]
     NotDeviceInfo { namespace: String, name: String },
+    /// The plugin has not written its data yet, or someone removed it.
     #[error("configmap {namespace}/{name} has no data key {DEVICEINFO_KEY}")]
     MissingKey { namespace: String, name: String },
+    /// The outer JSON is broken: nothing of the node can be trusted.
     #[error(
         "configmap {namespace}/{name}: {DEVICEINFO_KEY} is not valid device-info JSON: {source}"
     )]
@@ -55,6 +59,7 @@ pub enum AscendError {
         #[source]
         source: serde_json::Error,
     },
+    /// One `-Fault` list (JSON inside the JSON string) is broken.
     #[error(
         "configmap {namespace}/{name}: {DEVICEINFO_KEY} DeviceList[{key:?}] is not a fault list: {source}"
     )]
@@ -77,7 +82,11 @@ pub struct DeviceInfo {
     pub update_time: Option<DateTime<Utc>>,
     /// Atlas A3 super-pod id (`-1`/`-2` when the driver does not know).
     pub super_pod_id: Option<i64>,
+    /// Position of the node in its super pod (same `-1`/`-2` convention):
+    /// with `super_pod_id`, what a fault view needs to group A3 nodes.
     pub server_index: Option<i64>,
+    /// The plugin's SHA-256 of `DeviceInfo`, kept for consumers that want to
+    /// detect hand edits; not verified here (it hashes Go's exact bytes).
     pub check_code: Option<String>,
     /// One entry per resource (`huawei.com/Ascend910`, `huawei.com/npu`, ...),
     /// sorted by resource name.
@@ -93,8 +102,11 @@ pub struct ResourceDevices {
     pub resource: String,
     /// Chips the plugin offers (`huawei.com/Ascend910`).
     pub available: Vec<String>,
+    /// Chips the plugin took away from scheduling for a chip fault.
     pub unhealthy: Vec<String>,
+    /// Chips whose network (RoCE/HCCS link) is faulty.
     pub network_unhealthy: Vec<String>,
+    /// Chips being reset; not a fault by themselves.
     pub recovering: Vec<String>,
     /// The `-Fault` entries.
     pub faults: Vec<ChipFault>,
@@ -111,6 +123,7 @@ pub struct ChipFault {
     /// The entry's handling level name (`fault_handling`, else
     /// `fault_level`, else `large_model_fault_level`), e.g. `SeparateNPU`.
     pub level: Option<String>,
+    /// The entry's codes, in the plugin's order, each with its own time.
     pub codes: Vec<CodeFault>,
 }
 
@@ -123,6 +136,35 @@ pub struct CodeFault {
     pub level: Option<String>,
     /// When the fault occurred, when the plugin says.
     pub time: Option<DateTime<Utc>>,
+}
+
+impl DeviceInfo {
+    /// Whether the plugin itself reports the node fit for work: no chip in an
+    /// `-Unhealthy` / `-NetworkUnhealthy` list or in `ManuallySeparateNPU`,
+    /// and no fault whose plugin level would take hardware out of service
+    /// (`PreSeparateNPU` and above; an unknown level counts as such).
+    /// Job-level (`RestartRequest`, `RestartBusiness`) and `NotHandleFault`
+    /// codes linger in the list after the job recovered, so they do not
+    /// count: a node cordoned for an Ascend fault may be uncordoned when
+    /// this turns true, whereas [`deviceinfo_faults`] is rarely empty.
+    pub fn healthy(&self) -> bool {
+        let level_ok = |l: Option<&str>| {
+            l.and_then(Level::from_clusterd)
+                .is_some_and(|l| !l.cordons_node())
+        };
+        self.manually_separated.is_empty()
+            && self.resources.iter().all(|r| {
+                r.unhealthy.is_empty()
+                    && r.network_unhealthy.is_empty()
+                    && r.faults.iter().all(|e| {
+                        if e.codes.is_empty() {
+                            level_ok(e.level.as_deref())
+                        } else {
+                            e.codes.iter().all(|c| level_ok(c.level.as_deref()))
+                        }
+                    })
+            })
+    }
 }
 
 impl ChipFault {
@@ -747,6 +789,31 @@ mod tests {
             ("8C084E00", Some("3"))
         );
         assert_eq!(fs[0].reason, None);
+    }
+
+    #[test]
+    fn healthy_follows_the_plugin_levels() {
+        let with = |faults: serde_json::Value, unhealthy: &str| {
+            let c = cm(
+                "kube-system",
+                &cfg(json!({"huawei.com/Ascend910-Fault": faults.to_string(),
+                    "huawei.com/Ascend910-Unhealthy": unhealthy})),
+                None,
+            );
+            parse_deviceinfo(&c).unwrap().healthy()
+        };
+        assert!(with(json!([]), ""));
+        let lingering = json!([{"npu_name": "Ascend910-1", "fault_code": "80E18401",
+            "fault_time_and_level_map": {"80E18401": {"fault_time": 1, "fault_level": "NotHandleFault"}}},
+            {"npu_name": "Ascend910-2", "fault_code": "", "fault_handling": "RestartBusiness"}]);
+        assert!(with(lingering, ""));
+        let pre = json!([{"npu_name": "Ascend910-0", "fault_code": "81078603", "fault_handling": "PreSeparateNPU"}]);
+        assert!(!with(pre, ""));
+        let unknown = json!([{"npu_name": "Ascend910-0", "fault_code": "81078603"}]);
+        assert!(!with(unknown, ""));
+        assert!(!with(json!([]), "Ascend910-4"));
+        let c = cm("kube-system", &cfg(json!({})), Some("Ascend910-0"));
+        assert!(!parse_deviceinfo(&c).unwrap().healthy());
     }
 
     #[test]

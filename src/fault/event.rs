@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Event;
 /// so that the controller's log line and Event point at the culprit.
 #[derive(Debug, thiserror::Error)]
 pub enum EventFaultError {
+    /// The annotation is not a JSON `WireFault` (bad JSON, unknown field).
     #[error("event {namespace}/{name}: {source}")]
     Annotation {
         namespace: String,
@@ -23,6 +24,8 @@ pub enum EventFaultError {
         #[source]
         source: WireError,
     },
+    /// A source rebound has no classification for: acting on a guess could
+    /// cordon nodes for a fault nobody classified.
     #[error(
         "event {namespace}/{name}: annotation {FAULT_ANNOTATION} names unknown source {found:?}: {why}"
     )]
@@ -32,6 +35,7 @@ pub enum EventFaultError {
         found: String,
         why: String,
     },
+    /// A fault without a code cannot be classified.
     #[error("event {namespace}/{name}: annotation {FAULT_ANNOTATION} has an empty code")]
     EmptyCode { namespace: String, name: String },
 }

@@ -82,7 +82,9 @@ impl Level {
     pub fn from_clusterd(name: &str) -> Option<Level> {
         Some(match name {
             "NotHandleFault" | "NotHandleFaultCodes" => Level::Ignore,
-            "RestartRequest" | "RestartRequestCodes" | "RestartBusiness"
+            "RestartRequest"
+            | "RestartRequestCodes"
+            | "RestartBusiness"
             | "RestartBusinessCodes" => Level::RestartJob,
             "PreSeparateFault" | "PreSeparateNPU" | "PreSeparateNPUCodes" => Level::PreSeparate,
             "RestartNPU" | "RestartNPUCodes" | "FreeRestartNPU" | "FreeRestartNPUCodes" => {
@@ -194,9 +196,18 @@ mod tests {
     #[test]
     fn clusterd_names_map_to_levels() {
         assert_eq!(Level::from_clusterd("SeparateNPU"), Some(Level::Separate));
-        assert_eq!(Level::from_clusterd("RestartBusiness"), Some(Level::RestartJob));
-        assert_eq!(Level::from_clusterd("FreeRestartNPU"), Some(Level::ResetDevice));
-        assert_eq!(Level::from_clusterd("PreSeparateNPU"), Some(Level::PreSeparate));
+        assert_eq!(
+            Level::from_clusterd("RestartBusiness"),
+            Some(Level::RestartJob)
+        );
+        assert_eq!(
+            Level::from_clusterd("FreeRestartNPU"),
+            Some(Level::ResetDevice)
+        );
+        assert_eq!(
+            Level::from_clusterd("PreSeparateNPU"),
+            Some(Level::PreSeparate)
+        );
         assert_eq!(Level::from_clusterd("NotHandleFault"), Some(Level::Ignore));
         assert_eq!(Level::from_clusterd("Whatever"), None);
     }

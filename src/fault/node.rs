@@ -26,8 +26,9 @@ pub const NOT_READY: &str = "NotReady";
 ///   `NodeCondition`, code = the type.
 /// - `Ready` `False` or `Unknown`: `NodeCondition`, code [`NOT_READY`].
 ///
-/// `first_seen` is the condition's `lastTransitionTime` (when it went bad),
-/// `last_seen` its `lastHeartbeatTime` (or `now`), never before `first_seen`.
+/// `first_seen` is the condition's `lastTransitionTime` (when it went bad,
+/// stable while it stays bad; else the heartbeat, else `now`), `last_seen`
+/// its `lastHeartbeatTime` (or `now`), never before `first_seen`.
 pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<Fault> {
     let mut out = Vec::new();
     for c in conditions(node) {
@@ -104,17 +105,16 @@ fn is_fault_condition(c: &NodeCondition, watched: &[String]) -> bool {
 }
 
 fn condition_fault(node: &Node, c: &NodeCondition, code: &str, now: DateTime<Utc>) -> Fault {
+    let heartbeat = c.last_heartbeat_time.as_ref().and_then(time_utc);
+    // Without a transition time the heartbeat is the earliest sighting we
+    // have; `now` only when the writer gave no time at all.
     let first = c
         .last_transition_time
         .as_ref()
         .and_then(time_utc)
+        .or(heartbeat)
         .unwrap_or(now);
-    let last = c
-        .last_heartbeat_time
-        .as_ref()
-        .and_then(time_utc)
-        .unwrap_or(now)
-        .max(first);
+    let last = heartbeat.unwrap_or(now).max(first);
     let mut f = Fault::new(FaultSource::NodeCondition, code, last);
     f.first_seen = first;
     f.reason = c.reason.clone();
@@ -183,6 +183,38 @@ mod tests {
             "2026-01-01T11:30:00Z".parse::<DateTime<Utc>>().unwrap()
         );
         assert!(!node_healthy(&n, &watched()));
+    }
+
+    #[test]
+    fn agent_written_message_round_trips() {
+        let msg = wire::format_condition_message(&[
+            wire::WireFault {
+                source: "NvidiaXid".into(),
+                code: "94".into(),
+                device: Some("2".into()),
+                message: Some("contained ECC error".into()),
+                ..Default::default()
+            },
+            wire::WireFault {
+                source: "NvidiaXid".into(),
+                code: "119".into(),
+                ..Default::default()
+            },
+        ]);
+        let n = node(json!([{"type": GPU_CONDITION, "status": "True", "message": msg}]));
+        let fs = node_faults(&n, &[], now());
+        let got: Vec<_> = fs
+            .iter()
+            .map(|f| (f.source, f.code.as_str(), f.device.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (FaultSource::NvidiaXid, "94", Some("2")),
+                (FaultSource::NvidiaXid, "119", None)
+            ]
+        );
+        assert_eq!(fs[0].message.as_deref(), Some("contained ECC error"));
     }
 
     #[test]
@@ -262,6 +294,12 @@ mod tests {
         assert_eq!(fs.len(), 1);
         assert_eq!(fs[0].code, "NpuFault");
         assert_eq!(fs[0].last_seen, now());
+        // Without a transition time the (stable) heartbeat stands in for it.
+        let n = node(json!([{"type": "KernelDeadlock", "status": "True",
+            "lastHeartbeatTime": "2026-01-01T11:00:00Z"}]));
+        let f = &node_faults(&n, &watched(), now())[0];
+        let hb = "2026-01-01T11:00:00Z".parse::<DateTime<Utc>>().unwrap();
+        assert_eq!((f.first_seen, f.last_seen), (hb, hb));
     }
 
     #[test]

@@ -122,7 +122,13 @@ fn parse_condition_line(line: &str) -> Result<WireFault, WireError> {
 
 fn token(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_whitespace() || c == '|' { '_' } else { c })
+        .map(|c| {
+            if c.is_whitespace() || c == '|' {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

@@ -67,7 +67,10 @@ impl Limit {
     pub fn parse(s: &str) -> Result<Limit, String> {
         let s = s.trim();
         if let Some(p) = s.strip_suffix('%') {
-            let n: u32 = p.trim().parse().map_err(|_| format!("{s:?} is not a percentage"))?;
+            let n: u32 = p
+                .trim()
+                .parse()
+                .map_err(|_| format!("{s:?} is not a percentage"))?;
             if n > 100 {
                 return Err(format!("{s:?} is above 100%"));
             }
@@ -126,17 +129,24 @@ impl CompiledPolicy {
         let when = s
             .when
             .as_deref()
-            .map(|w| Expr::compile(w, POLICY_VARS).map_err(|e| InvalidObject::expr("spec.when".into(), e)))
+            .map(|w| {
+                Expr::compile(w, POLICY_VARS)
+                    .map_err(|e| InvalidObject::expr("spec.when".into(), e))
+            })
             .transpose()?;
         let cooldown = match s.cooldown.as_deref() {
             None => Cooldown::Fixed(DEFAULT_COOLDOWN),
             Some(c) => match duration::parse(c) {
                 Ok(d) => Cooldown::Fixed(d),
-                Err(_) => Cooldown::Cel(Expr::compile(c, POLICY_VARS).map_err(|e| InvalidObject {
-                    field: "spec.cooldown".into(),
-                    reason: "InvalidExpression",
-                    message: format!("neither a duration (30s, 5m) nor a valid CEL expression: {e}"),
-                })?),
+                Err(_) => {
+                    Cooldown::Cel(Expr::compile(c, POLICY_VARS).map_err(|e| InvalidObject {
+                        field: "spec.cooldown".into(),
+                        reason: "InvalidExpression",
+                        message: format!(
+                            "neither a duration (30s, 5m) nor a valid CEL expression: {e}"
+                        ),
+                    })?)
+                }
             },
         };
         let (restart_pod_first, job_after) = match &s.escalation {

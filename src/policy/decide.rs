@@ -175,7 +175,8 @@ pub fn decide_node(
         reasons: Vec::new(),
     };
     if !c.level.cordons_node() {
-        d.reasons.push(format!("level {} does not touch the node", c.level));
+        d.reasons
+            .push(format!("level {} does not touch the node", c.level));
         return d;
     }
     let skip = |d: &mut NodeDecision, s: Skip, why: String| {
@@ -195,7 +196,15 @@ pub fn decide_node(
     let cordon_done = node.unschedulable;
     let taint_done = !want_taint || node.tainted;
     if cordon_done && taint_done {
-        skip(&mut d, Skip::AlreadyApplied, format!("node {} is already cordoned{}", node.name, if want_taint { " and tainted" } else { "" }));
+        skip(
+            &mut d,
+            Skip::AlreadyApplied,
+            format!(
+                "node {} is already cordoned{}",
+                node.name,
+                if want_taint { " and tainted" } else { "" }
+            ),
+        );
         return d;
     }
     // A node already out of scheduling does not count against the breaker
@@ -203,20 +212,37 @@ pub fn decide_node(
     if !cordon_done && !breaker.allows(now) {
         let used = breaker.used(now);
         let allowed = breaker.allowed();
-        skip(&mut d, Skip::BreakerOpen { used, allowed }, format!("circuit breaker open: {used} of {allowed} nodes already separated within {}; the cordon is held", crate::api::duration::format(breaker.window)));
+        skip(
+            &mut d,
+            Skip::BreakerOpen { used, allowed },
+            format!(
+                "circuit breaker open: {used} of {allowed} nodes already separated within {}; the cordon is held",
+                crate::api::duration::format(breaker.window)
+            ),
+        );
         d.actions.push(NodeAction::Cordon);
         return d;
     }
     if !cordon_done {
         d.actions.push(NodeAction::Cordon);
-        d.reasons.push(format!("level {} cordons the node", c.level));
+        d.reasons
+            .push(format!("level {} cordons the node", c.level));
     }
     if want_taint && !node.tainted {
-        d.actions.push(NodeAction::Taint { key: cfg.taint_key.clone() });
-        d.reasons.push(format!("level Separate taints the node with {}:NoSchedule", cfg.taint_key));
+        d.actions.push(NodeAction::Taint {
+            key: cfg.taint_key.clone(),
+        });
+        d.reasons.push(format!(
+            "level Separate taints the node with {}:NoSchedule",
+            cfg.taint_key
+        ));
     }
     if dry_run {
-        skip(&mut d, Skip::DryRun, "dry run: node actions recorded, not made".into());
+        skip(
+            &mut d,
+            Skip::DryRun,
+            "dry run: node actions recorded, not made".into(),
+        );
     }
     d
 }
@@ -229,10 +255,7 @@ pub fn decide_job(
     global_dry_run: bool,
     now: DateTime<Utc>,
 ) -> JobDecision {
-    let job_id = format!(
-        "{}/{}/{}",
-        job.view.kind, job.view.namespace, job.view.name
-    );
+    let job_id = format!("{}/{}/{}", job.view.kind, job.view.namespace, job.view.name);
     let mut d = JobDecision {
         job: job_id,
         policy: None,
@@ -252,12 +275,23 @@ pub fn decide_job(
         return skip(&mut d, Skip::LevelIgnore, why);
     }
     if !c.fault.trusted
-        && c.fault.namespace.as_deref().is_some_and(|ns| ns != job.view.namespace)
+        && c.fault
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| ns != job.view.namespace)
     {
-        return skip(&mut d, Skip::Untrusted, "an Event from another tenant's namespace cannot restart this job".into());
+        return skip(
+            &mut d,
+            Skip::Untrusted,
+            "an Event from another tenant's namespace cannot restart this job".into(),
+        );
     }
     let Some(kind) = job.kind else {
-        return skip(&mut d, Skip::NoPolicy, format!("unsupported workload kind {:?}", job.view.kind));
+        return skip(
+            &mut d,
+            Skip::NoPolicy,
+            format!("unsupported workload kind {:?}", job.view.kind),
+        );
     };
     let sel = policies.select(WorkloadRef {
         kind,
@@ -267,7 +301,15 @@ pub fn decide_job(
     });
     d.shadowed = sel.shadowed;
     let Some(p) = sel.chosen else {
-        return skip(&mut d, Skip::NoPolicy, format!("no RecoveryPolicy in {:?} or the root namespace covers this {}", job.view.namespace, kind.as_str()));
+        return skip(
+            &mut d,
+            Skip::NoPolicy,
+            format!(
+                "no RecoveryPolicy in {:?} or the root namespace covers this {}",
+                job.view.namespace,
+                kind.as_str()
+            ),
+        );
     };
     d.policy = Some(p.id());
     d.reasons.push(format!("policy {} covers it", p.id()));
@@ -284,15 +326,29 @@ pub fn decide_job(
             }
             Err(e) => {
                 let why = format!("when `{}` failed ({e}); treated as false", w.source());
-                return skip(&mut d, Skip::GateError { error: e.to_string() }, why);
+                return skip(
+                    &mut d,
+                    Skip::GateError {
+                        error: e.to_string(),
+                    },
+                    why,
+                );
             }
         }
     }
     if p.action == PolicyAction::None {
-        return skip(&mut d, Skip::ActionNone, "the policy's action is None: recorded only".into());
+        return skip(
+            &mut d,
+            Skip::ActionNone,
+            "the policy's action is None: recorded only".into(),
+        );
     }
     if job.restart_policy_never {
-        return skip(&mut d, Skip::RestartPolicyNever, "the job's restart policy is Never".into());
+        return skip(
+            &mut d,
+            Skip::RestartPolicyNever,
+            "the job's restart policy is Never".into(),
+        );
     }
     if let Some(last) = job.history.last() {
         let cooldown = match cooldown_of(&p, &vars) {
@@ -310,17 +366,26 @@ pub fn decide_job(
                 crate::api::duration::format(Duration::from_secs(since.as_secs())),
                 crate::api::duration::format(cooldown)
             );
-            return skip(&mut d, Skip::Cooldown { remaining_secs: rem.as_secs().max(1) }, why);
+            return skip(
+                &mut d,
+                Skip::Cooldown {
+                    remaining_secs: rem.as_secs().max(1),
+                },
+                why,
+            );
         }
     }
     if let Some(b) = &p.budget
         && (b.count_infrastructure || !d.infrastructure)
     {
-        let horizon = now - chrono::Duration::from_std(b.window).unwrap_or(chrono::Duration::hours(1));
+        let horizon =
+            now - chrono::Duration::from_std(b.window).unwrap_or(chrono::Duration::hours(1));
         let used = job
             .history
             .iter()
-            .filter(|r| r.at > horizon && !r.pod_only && (b.count_infrastructure || !r.infrastructure))
+            .filter(|r| {
+                r.at > horizon && !r.pod_only && (b.count_infrastructure || !r.infrastructure)
+            })
             .count() as u32;
         if used >= b.max_restarts {
             let why = format!(
@@ -328,11 +393,20 @@ pub fn decide_job(
                 b.max_restarts,
                 crate::api::duration::format(b.window)
             );
-            return skip(&mut d, Skip::BudgetExhausted { used, max: b.max_restarts }, why);
+            return skip(
+                &mut d,
+                Skip::BudgetExhausted {
+                    used,
+                    max: b.max_restarts,
+                },
+                why,
+            );
         }
-        d.reasons.push(format!("budget: {used} of {} used", b.max_restarts));
+        d.reasons
+            .push(format!("budget: {used} of {} used", b.max_restarts));
     } else if p.budget.is_some() {
-        d.reasons.push("hardware fault: not counted against the restart budget".into());
+        d.reasons
+            .push("hardware fault: not counted against the restart budget".into());
     }
     let logs = p.preserve_logs;
     let pod_first = p.action == PolicyAction::RestartPod
@@ -342,28 +416,58 @@ pub fn decide_job(
         (true, Some(pod), Some(lp)) if p.restart_pod_first => {
             let since = (now - lp.at).to_std().unwrap_or(Duration::ZERO);
             if job.running {
-                d.reasons.push("graded: the job ran again after the pod restart; restarting the pod again".into());
-                JobAction::RestartPod { pod: pod.clone(), preserve_logs: logs }
+                d.reasons.push(
+                    "graded: the job ran again after the pod restart; restarting the pod again"
+                        .into(),
+                );
+                JobAction::RestartPod {
+                    pod: pod.clone(),
+                    preserve_logs: logs,
+                }
             } else if since < p.job_after {
                 let rem = p.job_after - since;
-                return skip(&mut d, Skip::WaitingForPodRestart { remaining_secs: rem.as_secs().max(1) }, format!("graded: waiting up to {} for the restarted pod", crate::api::duration::format(p.job_after)));
+                return skip(
+                    &mut d,
+                    Skip::WaitingForPodRestart {
+                        remaining_secs: rem.as_secs().max(1),
+                    },
+                    format!(
+                        "graded: waiting up to {} for the restarted pod",
+                        crate::api::duration::format(p.job_after)
+                    ),
+                );
             } else {
                 d.reasons.push(format!("graded: the job is not running {} after the pod restart; restarting the whole job", crate::api::duration::format(p.job_after)));
-                JobAction::RestartJob { preserve_logs: logs }
+                JobAction::RestartJob {
+                    preserve_logs: logs,
+                }
             }
         }
         (true, Some(pod), _) => {
             d.reasons.push(format!("restart pod {pod} first"));
-            JobAction::RestartPod { pod: pod.clone(), preserve_logs: logs }
+            JobAction::RestartPod {
+                pod: pod.clone(),
+                preserve_logs: logs,
+            }
         }
         _ => {
             d.reasons.push("restart the whole job".into());
-            JobAction::RestartJob { preserve_logs: logs }
+            JobAction::RestartJob {
+                preserve_logs: logs,
+            }
         }
     });
     if global_dry_run || p.dry_run {
-        let by = if p.dry_run { "the policy" } else { "the operator" };
-        return skip(&mut d, Skip::DryRun, format!("dry run by {by}: recorded, not made"));
+        let by = if p.dry_run {
+            "the policy"
+        } else {
+            "the operator"
+        };
+        return skip(
+            &mut d,
+            Skip::DryRun,
+            format!("dry run by {by}: recorded, not made"),
+        );
     }
     d
 }

@@ -39,7 +39,11 @@ pub struct Engine {
 impl Engine {
     /// An engine with no objects yet for a cluster of `total_nodes`.
     pub fn new(root_namespace: &str, node_default: NodeConfig, total_nodes: u32) -> Engine {
-        let breaker = Breaker::new(node_default.max_separated, node_default.breaker_window, total_nodes);
+        let breaker = Breaker::new(
+            node_default.max_separated,
+            node_default.breaker_window,
+            total_nodes,
+        );
         Engine {
             classifier: Classifier::new(),
             policies: PolicySet::new(root_namespace),
@@ -62,6 +66,18 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> Decision {
         let c = self.classifier.classify(fault, node_view, now);
+        self.decide_classified(c, node, jobs, now)
+    }
+
+    /// Decide for a fault already classified (the controller classifies
+    /// first to tell a replay from an escalation).
+    pub fn decide_classified(
+        &mut self,
+        c: crate::fault::Classified,
+        node: Option<&NodeInput>,
+        jobs: &[JobInput],
+        now: DateTime<Utc>,
+    ) -> Decision {
         let node_decision = node.map(|n| {
             let (cfg, from) = self.policies.node_config(&self.node_default);
             self.breaker.limit = cfg.max_separated;

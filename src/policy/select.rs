@@ -62,7 +62,9 @@ impl PolicySet {
         let ns = p.namespace().unwrap_or_default();
         let name = p.name_any();
         let same = p.metadata.generation.is_some()
-            && self.get(&ns, &name).is_some_and(|c| c.generation == p.metadata.generation);
+            && self
+                .get(&ns, &name)
+                .is_some_and(|c| c.generation == p.metadata.generation);
         if !same {
             self.remove(&ns, &name);
             match CompiledPolicy::compile(p) {
@@ -132,7 +134,11 @@ impl PolicySet {
 
     /// Choose the policy for a workload.
     pub fn select(&self, w: WorkloadRef<'_>) -> Selection {
-        let local = self.by_ns.get(w.namespace).map(|l| l.as_slice()).unwrap_or(&[]);
+        let local = self
+            .by_ns
+            .get(w.namespace)
+            .map(|l| l.as_slice())
+            .unwrap_or(&[]);
         let mut candidates: Vec<(&Arc<CompiledPolicy>, (bool, usize, bool))> = local
             .iter()
             .filter(|p| matches(p, w))

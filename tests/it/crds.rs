@@ -64,26 +64,42 @@ fn crds_are_structural_with_names_columns_and_status() {
         let name = crd.metadata.name.clone().unwrap_or_default();
         assert_eq!(v["apiVersion"], "apiextensions.k8s.io/v1");
         assert_eq!(v["spec"]["names"]["categories"][0], "rebound", "{name}");
-        assert!(v["spec"]["names"]["shortNames"][0].as_str().is_some(), "{name}");
+        assert!(
+            v["spec"]["names"]["shortNames"][0].as_str().is_some(),
+            "{name}"
+        );
         let ver = &v["spec"]["versions"][0];
         assert_eq!(ver["name"], "v1alpha1");
-        assert!(ver["subresources"]["status"].is_object(), "{name}: status subresource");
+        assert!(
+            ver["subresources"]["status"].is_object(),
+            "{name}: status subresource"
+        );
         let schema = &ver["schema"]["openAPIV3Schema"];
         let mut problems = Vec::new();
         check_structural("", schema, &mut problems);
         assert!(problems.is_empty(), "{name}: {problems:#?}");
-        assert!(schema["properties"]["spec"]["description"].as_str().is_some());
+        assert!(
+            schema["properties"]["spec"]["description"]
+                .as_str()
+                .is_some()
+        );
         // Printer columns point at fields that exist.
         for col in ver["additionalPrinterColumns"].as_array().expect("columns") {
             let jp = col["jsonPath"].as_str().expect("jsonPath");
-            let first = jp.trim_start_matches('.').split(['.', '[']).collect::<Vec<_>>();
+            let first = jp
+                .trim_start_matches('.')
+                .split(['.', '['])
+                .collect::<Vec<_>>();
             let mut node = schema;
             if first[0] == "metadata" {
                 continue;
             }
             for seg in first.iter().take(2) {
                 node = &node["properties"][*seg];
-                assert!(node.is_object(), "{name}: column {jp} names a missing field {seg}");
+                assert!(
+                    node.is_object(),
+                    "{name}: column {jp} names a missing field {seg}"
+                );
             }
         }
         // Every CEL validation rule parses.
@@ -91,7 +107,10 @@ fn crds_are_structural_with_names_columns_and_status() {
         let rules: Vec<Value> = find_rules(&serde_json::from_str(&text).expect("json"));
         for r in rules {
             let rule = r["rule"].as_str().expect("rule text");
-            assert!(cel::Program::compile(rule).is_ok(), "{name}: rule {rule} does not parse");
+            assert!(
+                cel::Program::compile(rule).is_ok(),
+                "{name}: rule {rule} does not parse"
+            );
         }
     }
     let rp = rebound::api::crds()
@@ -99,7 +118,10 @@ fn crds_are_structural_with_names_columns_and_status() {
         .find(|c| c.spec.names.kind == "RecoveryPolicy")
         .expect("rp");
     assert_eq!(rp.spec.scope, "Namespaced");
-    assert_eq!(rp.spec.names.short_names.as_deref(), Some(&["rp".to_string()][..]));
+    assert_eq!(
+        rp.spec.names.short_names.as_deref(),
+        Some(&["rp".to_string()][..])
+    );
 }
 
 fn find_rules(v: &Value) -> Vec<Value> {

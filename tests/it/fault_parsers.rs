@@ -58,6 +58,10 @@ fn documented_configmap_sample_yields_the_manually_separated_chip() {
     assert!(!r.available.contains(&"Ascend910-0".to_string()));
     assert!(r.faults.is_empty() && r.unhealthy.is_empty() && r.network_unhealthy.is_empty());
     assert_eq!(info.manually_separated, ["Ascend910-0"]);
+    assert!(
+        !info.healthy(),
+        "a manually separated chip keeps the node out"
+    );
 
     let faults = ascend::deviceinfo_faults(&cm, now()).expect("parses");
     assert_eq!(faults.len(), 1, "{faults:?}");
@@ -102,6 +106,8 @@ fn atlas_a3_faulty_value_yields_every_chip_and_code() {
             Some(Level::Ignore)
         ]
     );
+
+    assert!(!info.healthy());
 
     let faults = ascend::deviceinfo_faults(&cm, now()).expect("parses");
     let got: Vec<_> = faults

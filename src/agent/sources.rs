@@ -1,0 +1,369 @@
+//! The source loops: each reads one input and sends [`SourceEvent`]s.
+//!
+//! The kernel-log reader runs on its own OS thread (a blocking read of
+//! `/dev/kmsg` cannot be cancelled, and a detached thread does not hold up
+//! shutdown); the tool pollers are async tasks.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc::Sender;
+
+use super::cmd::CmdError;
+use super::dcgm::{self, DcgmError};
+use super::fault::SourceEvent;
+use super::kmsg::MAX_LINE_BYTES;
+use super::npusmi;
+use super::pci::DeviceMap;
+use super::xid::{KmsgScanner, ScannedFault, read_bounded_line};
+
+/// Where the kernel log is read from when no file is given.
+pub const DEV_KMSG: &str = "/dev/kmsg";
+
+/// The node's boot time from `/proc/uptime` (host-wide, also in a
+/// container), to date `/dev/kmsg` records.
+pub fn boot_time(now: SystemTime) -> Option<SystemTime> {
+    let text = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = text.split_whitespace().next()?.parse().ok()?;
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    now.checked_sub(Duration::from_secs_f64(secs))
+}
+
+/// When a scanned fault happened: boot + the record's monotonic time for
+/// `/dev/kmsg` records, else now (a file's timestamps are not this boot's).
+pub fn fault_time(f: &ScannedFault, boot: Option<SystemTime>, now: SystemTime) -> SystemTime {
+    match (f.record, boot) {
+        (Some(r), Some(b)) => (b + Duration::from_micros(r.usec)).min(now),
+        _ => now,
+    }
+}
+
+/// Settings of the kernel-log reader.
+#[derive(Clone, Debug)]
+pub struct KmsgSource {
+    /// A file instead of `/dev/kmsg`.
+    pub file: Option<PathBuf>,
+    /// Read to the end and stop, instead of following.
+    pub once: bool,
+    /// PCI → index.
+    pub map: DeviceMap,
+    /// How often a followed file is checked for new lines.
+    pub poll: Duration,
+}
+
+impl KmsgSource {
+    /// Start the reader on its own thread.
+    pub fn spawn(self, tx: Sender<SourceEvent>) -> std::thread::JoinHandle<()> {
+        std::thread::Builder::new()
+            .name("rebound-kmsg".into())
+            .spawn(move || self.run_blocking(&tx))
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cannot start the kernel-log thread");
+                std::thread::spawn(|| {})
+            })
+    }
+
+    /// Read until done (`once`) or the receiver is gone.
+    pub fn run_blocking(self, tx: &Sender<SourceEvent>) {
+        let mut scanner = KmsgScanner::new(self.map.clone());
+        let up = |up| {
+            tx.blocking_send(SourceEvent::Up { source: "kmsg", up })
+                .is_ok()
+        };
+        let result = match &self.file {
+            Some(path) => {
+                if !up(true) {
+                    return;
+                }
+                self.follow_file(path, &mut scanner, tx)
+            }
+            None => {
+                let boot = boot_time(SystemTime::now());
+                match open_kmsg(self.once) {
+                    Ok(f) => {
+                        if !up(true) {
+                            return;
+                        }
+                        read_kmsg_records(f, self.once, boot, &mut scanner, tx)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, path = %self.file.as_deref().unwrap_or(Path::new(DEV_KMSG)).display(), "kernel-log source stopped");
+            up(false);
+        }
+    }
+
+    fn follow_file(
+        &self,
+        path: &Path,
+        scanner: &mut KmsgScanner,
+        tx: &Sender<SourceEvent>,
+    ) -> std::io::Result<()> {
+        let mut reader = BufReader::new(File::open(path)?);
+        let mut buf = Vec::with_capacity(256);
+        loop {
+            while read_bounded_line(&mut reader, &mut buf)? {
+                let line = String::from_utf8_lossy(&buf);
+                if !emit(scanner, &line, None, tx) {
+                    return Ok(());
+                }
+            }
+            if self.once || tx.is_closed() {
+                return Ok(());
+            }
+            std::thread::sleep(self.poll);
+            // Truncated or rotated: start again from the top.
+            let pos = reader.stream_position()?;
+            let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(pos);
+            if len < pos {
+                reader = BufReader::new(File::open(path)?);
+            }
+        }
+    }
+}
+
+fn open_kmsg(once: bool) -> std::io::Result<File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(target_os = "linux")]
+    if once {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK: stop at the end of the ring buffer instead of waiting.
+        opts.custom_flags(0o4000);
+    }
+    let _ = once;
+    opts.open(DEV_KMSG)
+}
+
+/// `/dev/kmsg` returns one record per read; EPIPE means records were
+/// overwritten before we read them (counted, then reading goes on).
+fn read_kmsg_records(
+    mut f: File,
+    once: bool,
+    boot: Option<SystemTime>,
+    scanner: &mut KmsgScanner,
+    tx: &Sender<SourceEvent>,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; MAX_LINE_BYTES * 2];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                let rec = &buf[..n];
+                // The first line is the record; ` KEY=value` lines follow.
+                let end = rec.iter().position(|&b| b == b'\n').unwrap_or(n);
+                let line = String::from_utf8_lossy(&rec[..end.min(MAX_LINE_BYTES)]);
+                if !emit(scanner, &line, boot, tx) {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(32) => {
+                tracing::debug!("kernel log records overwritten before read");
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && once => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Scan one line and send what it yields; `false` when the receiver is gone.
+fn emit(
+    scanner: &mut KmsgScanner,
+    line: &str,
+    boot: Option<SystemTime>,
+    tx: &Sender<SourceEvent>,
+) -> bool {
+    let errors = scanner.parse_errors;
+    let found = scanner.push(line);
+    if scanner.parse_errors > errors {
+        if let Some(e) = &scanner.last_error {
+            tracing::debug!(error = %e, "unparsed kernel-log line");
+        }
+        if tx
+            .blocking_send(SourceEvent::ParseErrors {
+                source: "kmsg",
+                n: scanner.parse_errors - errors,
+            })
+            .is_err()
+        {
+            return false;
+        }
+    }
+    match found {
+        Some(f) => {
+            let now = SystemTime::now();
+            let at = fault_time(&f, boot, now);
+            tx.blocking_send(SourceEvent::Fault { fault: f.fault, at })
+                .is_ok()
+        }
+        None => true,
+    }
+}
+
+/// Settings of the DCGM poller.
+#[derive(Clone, Debug)]
+pub struct DcgmSource {
+    /// `dcgmi` binary.
+    pub binary: String,
+    /// `diag -r` level.
+    pub level: u8,
+    /// Time between runs.
+    pub interval: Duration,
+    /// Longest run.
+    pub timeout: Duration,
+    /// Also `dcgmi health -c -j`.
+    pub health: bool,
+}
+
+impl DcgmSource {
+    /// Run once; `Ok(false)` when `dcgmi` is missing (source disabled).
+    pub async fn poll(
+        &self,
+        tx: &Sender<SourceEvent>,
+    ) -> Result<bool, tokio::sync::mpsc::error::SendError<SourceEvent>> {
+        let now = SystemTime::now();
+        match dcgm::run_diag(&self.binary, self.level, self.timeout).await {
+            Ok(failures) => {
+                tx.send(SourceEvent::Up {
+                    source: "dcgm",
+                    up: true,
+                })
+                .await?;
+                for f in failures {
+                    tx.send(SourceEvent::Fault {
+                        fault: f.to_fault(),
+                        at: now,
+                    })
+                    .await?;
+                }
+            }
+            Err(DcgmError::Cmd(CmdError::Missing { binary })) => {
+                tracing::info!(%binary, "dcgmi not found; DCGM source off");
+                tx.send(SourceEvent::Up {
+                    source: "dcgm",
+                    up: false,
+                })
+                .await?;
+                return Ok(false);
+            }
+            Err(e @ (DcgmError::Json { .. } | DcgmError::Shape)) => {
+                tracing::warn!(error = %e, "dcgmi diag output not understood");
+                tx.send(SourceEvent::ParseErrors {
+                    source: "dcgm",
+                    n: 1,
+                })
+                .await?;
+                tx.send(SourceEvent::Up {
+                    source: "dcgm",
+                    up: false,
+                })
+                .await?;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "dcgmi diag failed");
+                tx.send(SourceEvent::Up {
+                    source: "dcgm",
+                    up: false,
+                })
+                .await?;
+            }
+        }
+        if self.health {
+            match dcgm::run_health(&self.binary, self.timeout).await {
+                Ok(failures) => {
+                    for f in failures {
+                        tx.send(SourceEvent::Fault {
+                            fault: f.to_fault(),
+                            at: now,
+                        })
+                        .await?;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "dcgmi health gave nothing usable"),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Poll every interval until `dcgmi` is found missing or the receiver is gone.
+    pub async fn run(self, tx: Sender<SourceEvent>) {
+        loop {
+            match self.poll(&tx).await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return,
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+}
+
+/// Settings of the `npu-smi` poller.
+#[derive(Clone, Debug)]
+pub struct NpuSmiSource {
+    /// `npu-smi` binary.
+    pub binary: String,
+    /// Time between polls.
+    pub interval: Duration,
+    /// Longest run.
+    pub timeout: Duration,
+}
+
+impl NpuSmiSource {
+    /// Run once; `Ok(false)` when `npu-smi` is missing (source disabled).
+    pub async fn poll(
+        &self,
+        tx: &Sender<SourceEvent>,
+    ) -> Result<bool, tokio::sync::mpsc::error::SendError<SourceEvent>> {
+        let now = SystemTime::now();
+        match npusmi::collect(&self.binary, self.timeout).await {
+            Ok(faults) => {
+                tx.send(SourceEvent::Up {
+                    source: "npusmi",
+                    up: true,
+                })
+                .await?;
+                for fault in faults {
+                    tx.send(SourceEvent::Fault { fault, at: now }).await?;
+                }
+                Ok(true)
+            }
+            Err(CmdError::Missing { binary }) => {
+                tracing::info!(%binary, "npu-smi not found; npu-smi source off");
+                tx.send(SourceEvent::Up {
+                    source: "npusmi",
+                    up: false,
+                })
+                .await?;
+                Ok(false)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "npu-smi failed");
+                tx.send(SourceEvent::Up {
+                    source: "npusmi",
+                    up: false,
+                })
+                .await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Poll every interval until `npu-smi` is found missing or the receiver is gone.
+    pub async fn run(self, tx: Sender<SourceEvent>) {
+        loop {
+            match self.poll(&tx).await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return,
+            }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+}

@@ -1,0 +1,562 @@
+//! Fold and quiet period: the agent's memory of active faults.
+//!
+//! Pure (time is passed in), bounded (at most `max_entries` faults), and the
+//! only place that decides whether a Node condition is `True`: a device is
+//! faulty from its first fault until it has been quiet (no fault seen) for
+//! the quiet period, except for sticky codes (a GPU that fell off the bus
+//! does not come back by itself), which last until the node reboots.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use super::fault::{Accelerator, AgentFault};
+use crate::fault::wire::format_condition_message;
+
+/// Most faults listed in one condition message (the rest stay active and
+/// counted, but are not listed), to bound the Node object's size.
+pub const MAX_FAULTS_IN_MESSAGE: usize = 32;
+
+/// Identity of a fault for folding.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FaultKey {
+    /// Condition family.
+    pub family: Accelerator,
+    /// Source name.
+    pub source: &'static str,
+    /// Code.
+    pub code: String,
+    /// Device, if known.
+    pub device: Option<String>,
+}
+
+impl FaultKey {
+    /// The key of a fault.
+    pub fn of(f: &AgentFault) -> Self {
+        FaultKey {
+            family: f.family,
+            source: f.source,
+            code: f.code.clone(),
+            device: f.device.clone(),
+        }
+    }
+}
+
+/// Where the Event of a folded fault stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventState {
+    /// No Event written yet.
+    Pending,
+    /// Event `name` written, carrying `count` occurrences, at `at`.
+    Published {
+        /// Event object name.
+        name: String,
+        /// Occurrences the Event shows.
+        count: u64,
+        /// When it was last written.
+        at: SystemTime,
+    },
+    /// Restored from the Node condition after a restart: no new Event.
+    Restored,
+}
+
+/// One active fault with its fold count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Folded {
+    /// The latest observation (message of the last one).
+    pub fault: AgentFault,
+    /// First time seen.
+    pub first_seen: SystemTime,
+    /// Last time seen.
+    pub last_seen: SystemTime,
+    /// Times seen while active.
+    pub count: u64,
+    /// Clears only at reboot.
+    pub sticky: bool,
+    /// Event progress.
+    pub event: EventState,
+}
+
+/// What an observation did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// A fault not active before: a new Event, maybe a condition change.
+    New,
+    /// A repeat of an active fault: folded into its count.
+    Repeat {
+        /// The count now.
+        count: u64,
+    },
+    /// Older than the quiet period (e.g. read back from the kernel log at
+    /// start-up): ignored.
+    Stale,
+}
+
+/// Fold settings.
+#[derive(Clone, Debug)]
+pub struct FoldConfig {
+    /// A device is healthy again after this long without a fault.
+    pub quiet_period: Duration,
+    /// Bound on active faults kept; the oldest is forgotten beyond it.
+    pub max_entries: usize,
+    /// `(source, code)` pairs that never clear by quiet period.
+    pub sticky: Vec<(String, String)>,
+}
+
+impl Default for FoldConfig {
+    fn default() -> Self {
+        FoldConfig {
+            quiet_period: Duration::from_secs(600),
+            max_entries: 256,
+            sticky: vec![("NvidiaXid".into(), "79".into())],
+        }
+    }
+}
+
+/// The desired state of one Node condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredCondition {
+    /// `GpuFault` / `NpuFault`.
+    pub type_: &'static str,
+    /// `true` = faulty.
+    pub status: bool,
+    /// CamelCase reason carrying the code when there is one kind of fault.
+    pub reason: String,
+    /// [`format_condition_message`] of the active faults; empty when healthy.
+    pub message: String,
+}
+
+/// An Event the reporter should write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventDue {
+    /// First Event of a fault.
+    Create {
+        /// The fault.
+        key: FaultKey,
+        /// Its latest observation.
+        fault: AgentFault,
+        /// Occurrences so far.
+        count: u64,
+    },
+    /// Repeats since the last write: update the Event's series count.
+    Series {
+        /// The fault.
+        key: FaultKey,
+        /// Event object name.
+        name: String,
+        /// Occurrences so far.
+        count: u64,
+    },
+}
+
+/// Active faults of this node.
+#[derive(Debug, Default)]
+pub struct FoldState {
+    cfg: FoldConfig,
+    entries: HashMap<FaultKey, Folded>,
+    /// Faults forgotten because `max_entries` was reached.
+    pub evicted: u64,
+}
+
+impl FoldState {
+    /// Empty state.
+    pub fn new(cfg: FoldConfig) -> Self {
+        FoldState {
+            cfg,
+            entries: HashMap::new(),
+            evicted: 0,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &FoldConfig {
+        &self.cfg
+    }
+
+    fn is_sticky(&self, f: &AgentFault) -> bool {
+        self.cfg
+            .sticky
+            .iter()
+            .any(|(s, c)| s == f.source && *c == f.code)
+    }
+
+    /// Record a fault observed at `at` (its own time, e.g. from the kernel
+    /// record) when the clock says `now`.
+    pub fn observe(&mut self, fault: AgentFault, at: SystemTime, now: SystemTime) -> Observed {
+        let sticky = self.is_sticky(&fault);
+        let at = at.min(now);
+        if !sticky && at + self.cfg.quiet_period <= now {
+            return Observed::Stale;
+        }
+        let key = FaultKey::of(&fault);
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.count = e.count.saturating_add(1);
+            e.last_seen = e.last_seen.max(at);
+            e.fault = fault;
+            return Observed::Repeat { count: e.count };
+        }
+        self.make_room();
+        self.entries.insert(
+            key,
+            Folded {
+                fault,
+                first_seen: at,
+                last_seen: at,
+                count: 1,
+                sticky,
+                event: EventState::Pending,
+            },
+        );
+        Observed::New
+    }
+
+    /// Re-establish a fault listed in the Node condition written before a
+    /// restart: active again for one quiet period, without a new Event.
+    pub fn restore(&mut self, fault: AgentFault, now: SystemTime) {
+        let key = FaultKey::of(&fault);
+        if self.entries.contains_key(&key) {
+            return;
+        }
+        let sticky = self.is_sticky(&fault);
+        self.make_room();
+        self.entries.insert(
+            key,
+            Folded {
+                fault,
+                first_seen: now,
+                last_seen: now,
+                count: 1,
+                sticky,
+                event: EventState::Restored,
+            },
+        );
+    }
+
+    fn make_room(&mut self) {
+        while self.entries.len() >= self.cfg.max_entries.max(1) {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(k, e)| (e.sticky, e.last_seen, (*k).clone()))
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    self.entries.remove(&k);
+                    self.evicted += 1;
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Forget the faults of every device that has been quiet for the quiet
+    /// period (a device's faults clear together); returns them.
+    pub fn expire(&mut self, now: SystemTime) -> Vec<Folded> {
+        let mut device_last: HashMap<(Accelerator, Option<String>), SystemTime> = HashMap::new();
+        for (k, e) in &self.entries {
+            let slot = device_last
+                .entry((k.family, k.device.clone()))
+                .or_insert(e.last_seen);
+            *slot = (*slot).max(e.last_seen);
+        }
+        let quiet = self.cfg.quiet_period;
+        let gone: Vec<FaultKey> = self
+            .entries
+            .iter()
+            .filter(|(k, e)| {
+                !e.sticky
+                    && device_last
+                        .get(&(k.family, k.device.clone()))
+                        .is_some_and(|last| *last + quiet <= now)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut out: Vec<Folded> = gone
+            .into_iter()
+            .filter_map(|k| self.entries.remove(&k))
+            .collect();
+        out.sort_by(|a, b| FaultKey::of(&a.fault).cmp(&FaultKey::of(&b.fault)));
+        out
+    }
+
+    /// When the next device becomes quiet (to schedule the next expiry).
+    pub fn next_expiry(&self) -> Option<SystemTime> {
+        self.entries
+            .values()
+            .filter(|e| !e.sticky)
+            .map(|e| e.last_seen + self.cfg.quiet_period)
+            .min()
+    }
+
+    /// Active faults of a family, oldest first.
+    pub fn active(&self, family: Accelerator) -> Vec<&Folded> {
+        let mut v: Vec<&Folded> = self
+            .entries
+            .values()
+            .filter(|e| e.fault.family == family)
+            .collect();
+        v.sort_by(|a, b| {
+            (a.first_seen, FaultKey::of(&a.fault)).cmp(&(b.first_seen, FaultKey::of(&b.fault)))
+        });
+        v
+    }
+
+    /// Number of active faults.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no fault is active.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The condition this state asks for.
+    pub fn condition(&self, family: Accelerator, node: &str) -> DesiredCondition {
+        let active = self.active(family);
+        let type_ = family.condition_type();
+        if active.is_empty() {
+            return DesiredCondition {
+                type_,
+                status: false,
+                reason: match family {
+                    Accelerator::Gpu => "GpuHealthy",
+                    Accelerator::Npu => "NpuHealthy",
+                }
+                .to_string(),
+                message: String::new(),
+            };
+        }
+        let wire: Vec<_> = active
+            .iter()
+            .take(MAX_FAULTS_IN_MESSAGE)
+            .map(|e| e.fault.to_wire(node))
+            .collect();
+        let first = &active[0].fault;
+        let reason = if active.iter().all(|e| e.fault.reason == first.reason) {
+            let same_code = active.iter().all(|e| e.fault.code == first.code);
+            if same_code
+                && !first.code.is_empty()
+                && first.code.bytes().all(|b| b.is_ascii_alphanumeric())
+            {
+                format!("{}{}", first.reason, first.code)
+            } else {
+                first.reason.to_string()
+            }
+        } else {
+            "MultipleFaults".to_string()
+        };
+        DesiredCondition {
+            type_,
+            status: true,
+            reason,
+            message: format_condition_message(&wire),
+        }
+    }
+
+    /// Events to write now: a create for each new fault, and a series update
+    /// for faults repeated since their Event was written at least
+    /// `fold_interval` ago (so a storm of one fault is one Event, updated at
+    /// most once per interval).
+    pub fn events_due(&self, now: SystemTime, fold_interval: Duration) -> Vec<EventDue> {
+        let mut due: Vec<EventDue> = self
+            .entries
+            .iter()
+            .filter_map(|(k, e)| match &e.event {
+                EventState::Pending => Some(EventDue::Create {
+                    key: k.clone(),
+                    fault: e.fault.clone(),
+                    count: e.count,
+                }),
+                EventState::Published { name, count, at }
+                    if e.count > *count && *at + fold_interval <= now =>
+                {
+                    Some(EventDue::Series {
+                        key: k.clone(),
+                        name: name.clone(),
+                        count: e.count,
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        due.sort_by(|a, b| due_key(a).cmp(due_key(b)));
+        due
+    }
+
+    /// Record that an Event was written.
+    pub fn mark_event(&mut self, key: &FaultKey, name: String, count: u64, at: SystemTime) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.event = EventState::Published { name, count, at };
+        }
+    }
+}
+
+fn due_key(d: &EventDue) -> &FaultKey {
+    match d {
+        EventDue::Create { key, .. } | EventDue::Series { key, .. } => key,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::fault::{SOURCE_ASCEND_NPU, SOURCE_NVIDIA_XID};
+
+    fn xid(code: &str, dev: &str) -> AgentFault {
+        AgentFault {
+            family: Accelerator::Gpu,
+            source: SOURCE_NVIDIA_XID,
+            code: code.into(),
+            device: Some(dev.into()),
+            reason: "GpuXid",
+            message: format!("Xid {code}"),
+        }
+    }
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    fn state(quiet: u64) -> FoldState {
+        FoldState::new(FoldConfig {
+            quiet_period: Duration::from_secs(quiet),
+            ..FoldConfig::default()
+        })
+    }
+
+    #[test]
+    fn repeats_fold_into_one_fault() {
+        let mut s = state(600);
+        assert_eq!(s.observe(xid("13", "0"), t(0), t(0)), Observed::New);
+        assert_eq!(
+            s.observe(xid("13", "0"), t(1), t(1)),
+            Observed::Repeat { count: 2 }
+        );
+        assert_eq!(s.observe(xid("13", "1"), t(2), t(2)), Observed::New);
+        assert_eq!(s.len(), 2);
+        let c = s.condition(Accelerator::Gpu, "n");
+        assert!(c.status);
+        assert_eq!(c.reason, "GpuXid13");
+        assert_eq!(
+            c.message,
+            "source=NvidiaXid code=13 device=0 | Xid 13\nsource=NvidiaXid code=13 device=1 | Xid 13"
+        );
+        assert!(!s.condition(Accelerator::Npu, "n").status);
+    }
+
+    #[test]
+    fn quiet_period_clears_per_device() {
+        let mut s = state(600);
+        s.observe(xid("13", "0"), t(0), t(0));
+        s.observe(xid("31", "0"), t(300), t(300));
+        s.observe(xid("48", "1"), t(100), t(100));
+        assert!(s.expire(t(699)).is_empty());
+        let gone = s.expire(t(700));
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].fault.code, "48");
+        // Device 0 was seen at 300: both its faults clear together at 900.
+        assert!(s.expire(t(899)).is_empty());
+        assert_eq!(s.expire(t(900)).len(), 2);
+        let c = s.condition(Accelerator::Gpu, "n");
+        assert_eq!(
+            (c.status, c.reason.as_str(), c.message.as_str()),
+            (false, "GpuHealthy", "")
+        );
+    }
+
+    #[test]
+    fn sticky_codes_never_expire_and_are_never_stale() {
+        let mut s = state(60);
+        assert_eq!(s.observe(xid("79", "2"), t(0), t(10_000)), Observed::New);
+        assert_eq!(s.observe(xid("13", "2"), t(0), t(10_000)), Observed::Stale);
+        assert!(s.expire(t(1_000_000)).is_empty());
+        assert_eq!(s.condition(Accelerator::Gpu, "n").reason, "GpuXid79");
+        assert_eq!(s.next_expiry(), None);
+    }
+
+    #[test]
+    fn mixed_reasons_and_codes() {
+        let mut s = state(600);
+        s.observe(xid("13", "0"), t(0), t(0));
+        s.observe(xid("31", "0"), t(1), t(1));
+        assert_eq!(s.condition(Accelerator::Gpu, "n").reason, "GpuXid");
+        let mut sx = xid("20034", "nvswitch0");
+        sx.reason = "NvSwitchSXid";
+        s.observe(sx, t(2), t(2));
+        assert_eq!(s.condition(Accelerator::Gpu, "n").reason, "MultipleFaults");
+        let npu = AgentFault {
+            family: Accelerator::Npu,
+            source: SOURCE_ASCEND_NPU,
+            code: "A4025021".into(),
+            device: Some("0".into()),
+            reason: "NpuFault",
+            message: String::new(),
+        };
+        s.observe(npu, t(3), t(3));
+        let c = s.condition(Accelerator::Npu, "n");
+        assert_eq!(
+            (c.type_, c.reason.as_str()),
+            ("NpuFault", "NpuFaultA4025021")
+        );
+    }
+
+    #[test]
+    fn state_is_bounded() {
+        let mut s = FoldState::new(FoldConfig {
+            max_entries: 4,
+            ..FoldConfig::default()
+        });
+        for i in 0..100u64 {
+            s.observe(xid(&i.to_string(), "0"), t(i), t(i));
+        }
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.evicted, 96);
+        let codes: Vec<_> = s
+            .active(Accelerator::Gpu)
+            .iter()
+            .map(|e| e.fault.code.clone())
+            .collect();
+        // The sticky fell-off-the-bus fault is the last one forgotten.
+        assert_eq!(codes, ["79", "97", "98", "99"]);
+    }
+
+    #[test]
+    fn events_are_created_once_and_series_updated_per_interval() {
+        let mut s = state(600);
+        let fold = Duration::from_secs(60);
+        s.observe(xid("13", "0"), t(0), t(0));
+        let due = s.events_due(t(0), fold);
+        let key = match &due[..] {
+            [EventDue::Create { key, count: 1, .. }] => key.clone(),
+            other => panic!("{other:?}"),
+        };
+        s.mark_event(&key, "ev-1".into(), 1, t(0));
+        assert!(s.events_due(t(0), fold).is_empty());
+        for i in 1..50 {
+            s.observe(xid("13", "0"), t(i), t(i));
+        }
+        assert!(
+            s.events_due(t(59), fold).is_empty(),
+            "folded within the interval"
+        );
+        assert_eq!(
+            s.events_due(t(60), fold),
+            vec![EventDue::Series {
+                key: key.clone(),
+                name: "ev-1".into(),
+                count: 50
+            }]
+        );
+        s.mark_event(&key, "ev-1".into(), 50, t(60));
+        assert!(s.events_due(t(500), fold).is_empty(), "no repeat, no write");
+    }
+
+    #[test]
+    fn restored_faults_make_no_event_and_clear_after_quiet() {
+        let mut s = state(600);
+        s.restore(xid("13", "0"), t(0));
+        assert!(s.events_due(t(0), Duration::from_secs(60)).is_empty());
+        assert!(s.condition(Accelerator::Gpu, "n").status);
+        assert_eq!(s.expire(t(600)).len(), 1);
+    }
+}

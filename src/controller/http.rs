@@ -1,0 +1,81 @@
+//! `/metrics`, `/healthz` and `/readyz`.
+
+use super::metrics::Metrics;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Health flags the probes read.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Every watch has delivered its initial list.
+    pub ready: AtomicBool,
+    /// The reactor loop is running.
+    pub alive: AtomicBool,
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Metrics,
+    health: Arc<Health>,
+}
+
+/// Serve until `shutdown` fires. Returns the bound address (port 0 picks one).
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Metrics,
+    health: Arc<Health>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(|State(s): State<AppState>| async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    s.metrics.encode(),
+                )
+            }),
+        )
+        .route(
+            "/healthz",
+            get(|State(s): State<AppState>| async move {
+                if s.health.alive.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "reactor stopped")
+                }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(|State(s): State<AppState>| async move {
+                if s.health.ready.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "initial watch lists not complete",
+                    )
+                }
+            }),
+        )
+        .with_state(AppState { metrics, health });
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.changed().await;
+            })
+            .await;
+    });
+    Ok((bound, task))
+}

@@ -1,0 +1,277 @@
+//! Lease-based leader election (ECOSYSTEM.md: no published crate is both on
+//! kube 5 and safe). Every replica watches (hot standby); only the holder
+//! acts. Rules:
+//! - acquire only a vacant Lease or one whose holder has not renewed for a
+//!   whole lease duration *as observed locally* (no clock comparison across
+//!   machines), always with a resourceVersion precondition: a 409 means
+//!   another replica won;
+//! - renew with a resourceVersion precondition and a timeout;
+//! - keep a local deadline (last successful renew start + duration − grace)
+//!   and check it right before every disruptive action ([`Leadership::is_leader`]),
+//!   so a leader that cannot renew stops acting before its Lease can be taken;
+//! - on shutdown, release the Lease so a standby takes over at once.
+
+use chrono::Utc;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex, watch};
+
+/// Lease timing.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    /// How long a Lease is valid after a renew (also the takeover delay).
+    pub duration: Duration,
+    /// How often to renew or retry.
+    pub retry: Duration,
+    /// Safety margin: stop acting this long before the Lease could expire.
+    pub grace: Duration,
+}
+
+/// Shared view of whether this replica may act now.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    deadline: Mutex<Option<Instant>>,
+    fast: AtomicBool,
+    tx: watch::Sender<bool>,
+    always: bool,
+}
+
+impl Leadership {
+    /// Leadership that is always held (leader election disabled, one replica).
+    pub fn always() -> Leadership {
+        let (tx, _) = watch::channel(true);
+        Leadership {
+            inner: Arc::new(Inner {
+                deadline: Mutex::new(None),
+                fast: AtomicBool::new(true),
+                tx,
+                always: true,
+            }),
+        }
+    }
+
+    fn new() -> Leadership {
+        let (tx, _) = watch::channel(false);
+        Leadership {
+            inner: Arc::new(Inner {
+                deadline: Mutex::new(None),
+                fast: AtomicBool::new(false),
+                tx,
+                always: false,
+            }),
+        }
+    }
+
+    /// Whether this replica holds the Lease with time to spare: checked
+    /// right before every disruptive action.
+    pub fn is_leader(&self) -> bool {
+        if self.inner.always {
+            return true;
+        }
+        if !self.inner.fast.load(Ordering::Acquire) {
+            return false;
+        }
+        match self.inner.deadline.try_lock() {
+            Ok(d) => d.is_some_and(|d| Instant::now() < d),
+            // Being updated by the renew loop right now: the fast flag says
+            // the previous deadline held.
+            Err(_) => true,
+        }
+    }
+
+    /// Changes of leadership (true = became leader).
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.inner.tx.subscribe()
+    }
+
+    async fn set(&self, deadline: Option<Instant>) {
+        *self.inner.deadline.lock().await = deadline;
+        let leading = deadline.is_some();
+        self.inner.fast.store(leading, Ordering::Release);
+        self.inner.tx.send_if_modified(|v| {
+            let changed = *v != leading;
+            *v = leading;
+            changed
+        });
+    }
+}
+
+/// Errors of the Lease loop.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("lease {ns}/{name}: {source}")]
+    Api {
+        ns: String,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+fn micro_now() -> MicroTime {
+    // Lease times need microseconds (six fractional digits).
+    let now = Utc::now();
+    let ts = jiff::Timestamp::from_microsecond(now.timestamp_micros())
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    MicroTime(ts)
+}
+
+/// What we last saw of another holder's Lease, and when (local clock).
+struct Observed {
+    holder: Option<String>,
+    renew: Option<String>,
+    at: Instant,
+}
+
+/// Start the Lease loop. Returns the shared [`Leadership`] and the task; if
+/// the task ends (shutdown, or an unexpected error), leadership is dropped.
+pub fn start(
+    client: kube::Client,
+    cfg: LeaseConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> (Leadership, tokio::task::JoinHandle<()>) {
+    let lead = Leadership::new();
+    let l2 = lead.clone();
+    let task = tokio::spawn(async move {
+        let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+        let mut observed: Option<Observed> = None;
+        loop {
+            let started = Instant::now();
+            let r = tokio::time::timeout(
+                cfg.retry.max(Duration::from_secs(1)) * 2,
+                try_once(&api, &cfg, &mut observed),
+            )
+            .await;
+            match r {
+                Ok(Ok(true)) => {
+                    let d = started + cfg.duration.saturating_sub(cfg.grace);
+                    l2.set(Some(d)).await;
+                }
+                Ok(Ok(false)) => l2.set(None).await,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "lease renew failed");
+                    // Keep the existing deadline: it expires by itself.
+                }
+                Err(_) => tracing::warn!("lease request timed out"),
+            }
+            if !l2.is_leader() {
+                l2.set(None).await;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(cfg.retry) => {}
+                _ = shutdown.changed() => {
+                    if l2.is_leader() {
+                        release(&api, &cfg).await;
+                    }
+                    l2.set(None).await;
+                    return;
+                }
+            }
+        }
+    });
+    (lead, task)
+}
+
+async fn try_once(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    observed: &mut Option<Observed>,
+) -> Result<bool, LeaseError> {
+    let err = |source| LeaseError::Api {
+        ns: cfg.namespace.clone(),
+        name: cfg.name.clone(),
+        source,
+    };
+    let secs = cfg.duration.as_secs().max(1) as i32;
+    let current = api.get_opt(&cfg.name).await.map_err(err)?;
+    let Some(mut lease) = current else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(cfg.name.clone()),
+                namespace: Some(cfg.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(cfg.identity.clone()),
+                lease_duration_seconds: Some(secs),
+                acquire_time: Some(micro_now()),
+                renew_time: Some(micro_now()),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => {
+                tracing::info!(identity = %cfg.identity, "acquired lease (created)");
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(err(e)),
+        };
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+    let mine = holder.as_deref() == Some(cfg.identity.as_str());
+    if !mine {
+        let renew = spec.renew_time.as_ref().map(|t| format!("{:?}", t.0));
+        let dur = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(secs).max(1) as u64);
+        let seen_at = match observed {
+            Some(o) if o.holder == holder && o.renew == renew => o.at,
+            _ => {
+                *observed = Some(Observed {
+                    holder: holder.clone(),
+                    renew,
+                    at: Instant::now(),
+                });
+                Instant::now()
+            }
+        };
+        let vacant = holder.is_none();
+        if !vacant && seen_at.elapsed() < dur {
+            return Ok(false);
+        }
+        spec.acquire_time = Some(micro_now());
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    spec.holder_identity = Some(cfg.identity.clone());
+    spec.lease_duration_seconds = Some(secs);
+    spec.renew_time = Some(micro_now());
+    // replace() sends the resourceVersion we read: a 409 means we lost.
+    match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+        Ok(_) => {
+            if !mine {
+                tracing::info!(identity = %cfg.identity, "acquired lease (took over)");
+            }
+            Ok(true)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(err(e)),
+    }
+}
+
+async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
+    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await {
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() == Some(cfg.identity.as_str()) {
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(micro_now());
+            if let Err(e) = api.replace(&cfg.name, &PostParams::default(), &lease).await {
+                tracing::warn!(error = %e, "releasing the lease failed; a standby takes over when it expires");
+            } else {
+                tracing::info!("released lease");
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Prometheus metrics of the controller (docs/metrics.md lists them; a test
+//! checks that the docs and this file agree).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// Labels `source`, `level`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FaultLabels {
+    pub source: String,
+    pub level: String,
+}
+
+/// Labels `action`, `outcome`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub action: String,
+    pub outcome: String,
+}
+
+/// Label `verb`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabels {
+    pub verb: String,
+}
+
+/// Label `kind`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+/// Every metric, registered once.
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Arc<Registry>,
+    pub faults: Family<FaultLabels, Counter>,
+    pub decisions: Family<DecisionLabels, Counter>,
+    pub reaction: Histogram,
+    pub api_requests: Family<VerbLabels, Counter>,
+    pub api_errors: Family<VerbLabels, Counter>,
+    pub breaker_open: Gauge,
+    pub breaker_held: Gauge,
+    pub cel_errors: Counter,
+    pub parse_errors: Family<KindLabels, Counter>,
+    pub leader: Gauge,
+    pub watch_restarts: Family<KindLabels, Counter>,
+    pub cordoned_nodes: Gauge,
+}
+
+/// Metric names, for the docs check.
+pub const NAMES: &[&str] = &[
+    "rebound_faults_total",
+    "rebound_decisions_total",
+    "rebound_reaction_seconds",
+    "rebound_api_requests_total",
+    "rebound_api_errors_total",
+    "rebound_breaker_open",
+    "rebound_breaker_held_nodes",
+    "rebound_cel_errors_total",
+    "rebound_fault_parse_errors_total",
+    "rebound_leader",
+    "rebound_watch_restarts_total",
+    "rebound_cordoned_nodes",
+];
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Register every metric in a fresh registry.
+    pub fn new() -> Metrics {
+        let mut r = Registry::default();
+        let faults = Family::<FaultLabels, Counter>::default();
+        r.register(
+            "rebound_faults",
+            "Faults seen, by source and level",
+            faults.clone(),
+        );
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        r.register("rebound_decisions", "Decisions by action (restart_job, restart_pod, cordon, taint, none) and outcome (acted, dry_run, a skip reason, error)", decisions.clone());
+        // 0.5 ms .. ~4 s
+        let reaction = Histogram::new([
+            0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 4.0,
+        ]);
+        r.register(
+            "rebound_reaction_seconds",
+            "Time from the watch event carrying a fault to the first action request sent",
+            reaction.clone(),
+        );
+        let api_requests = Family::<VerbLabels, Counter>::default();
+        r.register(
+            "rebound_api_requests",
+            "API requests made by actions and status writes, by verb",
+            api_requests.clone(),
+        );
+        let api_errors = Family::<VerbLabels, Counter>::default();
+        r.register(
+            "rebound_api_errors",
+            "API requests that failed, by verb",
+            api_errors.clone(),
+        );
+        let breaker_open = Gauge::default();
+        r.register(
+            "rebound_breaker_open",
+            "1 while the node circuit breaker holds separations back",
+            breaker_open.clone(),
+        );
+        let breaker_held = Gauge::default();
+        r.register(
+            "rebound_breaker_held_nodes",
+            "Node separations held back by the breaker",
+            breaker_held.clone(),
+        );
+        let cel_errors = Counter::default();
+        r.register(
+            "rebound_cel_errors",
+            "CEL evaluations that failed (treated as no match)",
+            cel_errors.clone(),
+        );
+        let parse_errors = Family::<KindLabels, Counter>::default();
+        r.register(
+            "rebound_fault_parse_errors",
+            "Objects whose fault data could not be parsed, by kind",
+            parse_errors.clone(),
+        );
+        let leader = Gauge::default();
+        r.register(
+            "rebound_leader",
+            "1 while this replica holds the leader Lease",
+            leader.clone(),
+        );
+        let watch_restarts = Family::<KindLabels, Counter>::default();
+        r.register(
+            "rebound_watch_restarts",
+            "Watch streams that failed and were restarted, by kind",
+            watch_restarts.clone(),
+        );
+        let cordoned_nodes = Gauge::default();
+        r.register(
+            "rebound_cordoned_nodes",
+            "Nodes currently cordoned by rebound",
+            cordoned_nodes.clone(),
+        );
+        Metrics {
+            registry: Arc::new(r),
+            faults,
+            decisions,
+            reaction,
+            api_requests,
+            api_errors,
+            breaker_open,
+            breaker_held,
+            cel_errors,
+            parse_errors,
+            leader,
+            watch_restarts,
+            cordoned_nodes,
+        }
+    }
+
+    /// Count one decision.
+    pub fn decision(&self, action: &str, outcome: &str) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                action: action.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Count one API request (and its failure).
+    pub fn request(&self, verb: &str, ok: bool) {
+        let l = VerbLabels {
+            verb: verb.to_string(),
+        };
+        self.api_requests.get_or_create(&l).inc();
+        if !ok {
+            self.api_errors.get_or_create(&l).inc();
+        }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        if prometheus_client::encoding::text::encode(&mut s, &self.registry).is_err() {
+            s.clear();
+        }
+        s
+    }
+}

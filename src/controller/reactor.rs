@@ -1,0 +1,963 @@
+//! The reactor: one task that owns the decision engine and the caches,
+//! turns every watch event into faults, decides, and starts actions. One
+//! owner, no locks: the hot path is a hash lookup, a pure decision and one
+//! spawned request.
+
+use super::actions::{self, ActionCtx, JobPlan};
+use super::config::ControllerArgs;
+use super::inputs::{ActionKind, ActionResult, Change, Input};
+use super::state::{Cache, JobInfo, NodeInfo, PodInfo, job_key};
+use super::status::StatusBook;
+use crate::api::WorkloadKind;
+use crate::expr::{JobView, NodeView};
+use crate::fault::{Fault, FaultSource, Level};
+use crate::policy::{Engine, JobInput, NodeInput, Skip};
+use crate::workload::JobRef;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+/// The watches whose initial list must be in before faults are decided
+/// (so that a fault seen at start-up is judged with the jobs' restart
+/// history, never replayed into a second restart).
+pub const REQUIRED_SYNCS: &[&str] = &["pods", "nodes", "policies", "classifications"];
+
+/// Bounded map of fault identities already handled, with the level they
+/// were handled at.
+#[derive(Debug, Default)]
+struct Handled {
+    set: HashMap<String, Level>,
+    order: VecDeque<String>,
+}
+
+impl Handled {
+    const MAX: usize = 200_000;
+    /// Whether the fault is new, or is now at a higher level than when it
+    /// was handled.
+    fn insert(&mut self, k: String, level: Level) -> bool {
+        match self.set.get_mut(&k) {
+            Some(l) if *l >= level => return false,
+            Some(l) => {
+                *l = level;
+                return true;
+            }
+            None => {}
+        }
+        self.set.insert(k.clone(), level);
+        self.order.push_back(k);
+        if self.order.len() > Self::MAX
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+        true
+    }
+}
+
+/// Where a fault came from, for the job lookup.
+#[derive(Debug, Clone)]
+enum Affected {
+    /// The pod's own job.
+    Pod(JobRef),
+    /// Every job with a pod on the node.
+    Node,
+    /// Every job with a pod on the node; the fault came from an Event,
+    /// which never clears, so a cordon it causes is not undone by itself.
+    NodeFromEvent,
+}
+
+/// The reactor state.
+pub struct Reactor {
+    pub engine: Engine,
+    pub cache: Cache,
+    args: ControllerArgs,
+    root: String,
+    ctx: ActionCtx,
+    handled: Handled,
+    synced: HashSet<&'static str>,
+    deferred: Vec<(Fault, Instant, Affected)>,
+    node_faults: HashMap<String, Vec<Fault>>,
+    ascend_faults: HashMap<String, Vec<Fault>>,
+    held: BTreeMap<String, Fault>,
+    /// Nodes cordoned for an Event-borne fault: no clear signal will come,
+    /// so they are not uncordoned automatically.
+    sticky: HashSet<String>,
+    /// Current faults of failed pods (for re-evaluation after fail-over).
+    pod_faults: HashMap<(String, String), (Vec<Fault>, JobRef)>,
+    progress: HashMap<super::state::JobKey, (String, DateTime<Utc>)>,
+    status: StatusBook,
+    last_status: Instant,
+    last_hang: Instant,
+}
+
+fn occurred_at(f: &Fault) -> DateTime<Utc> {
+    match f.source {
+        FaultSource::PodExit | FaultSource::KubeEvent | FaultSource::Hang => f.last_seen,
+        _ => f.first_seen,
+    }
+}
+
+fn fault_key(f: &Fault) -> String {
+    format!(
+        "{}|{}|{}|{}|{}|{}|{}|{}",
+        f.source,
+        f.code,
+        f.node.as_deref().unwrap_or(""),
+        f.device.as_deref().unwrap_or(""),
+        f.namespace.as_deref().unwrap_or(""),
+        f.pod.as_deref().unwrap_or(""),
+        f.container.as_deref().unwrap_or(""),
+        occurred_at(f).timestamp_millis()
+    )
+}
+
+impl Reactor {
+    /// A reactor over an engine built from the flags.
+    pub fn new(args: ControllerArgs, ctx: ActionCtx) -> Reactor {
+        let root = args.root_namespace();
+        let mut engine = Engine::new(&root, args.node_config(), 0);
+        engine.global_dry_run = args.dry_run;
+        Reactor {
+            engine,
+            cache: Cache::default(),
+            root,
+            args,
+            ctx,
+            handled: Handled::default(),
+            synced: HashSet::new(),
+            deferred: Vec::new(),
+            node_faults: HashMap::new(),
+            ascend_faults: HashMap::new(),
+            held: BTreeMap::new(),
+            pod_faults: HashMap::new(),
+            sticky: HashSet::new(),
+            progress: HashMap::new(),
+            status: StatusBook::default(),
+            last_status: Instant::now(),
+            last_hang: Instant::now(),
+        }
+    }
+
+    /// Whether every required initial list is in.
+    pub fn ready(&self) -> bool {
+        REQUIRED_SYNCS.iter().all(|s| self.synced.contains(s))
+    }
+
+    /// Handle one input.
+    pub fn handle(&mut self, input: Input) {
+        match input {
+            Input::Pod(c, at) => self.on_pod(c, at),
+            Input::Node(c, at) => self.on_node(c, at),
+            Input::Event(c, at) => self.on_event(c, at),
+            Input::ConfigMap(c, at) => self.on_configmap(c, at),
+            Input::Policy(c) => self.on_policy(c),
+            Input::Classification(c) => self.on_classification(c),
+            Input::Job(kind, c) => self.on_job(&kind, c),
+            Input::WatchError(name, _) => {
+                self.ctx
+                    .metrics
+                    .watch_restarts
+                    .get_or_create(&super::metrics::KindLabels {
+                        kind: name.to_string(),
+                    })
+                    .inc();
+            }
+            Input::Done(r) => self.on_done(r),
+            Input::Recheck(f, job) => {
+                let key = fault_key(&f);
+                self.handled.set.remove(&key);
+                self.on_fault(*f, Instant::now(), Affected::Pod(job));
+            }
+            Input::Tick => self.on_tick(),
+            Input::BecameLeader => self.resync(),
+        }
+    }
+
+    fn mark_synced(&mut self, name: &'static str) {
+        let was = self.ready();
+        self.synced.insert(name);
+        if !was && self.ready() {
+            tracing::info!(
+                deferred = self.deferred.len(),
+                "initial lists complete; deciding faults seen at start-up"
+            );
+            self.ctx
+                .health
+                .ready
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            for (f, at, aff) in std::mem::take(&mut self.deferred) {
+                self.on_fault(f, at, aff);
+            }
+            self.engine.breaker.total_nodes = self.cache.nodes.len() as u32;
+        }
+    }
+
+    fn on_pod(&mut self, c: Change<Pod>, at: Instant) {
+        match c {
+            Change::Apply(p) => {
+                let info = PodInfo::from_pod(&p);
+                let job = info.job.clone();
+                let deleting = info.deleting;
+                let key = (info.namespace.clone(), info.name.clone());
+                self.cache.upsert_pod(info);
+                let faults = if deleting {
+                    Vec::new()
+                } else {
+                    crate::fault::pod::pod_faults(&p, Utc::now())
+                };
+                if faults.is_empty() {
+                    self.pod_faults.remove(&key);
+                    return;
+                }
+                self.pod_faults.insert(key, (faults.clone(), job.clone()));
+                for f in faults {
+                    self.on_fault(f, at, Affected::Pod(job.clone()));
+                }
+            }
+            Change::Delete(p) => {
+                let key = (p.namespace().unwrap_or_default(), p.name_any());
+                self.pod_faults.remove(&key);
+                self.cache.remove_pod(&key.0, &key.1);
+            }
+            Change::Synced => self.mark_synced("pods"),
+        }
+    }
+
+    fn on_node(&mut self, c: Change<Node>, at: Instant) {
+        match c {
+            Change::Apply(n) => {
+                let name = n.name_any();
+                let info = NodeInfo::from_node(&n);
+                self.cache.nodes.insert(name.clone(), info);
+                self.engine.breaker.total_nodes = self.cache.nodes.len() as u32;
+                let faults =
+                    crate::fault::node::node_faults(&n, &self.args.condition_types, Utc::now());
+                let healthy = crate::fault::node::node_healthy(&n, &self.args.condition_types);
+                let was_faulty = self.node_faults.get(&name).is_some_and(|v| !v.is_empty());
+                self.node_faults.insert(name.clone(), faults.clone());
+                for f in faults {
+                    self.on_fault(f, at, Affected::Node);
+                }
+                // Uncordon on the transition to healthy only: a node cordoned
+                // for an Event-borne fault has no such transition.
+                if healthy && was_faulty {
+                    self.maybe_uncordon(&name);
+                }
+            }
+            Change::Delete(n) => {
+                let name = n.name_any();
+                self.cache.nodes.remove(&name);
+                self.node_faults.remove(&name);
+                self.held.remove(&name);
+            }
+            Change::Synced => self.mark_synced("nodes"),
+        }
+    }
+
+    fn on_event(&mut self, c: Change<Event>, at: Instant) {
+        let Change::Apply(ev) = c else { return };
+        let now = Utc::now();
+        match crate::fault::event::event_fault(&ev, &self.root, now) {
+            None => {}
+            Some(Err(e)) => {
+                tracing::warn!(event = %ev.name_any(), error = %e, "unreadable fault Event");
+                self.ctx
+                    .metrics
+                    .parse_errors
+                    .get_or_create(&super::metrics::KindLabels {
+                        kind: "Event".into(),
+                    })
+                    .inc();
+            }
+            Some(Ok(f)) => {
+                let age = (now - f.last_seen).to_std().unwrap_or(Duration::ZERO);
+                if age > self.args.event_max_age {
+                    return;
+                }
+                let affected = match (&f.pod, &f.namespace) {
+                    (Some(pod), Some(ns)) => {
+                        match self.cache.pods.get(&(ns.clone(), pod.clone())) {
+                            Some(p) => Affected::Pod(p.job.clone()),
+                            None if f.node.is_some() => Affected::NodeFromEvent,
+                            None => return,
+                        }
+                    }
+                    _ if f.node.is_some() => Affected::NodeFromEvent,
+                    _ => return,
+                };
+                self.on_fault(f, at, affected);
+            }
+        }
+    }
+
+    fn on_configmap(&mut self, c: Change<ConfigMap>, at: Instant) {
+        let (cm, deleted) = match c {
+            Change::Apply(cm) => (cm, false),
+            Change::Delete(cm) => (cm, true),
+            Change::Synced => return,
+        };
+        let Some(node) = crate::fault::ascend::deviceinfo_node(&cm) else {
+            return;
+        };
+        if deleted {
+            self.ascend_faults.remove(&node);
+            return;
+        }
+        match crate::fault::ascend::deviceinfo_faults(&cm, Utc::now()) {
+            Ok(faults) => {
+                let was_faulty = self.ascend_faults.get(&node).is_some_and(|v| !v.is_empty());
+                let now_clear = faults.is_empty();
+                self.ascend_faults.insert(node.clone(), faults.clone());
+                for f in faults {
+                    self.on_fault(f, at, Affected::Node);
+                }
+                if was_faulty && now_clear {
+                    self.maybe_uncordon(&node);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(configmap = %cm.name_any(), error = %e, "unreadable device-plugin ConfigMap");
+                self.ctx
+                    .metrics
+                    .parse_errors
+                    .get_or_create(&super::metrics::KindLabels {
+                        kind: "ConfigMap".into(),
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    fn on_policy(&mut self, c: Change<crate::api::RecoveryPolicy>) {
+        match c {
+            Change::Apply(p) => {
+                let r = self.engine.policies.upsert(&p);
+                self.status.policy_changed(&p, r);
+            }
+            Change::Delete(p) => {
+                let ns = p.namespace().unwrap_or_default();
+                self.engine.policies.remove(&ns, &p.name_any());
+                self.status.policy_deleted(&ns, &p.name_any());
+            }
+            Change::Synced => self.mark_synced("policies"),
+        }
+    }
+
+    fn on_classification(&mut self, c: Change<crate::api::FaultClassification>) {
+        match c {
+            Change::Apply(o) => {
+                let r = self.engine.classifier.upsert(&o);
+                self.status.classification_changed(&o, r);
+            }
+            Change::Delete(o) => {
+                self.engine.classifier.remove(&o.name_any());
+                self.status.classification_deleted(&o.name_any());
+            }
+            Change::Synced => self.mark_synced("classifications"),
+        }
+    }
+
+    fn on_job(&mut self, kind: &str, c: Change<DynamicObject>) {
+        let Ok(wk) = kind.parse::<WorkloadKind>() else {
+            return;
+        };
+        match c {
+            Change::Apply(o) => {
+                let ns = o.namespace().unwrap_or_default();
+                let key = (ns, wk.as_str().to_string(), o.name_any());
+                let annotations: BTreeMap<String, String> = o.annotations().clone();
+                let history = crate::recover::read_history(&annotations);
+                if let Some(latest) = history.last().map(|r| r.at)
+                    && let Some(p) = self.cache.pending.get_mut(&key)
+                {
+                    p.retain(|r| r.at > latest);
+                }
+                if let Some(ann) = self.progress_annotation_of(&key)
+                    && let Some(v) = annotations.get(&ann)
+                {
+                    let now = Utc::now();
+                    let e = self
+                        .progress
+                        .entry(key.clone())
+                        .or_insert_with(|| (v.clone(), now));
+                    if &e.0 != v {
+                        *e = (v.clone(), now);
+                    }
+                }
+                let info = JobInfo {
+                    resource_version: o.resource_version(),
+                    labels: o.labels().clone(),
+                    never: crate::workload::restart_policy_never(wk, &o.data, None),
+                    uid: o.uid(),
+                    annotations,
+                    history,
+                };
+                self.cache.jobs.insert(key, info);
+            }
+            Change::Delete(o) => {
+                let key = (
+                    o.namespace().unwrap_or_default(),
+                    wk.as_str().to_string(),
+                    o.name_any(),
+                );
+                self.cache.jobs.remove(&key);
+                self.cache.pending.remove(&key);
+                self.progress.remove(&key);
+            }
+            Change::Synced => {}
+        }
+    }
+
+    fn progress_annotation_of(&self, key: &super::state::JobKey) -> Option<String> {
+        // The first policy in the job's namespace (or the root) with hang
+        // detection names the annotation.
+        self.engine
+            .policies
+            .iter()
+            .filter(|p| p.namespace == key.0 || p.namespace == self.root)
+            .find_map(|p| p.hang.as_ref().map(|(_, a)| a.clone()))
+    }
+
+    fn job_input(&self, job: &JobRef, fault: &Fault) -> JobInput {
+        let key = job_key(job);
+        let info = self.cache.jobs.get(&key);
+        let pods = self.cache.job_pods(&key);
+        let pod = fault
+            .pod
+            .as_ref()
+            .and_then(|p| self.cache.pods.get(&(job.namespace.clone(), p.clone())));
+        let labels = match info {
+            Some(i) => i.labels.clone(),
+            None => pod.map(|p| p.labels.clone()).unwrap_or_default(),
+        };
+        let never = match job.kind {
+            WorkloadKind::Pod => pod.is_none_or(|p| p.restart_never || !p.has_controller),
+            _ => info.is_some_and(|i| i.never),
+        };
+        JobInput {
+            kind: Some(job.kind),
+            view: JobView {
+                kind: job.kind.as_str().to_string(),
+                name: job.name.clone(),
+                namespace: job.namespace.clone(),
+                labels,
+                annotations: info.map(|i| i.annotations.clone()).unwrap_or_default(),
+                restarts: 0,
+                last_restart: None,
+                replicas: pods.len() as i64,
+            },
+            pod_labels: pod.map(|p| p.labels.clone()).unwrap_or_default(),
+            history: self.cache.history(&key),
+            restart_policy_never: never,
+            running: self.cache.job_running(&key),
+        }
+    }
+
+    fn on_fault(&mut self, fault: Fault, at: Instant, affected: Affected) {
+        if !self.ready() {
+            self.deferred.push((fault, at, affected));
+            return;
+        }
+        let node_view = fault
+            .node
+            .as_ref()
+            .and_then(|n| self.cache.nodes.get(n))
+            .map(|n| NodeView {
+                name: n.name.clone(),
+                labels: n.labels.clone(),
+                level: n.cordoned_by,
+                faults: self
+                    .node_faults
+                    .get(&n.name)
+                    .map(|v| v.iter().map(|f| f.code.clone()).collect())
+                    .unwrap_or_default(),
+            });
+        // Classify first (idempotent for a replayed occurrence): a replay
+        // at the same level is dropped, an escalation (a lasting fault, a
+        // repeat) is decided again at its new level.
+        let c = self
+            .engine
+            .classifier
+            .classify(fault, node_view.as_ref(), Utc::now());
+        if !self.ctx.leader.is_leader() {
+            // Hot standby: the history stays warm, nothing is acted on.
+            return;
+        }
+        if !self.handled.insert(fault_key(&c.fault), c.level) {
+            return;
+        }
+        let fault = c.fault.clone();
+        let now = Utc::now();
+        let when = occurred_at(&fault);
+        let refs: Vec<JobRef> = match &affected {
+            Affected::Pod(j) => vec![j.clone()],
+            Affected::Node | Affected::NodeFromEvent => fault
+                .node
+                .as_deref()
+                .map(|n| self.cache.jobs_on_node(n))
+                .unwrap_or_default(),
+        };
+        // A job restarted after this fault happened has been handled
+        // already (by us before a restart, or by the previous leader).
+        let jobs: Vec<JobInput> = refs
+            .iter()
+            .map(|j| self.job_input(j, &fault))
+            .filter(|j| {
+                j.history
+                    .iter()
+                    .rfind(|r| !r.pod_only)
+                    .is_none_or(|r| r.at < when)
+            })
+            .collect();
+        let taint_key = self.taint_key();
+        let node_input = fault
+            .node
+            .as_ref()
+            .and_then(|n| self.cache.nodes.get(n))
+            .map(|n| NodeInput {
+                name: n.name.clone(),
+                unschedulable: n.snap.unschedulable,
+                cordoned_by_rebound: n.cordoned_by,
+                tainted: n.snap.taints.iter().any(|t| t.key == taint_key),
+            });
+        let decision = self
+            .engine
+            .decide_classified(c, node_input.as_ref(), &jobs, now);
+        self.ctx
+            .metrics
+            .faults
+            .get_or_create(&super::metrics::FaultLabels {
+                source: decision.fault.source.to_string(),
+                level: decision.level.to_string(),
+            })
+            .inc();
+        self.ctx.metrics.cel_errors.inc_by(
+            self.engine
+                .classifier
+                .stats()
+                .cel_errors
+                .saturating_sub(self.ctx.metrics.cel_errors.get()),
+        );
+        tracing::debug!(fault = %decision.fault.code, level = %decision.level, rule = %decision.rule, "fault classified");
+        if self.ctx.decisions.receiver_count() > 0 {
+            let _ = self
+                .ctx
+                .decisions
+                .send(std::sync::Arc::new(decision.clone()));
+        }
+        if let Some(nd) = &decision.node {
+            if nd.acts() && matches!(affected, Affected::NodeFromEvent) {
+                self.sticky.insert(nd.node.clone());
+            }
+            self.apply_node_decision(nd, &decision.fault, decision.level, at);
+        }
+        for (jd, job) in decision.jobs.iter().zip(refs.iter().filter(|r| {
+            jobs.iter().any(|j| {
+                j.view.name == r.name && j.view.namespace == r.namespace && j.kind == Some(r.kind)
+            })
+        })) {
+            self.apply_job_decision(jd, job, &decision.fault, decision.level, at);
+        }
+    }
+
+    fn taint_key(&self) -> String {
+        self.engine
+            .policies
+            .node_config(&self.engine.node_default)
+            .0
+            .taint_key
+    }
+
+    fn apply_node_decision(
+        &mut self,
+        nd: &crate::policy::NodeDecision,
+        fault: &Fault,
+        level: Level,
+        at: Instant,
+    ) {
+        let m = &self.ctx.metrics;
+        match &nd.skip {
+            None if nd.acts() => {
+                let taint = nd.actions.iter().find_map(|a| match a {
+                    crate::policy::NodeAction::Taint { key } => Some(key.clone()),
+                    _ => None,
+                });
+                let Some(node) = self.cache.nodes.get_mut(&nd.node) else {
+                    return;
+                };
+                let snapshot = node.clone();
+                node.snap.unschedulable = true;
+                node.cordoned_by = Some(node.cordoned_by.map_or(level, |l| l.max(level)));
+                if let Some(k) = &taint {
+                    node.snap.taints.push(k8s_openapi::api::core::v1::Taint {
+                        key: k.clone(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    });
+                }
+                self.held.remove(&nd.node);
+                m.decision("cordon", "acted");
+                actions::cordon(
+                    &self.ctx,
+                    snapshot,
+                    level,
+                    taint,
+                    fault.clone(),
+                    nd.reasons.join("; "),
+                    at,
+                );
+            }
+            Some(Skip::BreakerOpen { used, allowed }) => {
+                m.decision("cordon", "BreakerOpen");
+                if self.held.insert(nd.node.clone(), fault.clone()).is_none() {
+                    actions::breaker_event(&self.ctx, &nd.node, *used, *allowed);
+                }
+            }
+            Some(Skip::DryRun) => {
+                m.decision("cordon", "dry_run");
+                actions::note_node(&self.ctx, &nd.node, "dry run: would cordon", &nd.reasons);
+            }
+            Some(s) => m.decision("cordon", s.name()),
+            None => {}
+        }
+        m.breaker_held.set(self.held.len() as i64);
+        m.breaker_open.set(i64::from(!self.held.is_empty()));
+    }
+
+    fn apply_job_decision(
+        &mut self,
+        jd: &crate::policy::JobDecision,
+        job: &JobRef,
+        fault: &Fault,
+        level: Level,
+        at: Instant,
+    ) {
+        let m = self.ctx.metrics.clone();
+        let action_name = match &jd.action {
+            Some(crate::policy::JobAction::RestartPod { .. }) => "restart_pod",
+            Some(crate::policy::JobAction::RestartJob { .. }) => "restart_job",
+            None => "none",
+        };
+        let key = job_key(job);
+        if jd.acts() {
+            let pod_only = matches!(jd.action, Some(crate::policy::JobAction::RestartPod { .. }));
+            let now = Utc::now();
+            self.cache
+                .pending
+                .entry(key.clone())
+                .or_default()
+                .push(crate::policy::RestartRecord {
+                    at: now,
+                    infrastructure: jd.infrastructure,
+                    pod_only,
+                });
+            let root_cause = self.root_cause(&key, fault);
+            let pods: Vec<crate::recover::PodLogTarget> = self
+                .cache
+                .job_pods(&key)
+                .iter()
+                .map(|p| crate::recover::PodLogTarget {
+                    name: p.name.clone(),
+                    containers: p.containers.clone(),
+                    previous: p.restarted.clone(),
+                    node: p.node.clone(),
+                })
+                .collect();
+            let job_meta = self.cache.jobs.get(&key).map(|i| kube::api::ObjectMeta {
+                name: Some(job.name.clone()),
+                namespace: Some(job.namespace.clone()),
+                resource_version: i.resource_version.clone(),
+                annotations: Some(i.annotations.clone()),
+                ..Default::default()
+            });
+            let uid = self.cache.jobs.get(&key).and_then(|i| i.uid.clone());
+            let mut jref = job.clone();
+            if jref.uid.is_none() {
+                jref.uid = uid;
+            }
+            if pod_only
+                && let Some(p) = jd
+                    .policy
+                    .as_ref()
+                    .and_then(|id| id.split_once('/'))
+                    .and_then(|(ns, n)| self.engine.policies.get(ns, n))
+            {
+                actions::recheck_later(&self.ctx, fault.clone(), job.clone(), p.job_after);
+            }
+            let pod_uid = fault
+                .pod
+                .as_ref()
+                .and_then(|p| self.cache.pods.get(&(job.namespace.clone(), p.clone())))
+                .map(|p| p.uid.clone());
+            m.decision(action_name, "acted");
+            actions::restart(
+                &self.ctx,
+                JobPlan {
+                    job: jref,
+                    action: jd.action.clone(),
+                    policy: jd.policy.clone(),
+                    fault: fault.clone(),
+                    level,
+                    root_cause,
+                    pods,
+                    job_meta,
+                    pod_uid,
+                    record: crate::policy::RestartRecord {
+                        at: now,
+                        infrastructure: jd.infrastructure,
+                        pod_only,
+                    },
+                    reasons: jd.reasons.join("; "),
+                    received: at,
+                },
+            );
+            return;
+        }
+        let Some(skip) = &jd.skip else { return };
+        m.decision(
+            action_name,
+            if matches!(skip, Skip::DryRun) {
+                "dry_run"
+            } else {
+                skip.name()
+            },
+        );
+        match skip {
+            Skip::WaitingForPodRestart { remaining_secs } => {
+                actions::recheck_later(
+                    &self.ctx,
+                    fault.clone(),
+                    job.clone(),
+                    Duration::from_secs(*remaining_secs),
+                );
+            }
+            Skip::BudgetExhausted { .. }
+            | Skip::DryRun
+            | Skip::GateError { .. }
+            | Skip::CooldownError { .. }
+            | Skip::RestartPolicyNever => {
+                actions::note_job(&self.ctx, job, skip, &jd.reasons.join("; "));
+            }
+            _ => {}
+        }
+    }
+
+    /// The pod to look at first: the earliest failure among the job's pods,
+    /// preferring one on a node that carries a fault.
+    fn root_cause(&self, key: &super::state::JobKey, fault: &Fault) -> Option<String> {
+        let pods = self.cache.job_pods(key);
+        let on_faulty = pods.iter().find(|p| {
+            p.node.as_ref().is_some_and(|n| {
+                self.node_faults.get(n).is_some_and(|v| !v.is_empty())
+                    || self.ascend_faults.get(n).is_some_and(|v| !v.is_empty())
+            })
+        });
+        if let Some(p) = on_faulty {
+            return Some(format!(
+                "{} (on faulty node {})",
+                p.name,
+                p.node.clone().unwrap_or_default()
+            ));
+        }
+        pods.iter()
+            .filter_map(|p| p.first_failure.map(|t| (t, &p.name)))
+            .min()
+            .map(|(t, n)| format!("{n} (first failure at {})", t.to_rfc3339()))
+            .or_else(|| fault.pod.clone())
+    }
+
+    fn maybe_uncordon(&mut self, node: &str) {
+        let healthy_everywhere = self.node_faults.get(node).is_none_or(|v| v.is_empty())
+            && self.ascend_faults.get(node).is_none_or(|v| v.is_empty());
+        if !healthy_everywhere || !self.ctx.leader.is_leader() || self.sticky.contains(node) {
+            return;
+        }
+        let (cfg, _) = self.engine.policies.node_config(&self.engine.node_default);
+        if !cfg.auto_uncordon || self.engine.global_dry_run {
+            return;
+        }
+        let Some(n) = self.cache.nodes.get_mut(node) else {
+            return;
+        };
+        if n.cordoned_by.is_none() {
+            return;
+        }
+        let snapshot = n.clone();
+        n.cordoned_by = None;
+        n.snap.unschedulable = false;
+        n.snap.taints.retain(|t| t.key != cfg.taint_key);
+        self.held.remove(node);
+        self.ctx.metrics.decision("uncordon", "acted");
+        actions::uncordon(&self.ctx, snapshot, cfg.taint_key);
+    }
+
+    fn on_done(&mut self, r: ActionResult) {
+        self.ctx.metrics.request("action", r.ok);
+        if r.ok {
+            if let (Some(p), ActionKind::RestartJob(_) | ActionKind::RestartPod(..)) =
+                (&r.policy, &r.kind)
+            {
+                self.status.recovered(p, Utc::now());
+            }
+        } else {
+            tracing::warn!(action = ?r.kind, message = %r.message, "action failed");
+            // Let the fault be decided again if it shows up again.
+            if let ActionKind::Cordon(n) = &r.kind
+                && let Some(node) = self.cache.nodes.get_mut(n)
+            {
+                node.cordoned_by = None;
+            }
+        }
+        self.ctx.metrics.cordoned_nodes.set(
+            self.cache
+                .nodes
+                .values()
+                .filter(|n| n.cordoned_by.is_some())
+                .count() as i64,
+        );
+    }
+
+    fn on_tick(&mut self) {
+        let now = Utc::now();
+        // Held separations: retry when the breaker lets them through.
+        if !self.held.is_empty() && self.engine.breaker.allows(now) {
+            let held = std::mem::take(&mut self.held);
+            for (_, f) in held {
+                self.handled.set.remove(&fault_key(&f));
+                self.on_fault(f, Instant::now(), Affected::Node);
+            }
+        }
+        self.ctx
+            .metrics
+            .breaker_open
+            .set(i64::from(!self.held.is_empty()));
+        self.ctx.metrics.breaker_held.set(self.held.len() as i64);
+        if self.last_hang.elapsed() >= Duration::from_secs(5) {
+            self.last_hang = Instant::now();
+            self.scan_hangs(now);
+            // Lasting faults escalate with time (`lastsFor`): re-classify
+            // the faults nodes still carry; same-level replays are dropped.
+            let lasting: Vec<Fault> = self
+                .node_faults
+                .values()
+                .chain(self.ascend_faults.values())
+                .flatten()
+                .cloned()
+                .collect();
+            for f in lasting {
+                self.on_fault(f, Instant::now(), Affected::Node);
+            }
+        }
+        if self.last_status.elapsed() >= self.args.status_interval && self.ctx.leader.is_leader() {
+            self.last_status = Instant::now();
+            let counts = self.workload_counts();
+            self.status.flush(&self.ctx, &self.engine, counts);
+        }
+        self.ctx
+            .metrics
+            .leader
+            .set(i64::from(self.ctx.leader.is_leader()));
+    }
+
+    fn workload_counts(&self) -> HashMap<String, u32> {
+        let mut counts: HashMap<String, u32> = HashMap::new();
+        for key in self.cache.pods_by_job.keys() {
+            let Ok(kind) = key.1.parse::<WorkloadKind>() else {
+                continue;
+            };
+            let labels = self
+                .cache
+                .jobs
+                .get(key)
+                .map(|j| j.labels.clone())
+                .unwrap_or_default();
+            let sel = self.engine.policies.select(crate::policy::WorkloadRef {
+                kind,
+                namespace: &key.0,
+                labels: &labels,
+                pod_labels: None,
+            });
+            if let Some(p) = sel.chosen {
+                *counts.entry(p.id()).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    fn scan_hangs(&mut self, now: DateTime<Utc>) {
+        let mut stalled = Vec::new();
+        for (key, (_, changed)) in &self.progress {
+            let Ok(kind) = key.1.parse::<WorkloadKind>() else {
+                continue;
+            };
+            let labels = self
+                .cache
+                .jobs
+                .get(key)
+                .map(|j| j.labels.clone())
+                .unwrap_or_default();
+            let sel = self.engine.policies.select(crate::policy::WorkloadRef {
+                kind,
+                namespace: &key.0,
+                labels: &labels,
+                pod_labels: None,
+            });
+            let Some((limit, _)) = sel.chosen.and_then(|p| p.hang.clone()) else {
+                continue;
+            };
+            let idle = (now - *changed).to_std().unwrap_or(Duration::ZERO);
+            if idle > limit && self.cache.job_running(key) {
+                stalled.push((key.clone(), kind, *changed, idle));
+            }
+        }
+        for (key, kind, changed, idle) in stalled {
+            let mut f = Fault::new(FaultSource::Hang, "NoProgress", now);
+            f.first_seen = changed;
+            f.last_seen = changed;
+            f.namespace = Some(key.0.clone());
+            f.trusted = true;
+            f.message = Some(format!(
+                "no progress for {}",
+                crate::api::duration::format(Duration::from_secs(idle.as_secs()))
+            ));
+            let job = JobRef {
+                kind,
+                api_version: String::new(),
+                plural: String::new(),
+                namespace: key.0.clone(),
+                name: key.2.clone(),
+                uid: None,
+            };
+            let job = self
+                .cache
+                .job_pods(&key)
+                .first()
+                .map(|p| p.job.clone())
+                .unwrap_or(job);
+            self.on_fault(f, Instant::now(), Affected::Pod(job));
+        }
+    }
+
+    /// Re-evaluate every current fault (after becoming leader): faults the
+    /// previous leader handled are recognised by the jobs' restart history
+    /// and the nodes' annotations, so nothing is done twice.
+    fn resync(&mut self) {
+        let mut faults: Vec<(Fault, Affected)> = Vec::new();
+        for fs in self.node_faults.values().chain(self.ascend_faults.values()) {
+            faults.extend(fs.iter().cloned().map(|f| (f, Affected::Node)));
+        }
+        for f in self.held.values() {
+            faults.push((f.clone(), Affected::Node));
+        }
+        for (fs, job) in self.pod_faults.values() {
+            faults.extend(fs.iter().cloned().map(|f| (f, Affected::Pod(job.clone()))));
+        }
+        self.held.clear();
+        for (f, a) in faults {
+            self.on_fault(f, Instant::now(), a);
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Restart records kept in annotations on the job, so cooldowns and restart
+//! budgets survive an operator restart or fail-over (DESIGN.md §5).
+
+use super::error::{RecoverError, api_code, api_error};
+use crate::policy::RestartRecord;
+use crate::workload::JobRef;
+use chrono::SecondsFormat;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// Restarts made by rebound over the job's life.
+pub const RESTART_COUNT_ANNOTATION: &str = "rebound.dev/restart-count";
+/// The last restart's time, RFC 3339.
+pub const LAST_RESTART_ANNOTATION: &str = "rebound.dev/last-restart";
+/// JSON list of the last `HISTORY_LEN` restarts, oldest first.
+pub const RESTART_HISTORY_ANNOTATION: &str = "rebound.dev/restart-history";
+/// The pod named as root cause of the last restart (absent when unknown).
+pub const ROOT_CAUSE_ANNOTATION: &str = "rebound.dev/root-cause";
+/// How many restarts the history keeps: enough for any budget window in
+/// practice, small enough for the 256 KiB annotation limit.
+pub const HISTORY_LEN: usize = 20;
+
+/// Attempts of the resourceVersion-guarded patch before giving up.
+const ATTEMPTS: u32 = 3;
+
+/// The restart history in the job's annotations, oldest first. Anyone can
+/// edit annotations: garbage (not JSON, not a list, bad entries) is
+/// ignored entry by entry, never an error.
+pub fn read_history(annotations: &BTreeMap<String, String>) -> Vec<RestartRecord> {
+    let Some(raw) = annotations.get(RESTART_HISTORY_ANNOTATION) else {
+        return Vec::new();
+    };
+    let Ok(Value::Array(items)) = serde_json::from_str::<Value>(raw) else {
+        return Vec::new();
+    };
+    let mut history: Vec<RestartRecord> = items
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    history.sort_by_key(|r| r.at);
+    history
+}
+
+/// What `record_restart` wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordOutcome {
+    /// The job's restart count after this restart.
+    pub restart_count: u64,
+    pub requests: u32,
+}
+
+/// Append a restart to the job's records: count, last time, history (the
+/// last `HISTORY_LEN`), root cause, in one JSON merge patch of the job's
+/// annotations. The patch carries the resourceVersion of `current` (the
+/// job's metadata as last seen) so a concurrent writer is not overwritten;
+/// on a conflict, or without `current`, the job is read again (up to three
+/// attempts). One request when `current` is fresh.
+pub async fn record_restart(
+    client: &Client,
+    job: &JobRef,
+    record: &RestartRecord,
+    root_cause: Option<&str>,
+    current: Option<&ObjectMeta>,
+) -> Result<RecordOutcome, RecoverError> {
+    let id = job.id();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
+    let mut requests = 0;
+    let mut meta = current.cloned();
+    for _ in 0..ATTEMPTS {
+        let seen = match meta.take() {
+            Some(m) => m,
+            None => {
+                requests += 1;
+                api.get(&job.name)
+                    .await
+                    .map_err(api_error(&id, "get the job", requests))?
+                    .metadata
+            }
+        };
+        let (patch, restart_count) = records_patch(&seen, record, root_cause);
+        requests += 1;
+        match api
+            .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                return Ok(RecordOutcome {
+                    restart_count,
+                    requests,
+                });
+            }
+            Err(e) if api_code(&e) == Some(409) => continue,
+            Err(e) => {
+                return Err(api_error(
+                    &id,
+                    "merge-patch the job's annotations",
+                    requests,
+                )(e));
+            }
+        }
+    }
+    Err(RecoverError::Conflict {
+        target: id,
+        request: "merge-patch the job's annotations".into(),
+        attempts: ATTEMPTS,
+        requests,
+    })
+}
+
+/// The merge patch that appends `record` to the records in `seen`, and the
+/// new restart count.
+fn records_patch(
+    seen: &ObjectMeta,
+    record: &RestartRecord,
+    root_cause: Option<&str>,
+) -> (Value, u64) {
+    let empty = BTreeMap::new();
+    let annotations = seen.annotations.as_ref().unwrap_or(&empty);
+    let mut history = read_history(annotations);
+    let previous = annotations
+        .get(RESTART_COUNT_ANNOTATION)
+        .and_then(|c| c.trim().parse::<u64>().ok())
+        .unwrap_or(history.len() as u64);
+    history.push(record.clone());
+    let excess = history.len().saturating_sub(HISTORY_LEN);
+    history.drain(..excess);
+    let count = previous.saturating_add(1);
+    let history = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
+    let mut metadata = json!({
+        "annotations": {
+            RESTART_COUNT_ANNOTATION: count.to_string(),
+            LAST_RESTART_ANNOTATION: record.at.to_rfc3339_opts(SecondsFormat::Secs, true),
+            RESTART_HISTORY_ANNOTATION: history,
+            ROOT_CAUSE_ANNOTATION: root_cause,
+        }
+    });
+    if let Some(rv) = &seen.resource_version {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    (json!({ "metadata": metadata }), count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn at(s: i64) -> RestartRecord {
+        RestartRecord {
+            at: Utc.timestamp_opt(s, 0).single().expect("valid time"),
+            infrastructure: s % 2 == 0,
+            pod_only: false,
+        }
+    }
+
+    fn annotated(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn garbage_is_ignored_entry_by_entry() {
+        for raw in [
+            "",
+            "null",
+            "{}",
+            "[",
+            "\"x\"",
+            "[1, 2]",
+            "[{\"at\": \"yesterday\"}]",
+        ] {
+            assert!(
+                read_history(&annotated(&[(RESTART_HISTORY_ANNOTATION, raw)])).is_empty(),
+                "{raw}"
+            );
+        }
+        let mixed =
+            r#"[{"at":"2026-01-01T00:00:10Z","podOnly":true}, 7, {"at":"2026-01-01T00:00:05Z"}]"#;
+        let h = read_history(&annotated(&[(RESTART_HISTORY_ANNOTATION, mixed)]));
+        assert_eq!(h.len(), 2);
+        assert!(h[0].at < h[1].at, "sorted oldest first");
+        assert!(h[1].pod_only);
+    }
+
+    #[test]
+    fn patch_appends_bounds_and_counts() {
+        let old: Vec<_> = (0..HISTORY_LEN as i64).map(at).collect();
+        let meta = ObjectMeta {
+            resource_version: Some("42".into()),
+            annotations: Some(annotated(&[
+                (
+                    RESTART_HISTORY_ANNOTATION,
+                    &serde_json::to_string(&old).expect("json"),
+                ),
+                (RESTART_COUNT_ANNOTATION, "57"),
+            ])),
+            ..ObjectMeta::default()
+        };
+        let (patch, count) = records_patch(&meta, &at(1000), Some("bert-worker-3"));
+        assert_eq!(count, 58);
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        let a = &patch["metadata"]["annotations"];
+        assert_eq!(a[RESTART_COUNT_ANNOTATION], "58");
+        assert_eq!(a[LAST_RESTART_ANNOTATION], "1970-01-01T00:16:40Z");
+        assert_eq!(a[ROOT_CAUSE_ANNOTATION], "bert-worker-3");
+        let written: BTreeMap<String, String> = [(
+            RESTART_HISTORY_ANNOTATION.to_string(),
+            a[RESTART_HISTORY_ANNOTATION]
+                .as_str()
+                .expect("string")
+                .to_string(),
+        )]
+        .into();
+        let h = read_history(&written);
+        assert_eq!(h.len(), HISTORY_LEN);
+        assert_eq!(h.first(), Some(&at(1)));
+        assert_eq!(h.last(), Some(&at(1000)));
+
+        // Garbage count: the history length stands in; no root cause clears it.
+        let meta = ObjectMeta {
+            annotations: Some(annotated(&[(RESTART_COUNT_ANNOTATION, "many")])),
+            ..ObjectMeta::default()
+        };
+        let (patch, count) = records_patch(&meta, &at(5), None);
+        assert_eq!(count, 1);
+        assert!(patch["metadata"]["annotations"][ROOT_CAUSE_ANNOTATION].is_null());
+        assert!(patch["metadata"].get("resourceVersion").is_none());
+    }
+}

@@ -1,0 +1,35 @@
+//! Recovery actions against the Kubernetes API (DESIGN.md §5): restart a job
+//! or a pod, save logs, record restarts on the job, cordon and taint nodes,
+//! publish Events.
+//!
+//! The controller decides (`crate::policy`); these functions act. Each one
+//! is idempotent (a replayed decision changes nothing or fails harmlessly),
+//! makes as few requests as the real API server allows (a job restart is
+//! one `deletecollection`), and reports how many requests it made, in its
+//! outcome or in its error, for the API-call metrics.
+
+mod error;
+pub mod events;
+mod history;
+mod logs;
+mod node;
+mod restart;
+
+pub use error::RecoverError;
+pub use events::{Events, Notice, reasons};
+pub use history::{
+    HISTORY_LEN, LAST_RESTART_ANNOTATION, RESTART_COUNT_ANNOTATION, RESTART_HISTORY_ANNOTATION,
+    ROOT_CAUSE_ANNOTATION, RecordOutcome, read_history, record_restart,
+};
+pub use logs::{
+    LOG_READ_CONCURRENCY, LOG_READ_TIMEOUT, LOGS_TOTAL_TIMEOUT, LogsOutcome, PodLogTarget,
+    save_logs,
+};
+pub use node::{
+    CORDONED_ANNOTATION, NodeOutcome, NodeSnapshot, WAS_UNSCHEDULABLE_ANNOTATION, cordon,
+    cordoned_level, uncordon,
+};
+pub use restart::{PodRestartOutcome, RestartOutcome, RestartPath, restart_job, restart_pod};
+
+/// The `app.kubernetes.io/managed-by` value on what rebound creates.
+pub const MANAGED_BY: &str = "rebound";

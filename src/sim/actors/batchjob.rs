@@ -1,0 +1,539 @@
+//! The batch `Job` controller (`batch/v1`), for what rebound relies on: pods
+//! named like the API server's `generateName` (`<job>-<suffix>`, or
+//! `<job>-<index>-<suffix>` for Indexed jobs) carrying the labels the API
+//! server and controller put there (`batch.kubernetes.io/controller-uid`,
+//! `batch.kubernetes.io/job-name`, `controller-uid`, `job-name`, the
+//! completion index for Indexed jobs), a controller owner reference, pods
+//! replaced while the job is active (deleted ones too), `backoffLimit`, and
+//! the `Complete`/`Failed` conditions (with `SuccessCriteriaMet` and
+//! `FailureTarget` first, as since Kubernetes 1.31).
+//!
+//! Not simulated: pod failure policies, success policies, backoff delays,
+//! `activeDeadlineSeconds`, tracking finalizers; the Job's own selector
+//! defaulting is left to the API server.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::Event;
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::children::{ChildPod, InFlight, PodIndex};
+use super::runtime::{Writer, next_batch, ticks, watch_stream};
+use super::util::{controller_ref, is_not_found, key, name_suffix, now_rfc3339, str_at};
+
+/// Label: uid of the Job that owns the pod.
+pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+/// Label: name of the Job that owns the pod.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+/// Label and annotation: completion index of an Indexed job's pod.
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+/// Pods being created, by owner uid, until the watch shows them.
+#[derive(Debug, Default)]
+struct Creating {
+    by_job: HashMap<String, HashMap<String, (Option<i32>, Instant)>>,
+}
+
+impl Creating {
+    const TTL: Duration = Duration::from_secs(30);
+
+    fn prune(&mut self, uid: &str, seen: &HashSet<&str>) {
+        if let Some(m) = self.by_job.get_mut(uid) {
+            m.retain(|n, (_, t)| !seen.contains(n.as_str()) && t.elapsed() < Self::TTL);
+        }
+    }
+
+    fn of(&self, uid: &str) -> Vec<Option<i32>> {
+        self.by_job
+            .get(uid)
+            .map(|m| m.values().map(|(i, _)| *i).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    creates: Vec<(Value, Option<i32>)>,
+    deletes: Vec<String>,
+    status: Option<Value>,
+}
+
+fn condition_true(status: &Value, t: &str) -> bool {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| str_at(c, &["type"]) == Some(t) && str_at(c, &["status"]) == Some("True"))
+}
+
+fn push_condition(conds: &mut Vec<Value>, t: &str, reason: &str, message: &str) {
+    if conds.iter().any(|c| str_at(c, &["type"]) == Some(t)) {
+        return;
+    }
+    let now = now_rfc3339();
+    conds.push(json!({
+        "type": t, "status": "True", "reason": reason, "message": message,
+        "lastProbeTime": now, "lastTransitionTime": now,
+    }));
+}
+
+fn make_pod(job: &Job, index: Option<i32>) -> Value {
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let template = job
+        .spec
+        .as_ref()
+        .map(|s| serde_json::to_value(&s.template).unwrap_or(Value::Null))
+        .unwrap_or(Value::Null);
+    let mut labels: Map<String, Value> = template["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(CONTROLLER_UID_LABEL.into(), json!(uid));
+    labels.insert(JOB_NAME_LABEL.into(), json!(name));
+    labels.insert("controller-uid".into(), json!(uid));
+    labels.insert("job-name".into(), json!(name));
+    let mut annotations: Map<String, Value> = template["metadata"]["annotations"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut spec = template["spec"].clone();
+    if !spec.is_object() {
+        spec = json!({});
+    }
+    let generate = match index {
+        Some(i) => {
+            labels.insert(COMPLETION_INDEX.into(), json!(i.to_string()));
+            annotations.insert(COMPLETION_INDEX.into(), json!(i.to_string()));
+            spec["hostname"] = json!(format!("{name}-{i}"));
+            format!("{name}-{i}-")
+        }
+        None => format!("{name}-"),
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("{generate}{}", name_suffix()),
+            "generateName": generate,
+            "namespace": job.namespace(),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [controller_ref("batch/v1", "Job", &name, &uid)],
+        },
+        "spec": spec,
+    })
+}
+
+/// Decides the pods to create and delete and the job's new status.
+fn plan(
+    job: &Job,
+    pods: &[&ChildPod],
+    creating: &[Option<i32>],
+    failed_seen: &mut HashSet<String>,
+    in_flight: &InFlight,
+) -> Plan {
+    let mut plan = Plan::default();
+    let ns = job.namespace().unwrap_or_default();
+    let spec = job.spec.clone().unwrap_or_default();
+    let old = job
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_value(s).unwrap_or(json!({})))
+        .unwrap_or(json!({}));
+    let finished = condition_true(&old, "Complete") || condition_true(&old, "Failed");
+    let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+    let parallelism = spec.parallelism.unwrap_or(1).max(0);
+    let completions = spec.completions;
+    let backoff_limit = spec.backoff_limit.unwrap_or(6);
+    let on_failure = spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        == Some("OnFailure");
+    for p in pods {
+        if p.phase() == "Failed" {
+            failed_seen.insert(p.name.clone());
+        }
+    }
+    let active: Vec<&&ChildPod> = pods.iter().filter(|p| p.active()).collect();
+    let succeeded_idx: HashSet<i32> = pods
+        .iter()
+        .filter(|p| p.phase() == "Succeeded")
+        .filter_map(|p| p.labels.get(COMPLETION_INDEX).and_then(|i| i.parse().ok()))
+        .collect();
+    let succeeded = if indexed {
+        succeeded_idx.len() as i32
+    } else {
+        pods.iter().filter(|p| p.phase() == "Succeeded").count() as i32
+    };
+    let restarts: i32 = if on_failure {
+        pods.iter().map(|p| p.restarts).sum()
+    } else {
+        0
+    };
+    let failed = failed_seen.len() as i32;
+    let mut status = old.clone();
+    let mut conds: Vec<Value> = status["conditions"].as_array().cloned().unwrap_or_default();
+    if !finished && spec.suspend != Some(true) {
+        let done = completions
+            .map(|c| succeeded >= c)
+            .unwrap_or(succeeded > 0 && active.is_empty());
+        if failed + restarts > backoff_limit {
+            let msg = "Job has reached the specified backoff limit";
+            push_condition(&mut conds, "FailureTarget", "BackoffLimitExceeded", msg);
+            push_condition(&mut conds, "Failed", "BackoffLimitExceeded", msg);
+            for p in &active {
+                if !in_flight.contains(&key(&ns, &p.name)) {
+                    plan.deletes.push(p.name.clone());
+                }
+            }
+        } else if done {
+            push_condition(
+                &mut conds,
+                "SuccessCriteriaMet",
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+            );
+            push_condition(
+                &mut conds,
+                "Complete",
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+            );
+        } else if indexed {
+            let total = completions.unwrap_or(1);
+            let busy: HashSet<i32> = active
+                .iter()
+                .filter_map(|p| p.labels.get(COMPLETION_INDEX).and_then(|i| i.parse().ok()))
+                .chain(creating.iter().flatten().copied())
+                .collect();
+            let mut running = busy.len() as i32;
+            for i in 0..total {
+                if running >= parallelism {
+                    break;
+                }
+                if !succeeded_idx.contains(&i) && !busy.contains(&i) {
+                    plan.creates.push((make_pod(job, Some(i)), Some(i)));
+                    running += 1;
+                }
+            }
+        } else {
+            let remaining = completions.map(|c| c - succeeded).unwrap_or(parallelism);
+            let want = parallelism.min(remaining).max(0);
+            let have = (active.len() + creating.len()) as i32;
+            for _ in have..want {
+                plan.creates.push((make_pod(job, None), None));
+            }
+        }
+    }
+    status["conditions"] = json!(conds);
+    status["active"] = json!(active.len());
+    status["ready"] = json!(active.iter().filter(|p| p.ready).count());
+    status["succeeded"] = json!(succeeded);
+    status["failed"] = json!(failed);
+    if indexed && !succeeded_idx.is_empty() {
+        let mut idx: Vec<i32> = succeeded_idx.into_iter().collect();
+        idx.sort_unstable();
+        status["completedIndexes"] =
+            json!(idx.iter().map(i32::to_string).collect::<Vec<_>>().join(","));
+    }
+    if status.get("startTime").is_none_or(Value::is_null) && spec.suspend != Some(true) {
+        status["startTime"] = json!(now_rfc3339());
+    }
+    if condition_true(&status, "Complete")
+        && status.get("completionTime").is_none_or(Value::is_null)
+    {
+        status["completionTime"] = json!(now_rfc3339());
+    }
+    for k in ["active", "ready", "succeeded", "failed"] {
+        if status[k] == json!(0) && old.get(k).is_none() {
+            if let Some(o) = status.as_object_mut() {
+                o.remove(k);
+            }
+        }
+    }
+    if status["conditions"] == json!([]) && old.get("conditions").is_none() {
+        if let Some(o) = status.as_object_mut() {
+            o.remove("conditions");
+        }
+    }
+    if status != old {
+        plan.status = Some(status);
+    }
+    plan
+}
+
+enum Input {
+    Job(Event<Job>),
+    Pod(Event<Pod>),
+    Created(String, String, Result<(), kube::Error>),
+    Done(String, Option<String>),
+    Tick,
+}
+
+/// Runs the Job controller until aborted.
+pub async fn run(client: Client) {
+    let jobs_api: Api<Job> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client.clone());
+    let (writer, results) = Writer::new(32);
+    let mut input = futures::stream::select_all(vec![
+        watch_stream(jobs_api, None, "job controller jobs")
+            .map(Input::Job)
+            .boxed(),
+        watch_stream(pods, Some(CONTROLLER_UID_LABEL), "job controller pods")
+            .map(Input::Pod)
+            .boxed(),
+        results.boxed(),
+        ticks(Duration::from_secs(1)).map(|_| Input::Tick).boxed(),
+    ]);
+    let mut jobs: HashMap<String, Job> = HashMap::new();
+    let mut uid_key: HashMap<String, String> = HashMap::new();
+    let mut index = PodIndex::default();
+    let mut creating = Creating::default();
+    let mut failed_seen: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut in_flight = InFlight::default();
+    let mut snapshot: Option<HashSet<String>> = None;
+    while let Some(batch) = next_batch(&mut input, 2048).await {
+        let mut dirty: HashSet<String> = HashSet::new();
+        let mut gone: Vec<(String, String)> = Vec::new();
+        for ev in batch {
+            match ev {
+                Input::Job(Event::Init) => snapshot = Some(HashSet::new()),
+                Input::Job(Event::InitDone) => {
+                    if let Some(seen) = snapshot.take() {
+                        let old: Vec<String> = jobs
+                            .keys()
+                            .filter(|k| !seen.contains(*k))
+                            .cloned()
+                            .collect();
+                        for k in old {
+                            if let Some(j) = jobs.remove(&k) {
+                                gone.push((k, j.uid().unwrap_or_default()));
+                            }
+                        }
+                    }
+                }
+                Input::Job(Event::Apply(mut j)) | Input::Job(Event::InitApply(mut j)) => {
+                    let k = key(&j.namespace().unwrap_or_default(), &j.name_any());
+                    if let Some(s) = snapshot.as_mut() {
+                        s.insert(k.clone());
+                    }
+                    j.metadata.managed_fields = None;
+                    uid_key.insert(j.uid().unwrap_or_default(), k.clone());
+                    jobs.insert(k.clone(), j);
+                    dirty.insert(k);
+                }
+                Input::Job(Event::Delete(j)) => {
+                    let k = key(&j.namespace().unwrap_or_default(), &j.name_any());
+                    jobs.remove(&k);
+                    gone.push((k, j.uid().unwrap_or_default()));
+                }
+                Input::Pod(e) => {
+                    for owner in index.on_event(e) {
+                        if let Some(k) = uid_key.get(&owner) {
+                            dirty.insert(k.clone());
+                        }
+                    }
+                }
+                Input::Created(uid, name, res) => {
+                    if res.is_err()
+                        && let Some(m) = creating.by_job.get_mut(&uid)
+                    {
+                        m.remove(&name);
+                    }
+                    if let Some(k) = uid_key.get(&uid) {
+                        dirty.insert(k.clone());
+                    }
+                }
+                Input::Done(item, job) => {
+                    in_flight.remove(&item);
+                    if let Some(j) = job {
+                        dirty.insert(j);
+                    }
+                }
+                Input::Tick => {
+                    in_flight.expire();
+                    // Retries creations that were lost.
+                    dirty.extend(
+                        creating
+                            .by_job
+                            .iter()
+                            .filter(|(_, m)| !m.is_empty())
+                            .filter_map(|(u, _)| uid_key.get(u).cloned()),
+                    );
+                }
+            }
+        }
+        for (k, uid) in gone {
+            uid_key.remove(&uid);
+            creating.by_job.remove(&uid);
+            failed_seen.remove(&uid);
+            let ns = k
+                .split_once('/')
+                .map(|(n, _)| n.to_owned())
+                .unwrap_or_default();
+            for p in index.of(&uid) {
+                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+                let name = p.name.clone();
+                writer.spawn(async move {
+                    let _ = api.delete(&name, &DeleteParams::background()).await;
+                    Input::Done(String::new(), None)
+                });
+            }
+        }
+        for jk in dirty {
+            let Some(job) = jobs.get(&jk) else { continue };
+            if job.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let uid = job.uid().unwrap_or_default();
+            let ns = job.namespace().unwrap_or_default();
+            let pods: Vec<&ChildPod> = index.of(&uid).collect();
+            let seen: HashSet<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+            creating.prune(&uid, &seen);
+            let p = plan(
+                job,
+                &pods,
+                &creating.of(&uid),
+                failed_seen.entry(uid.clone()).or_default(),
+                &in_flight,
+            );
+            for (pod, idx) in p.creates {
+                let name = pod["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                creating
+                    .by_job
+                    .entry(uid.clone())
+                    .or_default()
+                    .insert(name.clone(), (idx, Instant::now()));
+                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+                let uid2 = uid.clone();
+                writer.spawn(async move {
+                    let res = match serde_json::from_value::<Pod>(pod) {
+                        Ok(p) => api.create(&PostParams::default(), &p).await.map(|_| ()),
+                        Err(e) => Err(kube::Error::SerdeError(e)),
+                    };
+                    if let Err(e) = &res {
+                        tracing::debug!(pod = %name, error = %e, "create job pod");
+                    }
+                    Input::Created(uid2, name, res)
+                });
+            }
+            for name in p.deletes {
+                let k = key(&ns, &name);
+                in_flight.insert(k.clone());
+                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+                let jk2 = jk.clone();
+                writer.spawn(async move {
+                    if let Err(e) = api.delete(&name, &DeleteParams::background()).await
+                        && !is_not_found(&e)
+                    {
+                        tracing::debug!(pod = %name, error = %e, "delete job pod");
+                    }
+                    Input::Done(k, Some(jk2))
+                });
+            }
+            if let Some(status) = p.status {
+                let sk = format!("{jk}#status");
+                if in_flight.contains(&sk) {
+                    continue;
+                }
+                in_flight.insert(sk.clone());
+                let api: Api<Job> = Api::namespaced(client.clone(), &ns);
+                let name = job.name_any();
+                let jk2 = jk.clone();
+                writer.spawn(async move {
+                    let patch = json!({"status": status});
+                    if let Err(e) = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        tracing::debug!(job = %name, error = %e, "job status");
+                    }
+                    Input::Done(sk, Some(jk2))
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn job(indexed: bool, n: i32) -> Job {
+        let mut j: Job = serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+            "spec": {"parallelism": n, "completions": n, "backoffLimit": 1,
+                "template": {"metadata": {"labels": {"app": "x"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}},
+        }))
+        .expect("job");
+        if indexed && let Some(s) = j.spec.as_mut() {
+            s.completion_mode = Some("Indexed".into());
+        }
+        j
+    }
+
+    fn pod(name: &str, idx: Option<i32>, phase: &str) -> ChildPod {
+        let mut labels = BTreeMap::new();
+        if let Some(i) = idx {
+            labels.insert(COMPLETION_INDEX.to_owned(), i.to_string());
+        }
+        ChildPod {
+            name: name.into(),
+            labels,
+            phase: Some(phase.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn indexed_job_creates_one_pod_per_missing_index() {
+        let j = job(true, 3);
+        let a = pod("j-0-abcde", Some(0), "Running");
+        let p = plan(
+            &j,
+            &[&a],
+            &[Some(2)],
+            &mut HashSet::new(),
+            &InFlight::default(),
+        );
+        assert_eq!(p.creates.len(), 1);
+        let (pod, idx) = &p.creates[0];
+        assert_eq!(*idx, Some(1));
+        assert_eq!(pod["metadata"]["labels"][COMPLETION_INDEX], "1");
+        assert_eq!(pod["metadata"]["labels"]["controller-uid"], "u");
+        assert_eq!(pod["metadata"]["labels"]["app"], "x");
+        assert!(
+            pod["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("j-1-"))
+        );
+    }
+
+    #[test]
+    fn failures_past_the_backoff_limit_fail_the_job() {
+        let j = job(false, 1);
+        let mut seen = HashSet::new();
+        let a = pod("j-aaaaa", None, "Failed");
+        let p = plan(&j, &[&a], &[], &mut seen, &InFlight::default());
+        assert_eq!(p.creates.len(), 1, "replacement pod");
+        let b = pod("j-bbbbb", None, "Failed");
+        let p = plan(&j, &[&a, &b], &[], &mut seen, &InFlight::default());
+        assert!(p.creates.is_empty());
+        assert!(condition_true(&p.status.expect("status"), "Failed"));
+    }
+}

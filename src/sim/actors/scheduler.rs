@@ -1,0 +1,472 @@
+//! The scheduler: binds every pod without `spec.nodeName` to a Ready,
+//! schedulable node whose NoSchedule/NoExecute taints it tolerates, whose
+//! `nodeSelector` labels match and whose extended resources (GPUs, NPUs) and
+//! pod slots still fit, preferring the node with the fewest pods (spreading).
+//!
+//! It binds through the `pods/binding` subresource, as kube-scheduler does;
+//! if the server answers that subresource with 404/405 it falls back, once
+//! and for good, to a merge patch of `spec.nodeName`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher::Event;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::runtime::{Writer, next_batch, ticks, watch_stream};
+use super::util::{is_not_found, is_status, key};
+
+/// What the scheduler keeps of a node.
+#[derive(Debug, Clone, Default)]
+struct NodeView {
+    ready: bool,
+    unschedulable: bool,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    /// Extended resources (`nvidia.com/gpu`, ...) and `pods`, allocatable.
+    allocatable: HashMap<String, i64>,
+    used: HashMap<String, i64>,
+}
+
+/// What the scheduler keeps of a pod that waits for a node.
+#[derive(Debug, Clone)]
+struct PendingPod {
+    ns: String,
+    name: String,
+    requests: HashMap<String, i64>,
+    node_selector: BTreeMap<String, String>,
+    tolerations: Vec<Toleration>,
+}
+
+/// A pod that holds resources on a node.
+#[derive(Debug, Clone)]
+struct BoundPod {
+    node: String,
+    requests: HashMap<String, i64>,
+}
+
+enum Input {
+    Node(Event<Node>),
+    Pod(Event<Pod>),
+    Bound(String, String, Result<(), kube::Error>),
+    Tick,
+}
+
+/// Extended resources (names with a `/`) a pod asks for, summed over its
+/// containers; limits count when requests are absent, as for GPUs.
+fn pod_requests(pod: &Pod) -> HashMap<String, i64> {
+    let mut out: HashMap<String, i64> = HashMap::new();
+    out.insert("pods".into(), 1);
+    let Some(spec) = &pod.spec else { return out };
+    for c in &spec.containers {
+        let Some(res) = &c.resources else { continue };
+        let mut seen = HashSet::new();
+        for list in [&res.requests, &res.limits].into_iter().flatten() {
+            for (k, q) in list {
+                if k.contains('/') && seen.insert(k.clone()) {
+                    *out.entry(k.clone()).or_default() += q.0.parse::<i64>().unwrap_or(0);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn node_view(node: &Node) -> NodeView {
+    let status = node.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let spec = node.spec.as_ref();
+    let mut allocatable = HashMap::new();
+    if let Some(a) = status.and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref())) {
+        for (k, q) in a {
+            if k.contains('/') || k == "pods" {
+                allocatable.insert(k.clone(), q.0.parse::<i64>().unwrap_or(0));
+            }
+        }
+    }
+    allocatable.entry("pods".into()).or_insert(110);
+    NodeView {
+        ready,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        labels: node.labels().clone(),
+        taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+        allocatable,
+        used: HashMap::new(),
+    }
+}
+
+/// Whether `tols` tolerate `taint`, with the matching rules of the real
+/// scheduler (empty key with Exists matches everything, empty effect matches
+/// every effect).
+fn tolerates(tols: &[Toleration], taint: &Taint) -> bool {
+    tols.iter().any(|t| {
+        let effect_ok = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        if !effect_ok {
+            return false;
+        }
+        let op = t.operator.as_deref().unwrap_or("Equal");
+        match t.key.as_deref() {
+            None | Some("") => op == "Exists",
+            Some(k) if k == taint.key => {
+                op == "Exists"
+                    || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+            }
+            _ => false,
+        }
+    })
+}
+
+fn fits(node: &NodeView, pod: &PendingPod) -> bool {
+    if !node.ready || node.unschedulable {
+        return false;
+    }
+    if pod
+        .node_selector
+        .iter()
+        .any(|(k, v)| node.labels.get(k) != Some(v))
+    {
+        return false;
+    }
+    if node
+        .taints
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .any(|t| !tolerates(&pod.tolerations, t))
+    {
+        return false;
+    }
+    pod.requests.iter().all(|(r, n)| {
+        let have = node.allocatable.get(r).copied().unwrap_or(0);
+        let used = node.used.get(r).copied().unwrap_or(0);
+        used + n <= have
+    })
+}
+
+struct State {
+    nodes: HashMap<String, NodeView>,
+    pending: HashMap<String, PendingPod>,
+    bound: HashMap<String, BoundPod>,
+    in_flight: HashMap<String, PendingPod>,
+    /// Pods that fit nowhere at their last try: retried on node changes and
+    /// ticks only, so they do not cost a scan of all nodes per event.
+    parked: HashSet<String>,
+}
+
+impl State {
+    fn charge(&mut self, node: &str, req: &HashMap<String, i64>, sign: i64) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            for (r, v) in req {
+                *n.used.entry(r.clone()).or_default() += sign * v;
+            }
+        }
+    }
+
+    fn forget(&mut self, k: &str) {
+        self.pending.remove(k);
+        self.parked.remove(k);
+        if let Some(b) = self.bound.remove(k) {
+            self.charge(&b.node, &b.requests, -1);
+        }
+    }
+
+    fn on_pod(&mut self, pod: &Pod) {
+        let k = key(&pod.namespace().unwrap_or_default(), &pod.name_any());
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let terminal = matches!(phase, Some("Succeeded") | Some("Failed"));
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        if terminal || pod.metadata.deletion_timestamp.is_some() {
+            self.forget(&k);
+            return;
+        }
+        match node {
+            Some(node) if !node.is_empty() => {
+                self.pending.remove(&k);
+                self.parked.remove(&k);
+                if !self.bound.contains_key(&k) {
+                    let requests = pod_requests(pod);
+                    self.charge(&node, &requests, 1);
+                    self.bound.insert(k, BoundPod { node, requests });
+                }
+            }
+            _ => {
+                if self.bound.contains_key(&k) || self.in_flight.contains_key(&k) {
+                    return;
+                }
+                let spec = pod.spec.as_ref();
+                self.pending.insert(
+                    k,
+                    PendingPod {
+                        ns: pod.namespace().unwrap_or_default(),
+                        name: pod.name_any(),
+                        requests: pod_requests(pod),
+                        node_selector: spec
+                            .and_then(|s| s.node_selector.clone())
+                            .unwrap_or_default(),
+                        tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn on_node(&mut self, node: &Node) {
+        let name = node.name_any();
+        let mut view = node_view(node);
+        if let Some(old) = self.nodes.get(&name) {
+            view.used = old.used.clone();
+        }
+        self.nodes.insert(name, view);
+    }
+
+    /// Picks the feasible node with the fewest pods.
+    fn choose(&self, pod: &PendingPod) -> Option<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| fits(n, pod))
+            .min_by_key(|(name, n)| (n.used.get("pods").copied().unwrap_or(0), name.as_str()))
+            .map(|(name, _)| name.clone())
+    }
+}
+
+/// Runs the scheduler until the task is aborted.
+pub async fn run(client: Client) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (writer, results) = Writer::new(64);
+    let mut input = futures::stream::select_all(vec![
+        watch_stream(nodes, None, "scheduler nodes")
+            .map(Input::Node)
+            .boxed(),
+        watch_stream(pods.clone(), None, "scheduler pods")
+            .map(Input::Pod)
+            .boxed(),
+        results.boxed(),
+        ticks(Duration::from_millis(500))
+            .map(|_| Input::Tick)
+            .boxed(),
+    ]);
+    let use_patch = Arc::new(AtomicBool::new(false));
+    let mut st = State {
+        nodes: HashMap::new(),
+        pending: HashMap::new(),
+        bound: HashMap::new(),
+        in_flight: HashMap::new(),
+        parked: HashSet::new(),
+    };
+    let mut pod_snapshot: Option<HashSet<String>> = None;
+    while let Some(batch) = next_batch(&mut input, 2048).await {
+        let mut unpark = false;
+        for ev in batch {
+            match ev {
+                Input::Node(Event::Apply(n)) | Input::Node(Event::InitApply(n)) => {
+                    st.on_node(&n);
+                    unpark = true;
+                }
+                Input::Node(Event::Delete(n)) => {
+                    st.nodes.remove(&n.name_any());
+                }
+                Input::Node(_) => {}
+                Input::Pod(Event::Init) => pod_snapshot = Some(HashSet::new()),
+                Input::Pod(Event::InitApply(p)) => {
+                    if let Some(s) = pod_snapshot.as_mut() {
+                        s.insert(key(&p.namespace().unwrap_or_default(), &p.name_any()));
+                    }
+                    st.on_pod(&p);
+                }
+                Input::Pod(Event::InitDone) => {
+                    if let Some(seen) = pod_snapshot.take() {
+                        let gone: Vec<String> = st
+                            .pending
+                            .keys()
+                            .chain(st.bound.keys())
+                            .filter(|k| !seen.contains(*k))
+                            .cloned()
+                            .collect();
+                        for k in gone {
+                            st.forget(&k);
+                        }
+                    }
+                }
+                Input::Pod(Event::Apply(p)) => st.on_pod(&p),
+                Input::Pod(Event::Delete(p)) => {
+                    st.forget(&key(&p.namespace().unwrap_or_default(), &p.name_any()))
+                }
+                Input::Bound(k, node, res) => {
+                    let pod = st.in_flight.remove(&k);
+                    if let Err(e) = res {
+                        // Undo the optimistic charge; the pod is retried
+                        // unless it is gone.
+                        if let Some(b) = st.bound.remove(&k) {
+                            st.charge(&b.node, &b.requests, -1);
+                        }
+                        if !is_not_found(&e) {
+                            tracing::debug!(pod = %k, node = %node, error = %e, "bind failed");
+                            if let Some(pod) = pod {
+                                st.pending.insert(k, pod);
+                            }
+                        }
+                    }
+                }
+                Input::Tick => unpark = true,
+            }
+        }
+        if unpark {
+            st.parked.clear();
+        }
+        let todo: Vec<String> = st
+            .pending
+            .keys()
+            .filter(|k| !st.in_flight.contains_key(*k) && !st.parked.contains(*k))
+            .cloned()
+            .collect();
+        for k in todo {
+            let Some(pod) = st.pending.get(&k).cloned() else {
+                continue;
+            };
+            let Some(node) = st.choose(&pod) else {
+                st.parked.insert(k);
+                continue;
+            };
+            st.pending.remove(&k);
+            st.charge(&node, &pod.requests, 1);
+            st.bound.insert(
+                k.clone(),
+                BoundPod {
+                    node: node.clone(),
+                    requests: pod.requests.clone(),
+                },
+            );
+            st.in_flight.insert(k.clone(), pod.clone());
+            let api: Api<Pod> = Api::namespaced(client.clone(), &pod.ns);
+            let use_patch = use_patch.clone();
+            writer.spawn(async move {
+                let res = bind(&api, &pod.name, &pod.ns, &node, &use_patch).await;
+                Input::Bound(k, node, res)
+            });
+        }
+    }
+}
+
+/// Binds one pod: `pods/binding`, or a `spec.nodeName` patch on servers
+/// without that subresource.
+async fn bind(
+    api: &Api<Pod>,
+    name: &str,
+    ns: &str,
+    node: &str,
+    use_patch: &AtomicBool,
+) -> Result<(), kube::Error> {
+    if !use_patch.load(Ordering::Relaxed) {
+        let binding = json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        match api
+            .create_subresource::<_, serde_json::Value>(
+                "binding",
+                name,
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if is_status(&e, 404) || is_status(&e, 405) => {
+                // Either the pod is gone or the subresource is missing:
+                // the patch below tells which.
+                let r = patch_node_name(api, name, node).await;
+                if r.is_ok() {
+                    tracing::info!(
+                        "sim scheduler: server has no pods/binding, binding by patching spec.nodeName"
+                    );
+                    use_patch.store(true, Ordering::Relaxed);
+                }
+                return r;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    patch_node_name(api, name, node).await
+}
+
+async fn patch_node_name(api: &Api<Pod>, name: &str, node: &str) -> Result<(), kube::Error> {
+    let patch = json!({"spec": {"nodeName": node}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn tolerations_match_like_the_real_scheduler() {
+        let t = taint("rebound.dev/fault", "NoSchedule");
+        assert!(!tolerates(&[], &t));
+        let exists_all = Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        };
+        assert!(tolerates(&[exists_all], &t));
+        let by_key = Toleration {
+            key: Some("rebound.dev/fault".into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Default::default()
+        };
+        assert!(
+            !tolerates(std::slice::from_ref(&by_key), &t),
+            "effect differs"
+        );
+    }
+
+    #[test]
+    fn cordoned_or_tainted_nodes_do_not_fit() {
+        let pod = PendingPod {
+            ns: "a".into(),
+            name: "p".into(),
+            requests: HashMap::from([("pods".into(), 1), ("nvidia.com/gpu".into(), 8)]),
+            node_selector: BTreeMap::new(),
+            tolerations: vec![],
+        };
+        let mut n = NodeView {
+            ready: true,
+            allocatable: HashMap::from([("pods".into(), 110), ("nvidia.com/gpu".into(), 8)]),
+            ..Default::default()
+        };
+        assert!(fits(&n, &pod));
+        n.used.insert("nvidia.com/gpu".into(), 1);
+        assert!(!fits(&n, &pod), "GPUs exhausted");
+        n.used.clear();
+        n.unschedulable = true;
+        assert!(!fits(&n, &pod));
+        n.unschedulable = false;
+        n.taints.push(taint("x", "NoSchedule"));
+        assert!(!fits(&n, &pod));
+        n.taints[0].effect = "PreferNoSchedule".into();
+        assert!(fits(&n, &pod));
+    }
+}

@@ -1,0 +1,540 @@
+//! `rebound sim`: the embedded cluster at scale with the controller as a
+//! separate process (so its memory is its own), a fault scenario, and the
+//! figures: reaction-time percentiles measured at the API server (fault
+//! written → first action request arriving), restarts, cordons, API
+//! requests by verb, and the controller's peak resident memory.
+
+use super::RequestRecord;
+use super::cluster::{SimConfig, pod_running};
+use super::testbed::{ROOT, Testbed};
+use crate::fault::wire::{self, WireFault};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// `rebound sim` flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimArgs {
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 200)]
+    pub nodes: usize,
+    /// Pods per node (in PyTorchJobs of --job-size pods).
+    #[arg(long, default_value_t = 10)]
+    pub pods_per_node: usize,
+    /// Pods per job (one master and workers).
+    #[arg(long, default_value_t = 8)]
+    pub job_size: usize,
+    /// pod-exit | node-xid | storm | flapping
+    #[arg(long, default_value = "pod-exit", value_parser = ["pod-exit", "node-xid", "storm", "flapping"])]
+    pub scenario: String,
+    /// Faults to inject (storm: nodes failing at once; default: a quarter
+    /// of the nodes for storm, else 100).
+    #[arg(long)]
+    pub faults: Option<usize>,
+    /// The controller's write QPS limit (shown against the storm's rate).
+    #[arg(long, default_value_t = 50.0)]
+    pub qps: f64,
+    /// Run the controller in this process (no memory figure) instead of as
+    /// a child process.
+    #[arg(long)]
+    pub in_process: bool,
+    /// Output format.
+    #[arg(short = 'o', long, default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
+}
+
+/// Reaction-time percentiles in milliseconds.
+#[derive(Debug, Serialize, Default)]
+pub struct Percentiles {
+    pub count: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+fn percentiles(mut v: Vec<f64>) -> Percentiles {
+    if v.is_empty() {
+        return Percentiles::default();
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1];
+    Percentiles {
+        count: v.len(),
+        p50: at(0.50),
+        p90: at(0.90),
+        p99: at(0.99),
+        max: v[v.len() - 1],
+    }
+}
+
+/// What `rebound sim` prints.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub nodes: usize,
+    pub pods: usize,
+    pub jobs: usize,
+    pub setup_seconds: f64,
+    pub faults_injected: usize,
+    pub reaction_ms: Percentiles,
+    pub jobs_restarted: usize,
+    pub max_restarts_of_one_job: usize,
+    pub nodes_cordoned: usize,
+    pub breaker_limit: usize,
+    pub actions_per_fault_max: usize,
+    pub controller_requests_by_verb: BTreeMap<String, usize>,
+    pub peak_write_rate_per_second: usize,
+    pub qps_limit: f64,
+    pub controller_peak_rss_mib: Option<f64>,
+    pub notes: Vec<String>,
+}
+
+enum Ctl {
+    Child(tokio::process::Child, u32),
+    InProcess(crate::controller::ControllerHandle),
+}
+
+/// Run a scenario and print the report.
+pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
+    let setup = Instant::now();
+    let pods_total = args.nodes * args.pods_per_node;
+    let jobs = pods_total.div_ceil(args.job_size.max(1));
+    let workers = args.job_size.saturating_sub(1) as u32;
+    eprintln!(
+        "sim: {} nodes, {} PyTorchJobs of {} pods ({} pods)...",
+        args.nodes,
+        jobs,
+        args.job_size,
+        jobs * args.job_size
+    );
+    let bed = Testbed::start(SimConfig {
+        nodes: args.nodes,
+        gpus_per_node: 8,
+        gpus_per_pod: 0,
+        ..SimConfig::default()
+    })
+    .await?;
+    bed.apply_samples().await?;
+    let opt = [("kcover.io/cascading-recovery", "true")];
+    let c = &bed.cluster;
+    futures::stream::iter(0..jobs)
+        .map(|i| async move {
+            c.create_pytorchjob("team-a", &format!("job-{i:05}"), workers, &opt)
+                .await
+        })
+        .buffer_unordered(32)
+        .for_each(|r| async {
+            if let Err(e) = r {
+                eprintln!("sim: creating a job failed: {e}");
+            }
+        })
+        .await;
+    let pods: Api<Pod> = Api::namespaced(bed.client(), "team-a");
+    let want = jobs * args.job_size;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let running = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| pod_running(p))
+            .count();
+        if running >= want {
+            break;
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("only {running} of {want} pods running after 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "sim: {want} pods running after {:.1}s; starting the controller",
+        setup.elapsed().as_secs_f64()
+    );
+
+    let ctl = start_controller(&bed, &args).await?;
+    let setup_seconds = setup.elapsed().as_secs_f64();
+    bed.cluster.api().clear_requests();
+    let t_start = Instant::now();
+
+    let mut notes = Vec::new();
+    let node_names = bed.cluster.node_names();
+    let faults = args.faults.unwrap_or(if args.scenario == "storm" {
+        (args.nodes / 4).max(1)
+    } else {
+        100
+    });
+    let mut injected: Vec<(Instant, Target)> = Vec::new();
+    match args.scenario.as_str() {
+        "pod-exit" => {
+            for i in 0..faults.min(jobs) {
+                let job = format!("job-{:05}", (i * 7919) % jobs);
+                let pod = if workers > 0 {
+                    format!("{job}-worker-0")
+                } else {
+                    format!("{job}-master-0")
+                };
+                let t = Instant::now();
+                bed.cluster
+                    .fail_container("team-a", &pod, "pytorch", 1, "Error")
+                    .await?;
+                injected.push((t, Target::Job(job)));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        "node-xid" => {
+            for node in node_names.iter().take(faults) {
+                let t = Instant::now();
+                set_xid(&bed, node, "79").await?;
+                injected.push((t, Target::Node(node.clone())));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        "storm" => {
+            let targets: Vec<String> = node_names.iter().take(faults).cloned().collect();
+            let t = Instant::now();
+            futures::stream::iter(targets.iter())
+                .map(|n| set_xid(&bed, n, "79"))
+                .buffer_unordered(64)
+                .for_each(|r| async {
+                    if let Err(e) = r {
+                        eprintln!("sim: {e}");
+                    }
+                })
+                .await;
+            for n in targets {
+                injected.push((t, Target::Node(n)));
+            }
+        }
+        _ => {
+            // flapping: one node's XID 48 (ResetDevice) comes and goes.
+            let node = node_names.first().cloned().unwrap_or_default();
+            for _ in 0..faults.min(20) {
+                let t = Instant::now();
+                set_xid(&bed, &node, "48").await?;
+                injected.push((t, Target::Node(node.clone())));
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                bed.cluster
+                    .set_node_condition(&node, wire::GPU_CONDITION, "False", "Healthy", "")
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            notes.push("flapping: a node's XID 48 set and cleared repeatedly; cooldowns bound the restarts of its jobs, cordon/uncordon follow the fault".into());
+        }
+    }
+    // Let the controller finish (restarts, records, Events).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let reqs = bed.cluster.api().requests();
+    let report = analyse(
+        &args,
+        &reqs,
+        &injected,
+        t_start,
+        setup_seconds,
+        jobs,
+        want,
+        &bed,
+        notes,
+    )
+    .await;
+    let rss = match ctl {
+        Ctl::Child(mut child, pid) => {
+            let rss = peak_rss_mib(pid);
+            let _ = child.kill().await;
+            rss
+        }
+        Ctl::InProcess(h) => {
+            h.shutdown().await;
+            None
+        }
+    };
+    let report = Report {
+        controller_peak_rss_mib: rss,
+        ..report
+    };
+    if args.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    bed.cluster.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Clone)]
+enum Target {
+    Job(String),
+    Node(String),
+}
+
+async fn set_xid(bed: &Testbed, node: &str, code: &str) -> anyhow::Result<()> {
+    let msg = wire::format_condition_message(&[WireFault {
+        source: "NvidiaXid".into(),
+        code: code.into(),
+        device: Some("0".into()),
+        ..Default::default()
+    }]);
+    bed.cluster
+        .set_node_condition(node, wire::GPU_CONDITION, "True", "NvidiaXid", &msg)
+        .await?;
+    Ok(())
+}
+
+async fn start_controller(bed: &Testbed, args: &SimArgs) -> anyhow::Result<Ctl> {
+    let mut cargs = bed.controller_args();
+    cargs.qps = args.qps;
+    cargs.burst = (args.qps as u32).max(1) * 2;
+    cargs.leader_election = false;
+    if args.in_process {
+        return Ok(Ctl::InProcess(bed.start_controller(cargs).await?));
+    }
+    let dir = std::env::temp_dir().join(format!("rebound-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = dir.join("kubeconfig");
+    bed.cluster.api().write_kubeconfig(&kubeconfig)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let exe = std::env::current_exe()?;
+    let child = tokio::process::Command::new(exe)
+        .args([
+            "controller",
+            "--root-namespace",
+            ROOT,
+            "--leader-election",
+            "false",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--qps",
+            &args.qps.to_string(),
+            "--burst",
+            &cargs.burst.to_string(),
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !readyz(port).await {
+        if Instant::now() > deadline {
+            anyhow::bail!("the controller process did not become ready within 120s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Ctl::Child(child, pid))
+}
+
+async fn readyz(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    if s.write_all(b"GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf).await;
+    buf.starts_with(b"HTTP/1.1 200") || buf.starts_with(b"HTTP/1.0 200")
+}
+
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = s
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+/// An action of the controller, recognised in the request log.
+fn action_target(r: &RequestRecord) -> Option<Target> {
+    match (r.verb, r.resource.as_str(), r.subresource.as_str()) {
+        ("deletecollection", "pods", "") => {
+            let q = urlish_decode(&r.query);
+            let job = q.split(['&', ',']).find_map(|kv| {
+                kv.split_once('=')
+                    .filter(|(k, _)| k.ends_with("job-name"))
+                    .map(|(_, v)| v.to_string())
+            })?;
+            Some(Target::Job(job))
+        }
+        ("create", "commands", "") => None,
+        ("patch", "nodes", "") => Some(Target::Node(r.path.rsplit('/').next()?.to_string())),
+        _ => None,
+    }
+}
+
+fn urlish_decode(s: &str) -> String {
+    let mut out = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() + 0 && i + 2 <= b.len() - 1 {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v as char);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(if b[i] == b'+' { ' ' } else { b[i] as char });
+        i += 1;
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn analyse(
+    args: &SimArgs,
+    reqs: &[RequestRecord],
+    injected: &[(Instant, Target)],
+    t_start: Instant,
+    setup_seconds: f64,
+    jobs: usize,
+    pods: usize,
+    bed: &Testbed,
+    notes: Vec<String>,
+) -> Report {
+    let actions: Vec<(Instant, Target)> = reqs
+        .iter()
+        .filter(|r| r.at >= t_start && r.status < 300)
+        .filter_map(|r| action_target(r).map(|t| (r.at, t)))
+        .collect();
+    let mut reactions = Vec::new();
+    for (t, target) in injected {
+        let first = actions
+            .iter()
+            .filter(|(at, _)| at >= t)
+            .find(|(_, a)| match (a, target) {
+                (Target::Job(a), Target::Job(b)) => a == b,
+                (Target::Node(a), Target::Node(b)) => a == b,
+                _ => false,
+            });
+        if let Some((at, _)) = first {
+            reactions.push(at.duration_since(*t).as_secs_f64() * 1000.0);
+        }
+    }
+    let mut restarts: HashMap<String, usize> = HashMap::new();
+    let mut cordoned: HashMap<String, usize> = HashMap::new();
+    for (_, a) in &actions {
+        match a {
+            Target::Job(j) => *restarts.entry(j.clone()).or_default() += 1,
+            Target::Node(n) => *cordoned.entry(n.clone()).or_default() += 1,
+        }
+    }
+    let nodes_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(bed.client());
+    let nodes_cordoned = nodes_api
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|n| {
+                    n.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key("rebound.dev/cordoned"))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    let mut by_verb: BTreeMap<String, usize> = BTreeMap::new();
+    let mut per_sec: HashMap<u64, usize> = HashMap::new();
+    for r in reqs.iter().filter(|r| r.at >= t_start) {
+        let controller_write = matches!(
+            r.verb,
+            "deletecollection" | "create" | "patch" | "update" | "delete"
+        ) && !(r.resource == "pods" && r.subresource == "status")
+            && !(r.resource == "nodes" && r.subresource == "status")
+            && !(r.resource == "pods" && r.verb == "create")
+            && !(r.resource == "pods" && r.subresource == "binding");
+        if controller_write {
+            *by_verb
+                .entry(format!(
+                    "{} {}{}",
+                    r.verb,
+                    r.resource,
+                    if r.subresource.is_empty() {
+                        String::new()
+                    } else {
+                        format!("/{}", r.subresource)
+                    }
+                ))
+                .or_default() += 1;
+            *per_sec
+                .entry(r.at.duration_since(t_start).as_secs())
+                .or_default() += 1;
+        }
+    }
+    Report {
+        scenario: args.scenario.clone(),
+        nodes: args.nodes,
+        pods,
+        jobs,
+        setup_seconds,
+        faults_injected: injected.len(),
+        reaction_ms: percentiles(reactions),
+        jobs_restarted: restarts.len(),
+        max_restarts_of_one_job: restarts.values().copied().max().unwrap_or(0),
+        nodes_cordoned,
+        breaker_limit: crate::policy::Limit::Percent(10).of(args.nodes as u32) as usize,
+        actions_per_fault_max: 0,
+        controller_requests_by_verb: by_verb,
+        peak_write_rate_per_second: per_sec.values().copied().max().unwrap_or(0),
+        qps_limit: args.qps,
+        controller_peak_rss_mib: None,
+        notes,
+    }
+}
+
+fn print_text(r: &Report) {
+    println!(
+        "rebound sim: scenario {} on {} nodes, {} pods in {} jobs (setup {:.1}s)",
+        r.scenario, r.nodes, r.pods, r.jobs, r.setup_seconds
+    );
+    println!("  faults injected:          {}", r.faults_injected);
+    let p = &r.reaction_ms;
+    println!(
+        "  reaction (fault written → first action request at the API server), {} measured:",
+        p.count
+    );
+    println!(
+        "    p50 {:.2} ms   p90 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
+        p.p50, p.p90, p.p99, p.max
+    );
+    println!(
+        "  jobs restarted:           {} (most restarts of one job: {})",
+        r.jobs_restarted, r.max_restarts_of_one_job
+    );
+    println!(
+        "  nodes cordoned:           {} (breaker limit {} per window)",
+        r.nodes_cordoned, r.breaker_limit
+    );
+    println!(
+        "  peak write rate:          {} requests/s (QPS limit {})",
+        r.peak_write_rate_per_second, r.qps_limit
+    );
+    println!("  controller writes by verb:");
+    for (k, v) in &r.controller_requests_by_verb {
+        println!("    {k:<36} {v}");
+    }
+    match r.controller_peak_rss_mib {
+        Some(m) => println!("  controller peak RSS:      {m:.1} MiB"),
+        None => println!("  controller peak RSS:      (in-process: not measured)"),
+    }
+    for n in &r.notes {
+        println!("  note: {n}");
+    }
+}

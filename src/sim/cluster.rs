@@ -1,0 +1,666 @@
+//! `SimCluster`: the embedded API server with its simulated actors
+//! (scheduler, kubelets, Kubeflow/Volcano/JobSet/Job operators, Ascend
+//! device plugin), set up in one call with nodes and namespaces, plus the
+//! conveniences tests and `rebound demo`/`sim` need: create jobs, inject
+//! faults, wait for pods.
+//!
+//! Nodes (and the Ascend ConfigMaps) are created in-process through the
+//! server's bulk path, so 2,000 nodes take well under a second; everything
+//! the actors do afterwards goes through `kube::Client` over HTTP, like a
+//! real cluster's components.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::actors::ascend::{self, AscendFault, AscendPlugin};
+use super::actors::kubelet::{Kubelet, KubeletConfig};
+use super::actors::{ActorError, ActorTasks, batchjob, jobset, kubeflow, scheduler, volcano};
+use super::{ApiServer, ApiServerHandle, SimError};
+
+/// The embedded cluster's own minimal CRDs of the job kinds (not the real
+/// ones, which are other projects' files).
+pub const JOB_CRDS: [&str; 6] = [
+    include_str!("crds/kubeflow-pytorchjobs.yaml"),
+    include_str!("crds/kubeflow-tfjobs.yaml"),
+    include_str!("crds/kubeflow-mpijobs.yaml"),
+    include_str!("crds/volcano-jobs.yaml"),
+    include_str!("crds/volcano-commands.yaml"),
+    include_str!("crds/jobset-jobsets.yaml"),
+];
+
+/// The accelerator every simulated node carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accelerator {
+    /// NVIDIA GPUs (`nvidia.com/gpu`).
+    Gpu,
+    /// Huawei Ascend 910 NPUs (`huawei.com/Ascend910`), with the device
+    /// plugin's `mindx-dl-deviceinfo-<node>` ConfigMaps.
+    Ascend,
+}
+
+impl Accelerator {
+    /// The extended resource name.
+    pub fn resource(self) -> &'static str {
+        match self {
+            Self::Gpu => "nvidia.com/gpu",
+            Self::Ascend => ascend::RESOURCE,
+        }
+    }
+}
+
+/// Which operators run (all by default; a test of one kind may switch the
+/// others off to save watches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operators {
+    /// Kubeflow training operator (PyTorchJob, TFJob, MPIJob).
+    pub kubeflow: bool,
+    /// Volcano job controller.
+    pub volcano: bool,
+    /// JobSet controller.
+    pub jobset: bool,
+    /// batch Job controller.
+    pub batch: bool,
+}
+
+impl Default for Operators {
+    fn default() -> Self {
+        Self {
+            kubeflow: true,
+            volcano: true,
+            jobset: true,
+            batch: true,
+        }
+    }
+}
+
+/// Shape of the simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Number of nodes (`node-0000`, `node-0001`, ...).
+    pub nodes: usize,
+    /// Accelerators per node.
+    pub gpus_per_node: u32,
+    /// GPUs or NPUs.
+    pub accelerator: Accelerator,
+    /// Accelerators each pod of the `create_*` helpers asks for (0: none,
+    /// so many pods fit on one node).
+    pub gpus_per_pod: u32,
+    /// Namespaces to create besides the default ones.
+    pub namespaces: Vec<String>,
+    /// Kubelet timings.
+    pub kubelet: KubeletConfig,
+    /// Which operators run.
+    pub operators: Operators,
+    /// Keep deleted pods (with `deletionTimestamp`) until their kubelet
+    /// confirms, as a real API server does for bound pods.
+    pub hold_pod_deletion: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            nodes: 4,
+            gpus_per_node: 8,
+            accelerator: Accelerator::Gpu,
+            gpus_per_pod: 0,
+            namespaces: Vec::new(),
+            kubelet: KubeletConfig::default(),
+            operators: Operators::default(),
+            hold_pod_deletion: false,
+        }
+    }
+}
+
+/// Why a simulated-cluster call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The embedded API server failed (start, CRDs, bulk setup).
+    #[error("embedded API server: {0}")]
+    Server(#[from] SimError),
+    /// An actor's operation failed (fault injection).
+    #[error(transparent)]
+    Actor(#[from] ActorError),
+    /// A request through the client failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// An object could not be built.
+    #[error("serialization: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A wait ran out of time.
+    #[error("timed out after {after:?}: {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long.
+        after: Duration,
+    },
+    /// The cluster was not set up for this (e.g. Ascend faults on GPU nodes).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Options of the jobs the `create_*` helpers make.
+#[derive(Debug, Clone, Default)]
+pub struct JobOptions {
+    /// Labels on the job and on its pod templates (so they reach the pods,
+    /// as with real operators).
+    pub labels: BTreeMap<String, String>,
+    /// Restart policy: for Kubeflow the replica policy (`Never`,
+    /// `OnFailure`, `Always`, `ExitCode`), otherwise the pods' policy.
+    /// `None`: the kind's usual choice.
+    pub restart_policy: Option<String>,
+    /// Accelerators per pod; `None`: the cluster's `gpus_per_pod`.
+    pub gpus_per_pod: Option<u32>,
+}
+
+impl JobOptions {
+    /// Options with these labels.
+    pub fn labels(labels: &[(&str, &str)]) -> Self {
+        Self {
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The same with this restart policy.
+    pub fn restart_policy(mut self, policy: &str) -> Self {
+        self.restart_policy = Some(policy.to_owned());
+        self
+    }
+}
+
+/// The embedded cluster with its actors running.
+pub struct SimCluster {
+    api: ApiServerHandle,
+    client: Client,
+    kubelet: Kubelet,
+    ascend: Option<AscendPlugin>,
+    config: SimConfig,
+    tasks: ActorTasks,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("url", &self.api.url())
+            .field("nodes", &self.config.nodes)
+            .field("actors", &self.tasks.len())
+            .finish()
+    }
+}
+
+/// The name of node `i`.
+pub fn node_name(i: usize) -> String {
+    format!("node-{i:04}")
+}
+
+fn node_object(i: usize, cfg: &SimConfig) -> Value {
+    let name = node_name(i);
+    let ip = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
+    let res = cfg.accelerator.resource();
+    let mut labels = json!({
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": if cfg.accelerator == Accelerator::Ascend { "arm64" } else { "amd64" },
+        "node.kubernetes.io/instance-type": "sim.accelerated",
+        "topology.kubernetes.io/zone": format!("zone-{}", i % 3),
+    });
+    match cfg.accelerator {
+        Accelerator::Gpu => {
+            labels["nvidia.com/gpu.present"] = json!("true");
+            labels["nvidia.com/gpu.product"] = json!("NVIDIA-H100-80GB-HBM3");
+            labels["nvidia.com/gpu.count"] = json!(cfg.gpus_per_node.to_string());
+        }
+        Accelerator::Ascend => {
+            labels["accelerator"] = json!("huawei-Ascend910");
+            labels["host-arch"] = json!("huawei-arm");
+        }
+    }
+    let capacity = json!({
+        "cpu": "192", "memory": "2113877504Ki", "pods": "110", "ephemeral-storage": "3750000000Ki",
+        res: cfg.gpus_per_node.to_string(),
+    });
+    let now = super::actors::util::now_rfc3339();
+    let cond = |t: &str, s: &str, r: &str, m: &str| {
+        json!({"type": t, "status": s, "reason": r, "message": m,
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"podCIDR": format!("10.244.{}.0/24", i % 256)},
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [
+                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "nodeInfo": {
+                "machineID": "", "systemUUID": "", "bootID": "",
+                "kernelVersion": "5.15.0-sim", "osImage": "Ubuntu 22.04.4 LTS",
+                "containerRuntimeVersion": "containerd://1.7.20", "kubeletVersion": "v1.33.0",
+                "kubeProxyVersion": "", "operatingSystem": "linux",
+                "architecture": if cfg.accelerator == Accelerator::Ascend { "arm64" } else { "amd64" },
+            },
+        },
+    })
+}
+
+impl SimCluster {
+    /// Starts the API server, registers the job CRDs, creates namespaces and
+    /// nodes, and starts the actors.
+    pub async fn start(config: SimConfig) -> Result<Self, ClusterError> {
+        let api = ApiServer::builder()
+            .hold_pod_deletion(config.hold_pod_deletion)
+            .start()
+            .await?;
+        for crd in JOB_CRDS {
+            api.register_crds_yaml(crd).await?;
+        }
+        for ns in &config.namespaces {
+            api.ensure_namespace(ns)?;
+        }
+        let started = Instant::now();
+        for i in 0..config.nodes {
+            api.create_object(node_object(i, &config))?;
+        }
+        let client = api.client();
+        let ascend = (config.accelerator == Accelerator::Ascend)
+            .then(|| AscendPlugin::new(client.clone(), config.gpus_per_node));
+        if config.accelerator == Accelerator::Ascend {
+            for i in 0..config.nodes {
+                let cm = ascend::configmap(&node_name(i), config.gpus_per_node, &[]);
+                let mut v = serde_json::to_value(&cm)?;
+                v["apiVersion"] = json!("v1");
+                v["kind"] = json!("ConfigMap");
+                api.create_object(v)?;
+            }
+        }
+        tracing::debug!(nodes = config.nodes, took = ?started.elapsed(), "sim nodes created");
+        let mut tasks = ActorTasks::new();
+        tasks.push(tokio::spawn(scheduler::run(client.clone())));
+        tasks.push(tokio::spawn(super::actors::kubelet::run(
+            client.clone(),
+            config.kubelet.clone(),
+        )));
+        if config.operators.kubeflow {
+            tasks.push(tokio::spawn(kubeflow::run(client.clone())));
+        }
+        if config.operators.volcano {
+            tasks.push(tokio::spawn(volcano::run(client.clone())));
+        }
+        if config.operators.jobset {
+            tasks.push(tokio::spawn(jobset::run(client.clone())));
+        }
+        if config.operators.batch || config.operators.jobset {
+            tasks.push(tokio::spawn(batchjob::run(client.clone())));
+        }
+        Ok(Self {
+            kubelet: Kubelet::new(client.clone()),
+            api,
+            client,
+            ascend,
+            config,
+            tasks,
+        })
+    }
+
+    /// The API server (request log, fault injection, pod logs, ...).
+    pub fn api(&self) -> &ApiServerHandle {
+        &self.api
+    }
+
+    /// A client of the cluster.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The configuration the cluster was started with.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Names of all nodes.
+    pub fn node_names(&self) -> Vec<String> {
+        (0..self.config.nodes).map(node_name).collect()
+    }
+
+    fn container(&self, name: &str, opts: &JobOptions) -> Value {
+        let gpus = opts.gpus_per_pod.unwrap_or(self.config.gpus_per_pod);
+        let mut c = json!({
+            "name": name,
+            "image": "registry.local/rebound-sim/trainer:latest",
+            "command": ["python", "train.py"],
+        });
+        if gpus > 0 {
+            let r = self.config.accelerator.resource();
+            c["resources"] =
+                json!({"limits": {r: gpus.to_string()}, "requests": {r: gpus.to_string()}});
+        }
+        c
+    }
+
+    fn pod_template(&self, container: &str, opts: &JobOptions, pod_policy: Option<&str>) -> Value {
+        let mut spec = json!({"containers": [self.container(container, opts)]});
+        if let Some(p) = pod_policy {
+            spec["restartPolicy"] = json!(p);
+        }
+        json!({"metadata": {"labels": opts.labels}, "spec": spec})
+    }
+
+    async fn create_custom(
+        &self,
+        ns: &str,
+        res: &kube::api::ApiResource,
+        obj: Value,
+    ) -> Result<DynamicObject, ClusterError> {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, res);
+        let obj: DynamicObject = serde_json::from_value(obj)?;
+        Ok(api.create(&PostParams::default(), &obj).await?)
+    }
+
+    /// Creates a PyTorchJob with one master and `workers` workers; `labels`
+    /// go on the job and its pod templates.
+    pub async fn create_pytorchjob(
+        &self,
+        ns: &str,
+        name: &str,
+        workers: u32,
+        labels: &[(&str, &str)],
+    ) -> Result<DynamicObject, ClusterError> {
+        self.create_pytorchjob_with(ns, name, workers, &JobOptions::labels(labels))
+            .await
+    }
+
+    /// [`Self::create_pytorchjob`] with all options.
+    pub async fn create_pytorchjob_with(
+        &self,
+        ns: &str,
+        name: &str,
+        workers: u32,
+        opts: &JobOptions,
+    ) -> Result<DynamicObject, ClusterError> {
+        let policy = opts
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "OnFailure".into());
+        let replica = |n: u32| json!({"replicas": n, "restartPolicy": policy, "template": self.pod_template("pytorch", opts, None)});
+        let mut specs = json!({"Master": replica(1)});
+        if workers > 0 {
+            specs["Worker"] = replica(workers);
+        }
+        let res = kubeflow::KubeflowKind::PyTorchJob.api_resource();
+        let obj = json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
+            "spec": {"runPolicy": {"cleanPodPolicy": "None"}, "pytorchReplicaSpecs": specs},
+        });
+        self.create_custom(ns, &res, obj).await
+    }
+
+    /// Creates a Volcano Job with one task `worker` of `replicas` pods
+    /// (minAvailable = replicas, queue `default`).
+    pub async fn create_volcano_job(
+        &self,
+        ns: &str,
+        name: &str,
+        replicas: u32,
+        labels: &[(&str, &str)],
+    ) -> Result<DynamicObject, ClusterError> {
+        self.create_volcano_job_with(ns, name, replicas, &JobOptions::labels(labels), json!([]))
+            .await
+    }
+
+    /// [`Self::create_volcano_job`] with all options and job-level lifecycle
+    /// `policies` (a JSON list, e.g. `[{"event": "PodEvicted", "action": "RestartJob"}]`).
+    pub async fn create_volcano_job_with(
+        &self,
+        ns: &str,
+        name: &str,
+        replicas: u32,
+        opts: &JobOptions,
+        policies: Value,
+    ) -> Result<DynamicObject, ClusterError> {
+        let policy = opts.restart_policy.as_deref().unwrap_or("Never");
+        let mut template = self.pod_template("worker", opts, Some(policy));
+        template["metadata"]["name"] = json!("worker");
+        let obj = json!({
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
+            "spec": {
+                "schedulerName": "volcano", "queue": "default", "minAvailable": replicas,
+                "policies": policies,
+                "tasks": [{"name": "worker", "replicas": replicas, "template": template}],
+            },
+        });
+        self.create_custom(ns, &volcano::job_resource(), obj).await
+    }
+
+    /// Creates a JobSet with one replicated job `workers` of `jobs` Indexed
+    /// Jobs of `pods_per_job` pods each, restarted up to `max_restarts` times.
+    pub async fn create_jobset(
+        &self,
+        ns: &str,
+        name: &str,
+        jobs: u32,
+        pods_per_job: u32,
+        max_restarts: u32,
+        labels: &[(&str, &str)],
+    ) -> Result<DynamicObject, ClusterError> {
+        let opts = JobOptions::labels(labels);
+        let policy = "Never";
+        let obj = json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
+            "spec": {
+                "failurePolicy": {"maxRestarts": max_restarts},
+                "replicatedJobs": [{"name": "workers", "replicas": jobs, "template": {
+                    "metadata": {"labels": opts.labels},
+                    "spec": {
+                        "parallelism": pods_per_job, "completions": pods_per_job,
+                        "completionMode": "Indexed", "backoffLimit": 0,
+                        "template": self.pod_template("worker", &opts, Some(policy)),
+                    },
+                }}],
+            },
+        });
+        self.create_custom(ns, &jobset::api_resource(), obj).await
+    }
+
+    /// Creates an Indexed batch Job of `pods` pods running in parallel.
+    pub async fn create_batch_job(
+        &self,
+        ns: &str,
+        name: &str,
+        pods: u32,
+        labels: &[(&str, &str)],
+    ) -> Result<k8s_openapi::api::batch::v1::Job, ClusterError> {
+        let opts = JobOptions::labels(labels);
+        let job = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
+            "spec": {
+                "parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 6,
+                "template": self.pod_template("worker", &opts, Some("Never")),
+            },
+        });
+        let api: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(self.client.clone(), ns);
+        Ok(api
+            .create(&PostParams::default(), &serde_json::from_value(job)?)
+            .await?)
+    }
+
+    /// Terminates a container (see [`Kubelet::fail_container`]).
+    pub async fn fail_container(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        exit_code: i32,
+        reason: &str,
+    ) -> Result<(), ClusterError> {
+        Ok(self
+            .kubelet
+            .fail_container(ns, pod, container, exit_code, reason)
+            .await?)
+    }
+
+    /// Sets a node condition (see [`Kubelet::set_node_condition`]).
+    pub async fn set_node_condition(
+        &self,
+        node: &str,
+        ctype: &str,
+        status: &str,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), ClusterError> {
+        Ok(self
+            .kubelet
+            .set_node_condition(node, ctype, status, reason, message)
+            .await?)
+    }
+
+    /// Makes a node Ready or NotReady.
+    pub async fn set_node_ready(&self, node: &str, ready: bool) -> Result<(), ClusterError> {
+        Ok(self.kubelet.set_node_ready(node, ready).await?)
+    }
+
+    /// Cordons or uncordons a node (`spec.unschedulable`), as `kubectl cordon` does.
+    pub async fn set_node_unschedulable(
+        &self,
+        node: &str,
+        unschedulable: bool,
+    ) -> Result<(), ClusterError> {
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let patch = json!({"spec": {"unschedulable": if unschedulable { json!(true) } else { Value::Null }}});
+        api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Reports NPU `chip` of `node` faulty with these hex fault codes, at
+    /// level `SeparateNPU`, in the node's device-info ConfigMap.
+    pub async fn set_ascend_fault(
+        &self,
+        node: &str,
+        chip: u32,
+        codes: &[&str],
+    ) -> Result<(), ClusterError> {
+        self.set_ascend_fault_with(
+            node,
+            AscendFault {
+                chip,
+                codes: codes.iter().map(|c| (*c).to_owned()).collect(),
+                level: "SeparateNPU".into(),
+                fault_type: "CardUnhealthy".into(),
+            },
+        )
+        .await
+    }
+
+    /// Reports an NPU fault with a chosen level and type.
+    pub async fn set_ascend_fault_with(
+        &self,
+        node: &str,
+        fault: AscendFault,
+    ) -> Result<(), ClusterError> {
+        let plugin = self.ascend_plugin()?;
+        Ok(plugin.set_fault(node, fault).await?)
+    }
+
+    /// Clears the NPU faults of `chip` (`None`: all chips) of `node`.
+    pub async fn clear_ascend_fault(
+        &self,
+        node: &str,
+        chip: Option<u32>,
+    ) -> Result<(), ClusterError> {
+        let plugin = self.ascend_plugin()?;
+        Ok(plugin.clear_fault(node, chip).await?)
+    }
+
+    fn ascend_plugin(&self) -> Result<&AscendPlugin, ClusterError> {
+        self.ascend.as_ref().ok_or_else(|| {
+            ClusterError::Unsupported("the cluster was started with GPU nodes, not Ascend".into())
+        })
+    }
+
+    /// Waits until at least `n` pods matching `selector` in `ns` run with
+    /// all containers ready, and returns them.
+    pub async fn wait_for_pods_running(
+        &self,
+        ns: &str,
+        selector: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Pod>, ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        wait_for(
+            timeout,
+            &format!("{n} running pods matching {selector:?} in {ns}"),
+            || {
+                let api = api.clone();
+                async move {
+                    let pods = api.list(&ListParams::default().labels(selector)).await?;
+                    let running: Vec<Pod> = pods.items.into_iter().filter(pod_running).collect();
+                    Ok((running.len() >= n).then_some(running))
+                }
+            },
+        )
+        .await
+    }
+
+    /// Stops the actors and the server.
+    pub async fn shutdown(mut self) {
+        self.tasks.abort_all();
+        self.api.shutdown().await;
+    }
+}
+
+/// Whether a pod runs with every container ready (and is not being deleted).
+pub fn pod_running(p: &Pod) -> bool {
+    let Some(st) = &p.status else { return false };
+    p.metadata.deletion_timestamp.is_none()
+        && st.phase.as_deref() == Some("Running")
+        && st
+            .container_statuses
+            .as_ref()
+            .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c.ready))
+}
+
+/// Polls `check` until it yields a value or `timeout` passes.
+pub async fn wait_for<T, F, Fut>(
+    timeout: Duration,
+    what: &str,
+    mut check: F,
+) -> Result<T, ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, ClusterError>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if start.elapsed() > timeout {
+            return Err(ClusterError::Timeout {
+                what: what.to_owned(),
+                after: timeout,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

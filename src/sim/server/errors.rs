@@ -1,0 +1,307 @@
+//! Kubernetes-shaped errors.
+//!
+//! Every failed request answers with a `meta/v1` `Status` object whose
+//! `reason`, `code` and `details` match what a real kube-apiserver sends
+//! (KUBE-API-NOTES.md): clients such as `kube` and `kubectl` branch on them.
+
+use serde_json::{Value, json};
+
+/// An error to be returned to an HTTP client as a `Status` object.
+///
+/// Built through the constructors below so that `details` always has the
+/// shape the real server uses for that reason.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    /// HTTP status code, also `Status.code`.
+    pub code: u16,
+    /// `Status.reason`, e.g. `NotFound`.
+    pub reason: &'static str,
+    /// Human readable message, `Status.message`.
+    pub message: String,
+    /// `Status.details`, or `None` when the real server sends none.
+    pub details: Option<Value>,
+    /// Extra response headers (e.g. `Retry-After`).
+    pub retry_after: Option<u64>,
+}
+
+/// Where an error happened: the resource (plural and group) and the name.
+/// `details.kind` of NotFound/AlreadyExists/Conflict is the plural resource.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// API group, empty for the core group.
+    pub group: &'a str,
+    /// Plural resource name, e.g. `configmaps`.
+    pub plural: &'a str,
+    /// Object name.
+    pub name: &'a str,
+}
+
+fn target_details(t: Target<'_>) -> Value {
+    let mut d = json!({"name": t.name, "kind": t.plural});
+    if !t.group.is_empty() {
+        d["group"] = json!(t.group);
+    }
+    d
+}
+
+fn qualified(t: Target<'_>) -> String {
+    if t.group.is_empty() {
+        t.plural.to_string()
+    } else {
+        format!("{}.{}", t.plural, t.group)
+    }
+}
+
+/// One entry of `details.causes` in a 422 Invalid answer.
+#[derive(Debug, Clone)]
+pub struct Cause {
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`...
+    pub reason: &'static str,
+    /// JSON path of the field, e.g. `metadata.name` or `spec.replicas`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
+    }
+
+    /// 404 for a named object that does not exist.
+    pub fn not_found(t: Target<'_>) -> Self {
+        let mut e = Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{}\" not found", qualified(t), t.name),
+        );
+        e.details = Some(target_details(t));
+        e
+    }
+
+    /// 404 for a path that names no resource at all.
+    pub fn unknown_path(path: &str) -> Self {
+        let mut e = Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+        e.details = Some(
+            json!({"causes": [{"reason": "UnexpectedServerResponse", "message": format!("404 page not found: {path}")}]}),
+        );
+        e
+    }
+
+    /// 409 when creating an object whose name is taken.
+    pub fn already_exists(t: Target<'_>) -> Self {
+        let mut e = Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{}\" already exists", qualified(t), t.name),
+        );
+        e.details = Some(target_details(t));
+        e
+    }
+
+    /// 409 on a resourceVersion or uid precondition mismatch.
+    pub fn conflict(t: Target<'_>, why: &str) -> Self {
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{}\": {}",
+                qualified(t),
+                t.name,
+                why
+            ),
+        );
+        e.details = Some(target_details(t));
+        e
+    }
+
+    /// 409 for server-side apply conflicts, one cause per contested field.
+    pub fn apply_conflict(t: Target<'_>, fields: &[(String, String)]) -> Self {
+        let msg = fields
+            .iter()
+            .map(|(m, f)| format!("conflict with \"{m}\": {f}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let n = fields.len();
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Apply failed with {n} conflict{}: {msg}",
+                if n == 1 { "" } else { "s" }
+            ),
+        );
+        let causes: Vec<Value> = fields
+            .iter()
+            .map(|(m, f)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": f}))
+            .collect();
+        let mut d = target_details(t);
+        d["causes"] = Value::Array(causes);
+        e.details = Some(d);
+        e
+    }
+
+    /// 422 Invalid with causes; `details.kind` is the Kind, not the plural.
+    pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
+        let summary = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let gk = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{gk} \"{name}\" is invalid: {summary}"),
+        );
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        let mut d = json!({"name": name, "kind": kind, "causes": causes});
+        if !group.is_empty() {
+            d["group"] = json!(group);
+        }
+        e.details = Some(d);
+        e
+    }
+
+    /// 400 BadRequest, e.g. undecodable bodies or bad micro-times.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    /// 405 for a verb the resource does not support.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+
+    /// 415 for a patch type the resource does not support.
+    pub fn unsupported_media_type(ct: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"
+            ),
+        )
+    }
+
+    /// 410 Expired: a resourceVersion or continue token older than the
+    /// history the server keeps.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    /// 504 Timeout with cause `ResourceVersionTooLarge`, for reads from the future.
+    pub fn too_large_rv(rv: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {rv}, current: {current}"),
+        );
+        e.details = Some(
+            json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
+        );
+        e
+    }
+
+    /// 500 InternalError (injected faults and internal bugs).
+    pub fn internal(message: impl Into<String>) -> Self {
+        let m = message.into();
+        let mut e = Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {m}"),
+        );
+        e.details = Some(json!({"causes": [{"message": m}]}));
+        e
+    }
+
+    /// 429 TooManyRequests with `Retry-After` (injected throttling).
+    pub fn too_many_requests(retry_after: u64) -> Self {
+        let mut e = Self::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        );
+        e.details = Some(json!({"retryAfterSeconds": retry_after}));
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    /// Any other status code (used by fault injection).
+    pub fn other(code: u16, message: impl Into<String>) -> Self {
+        let reason = match code {
+            503 => "ServiceUnavailable",
+            502 | 504 => "Timeout",
+            401 => "Unauthorized",
+            403 => "Forbidden",
+            _ => "InternalError",
+        };
+        Self::new(code, reason, message)
+    }
+
+    /// The `Status` object sent as the response body (or in a watch ERROR event).
+    pub fn to_status(&self) -> Value {
+        let mut s = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            s["details"] = d.clone();
+        }
+        s
+    }
+}
+
+/// Errors of the handle's own methods (not HTTP answers).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// Binding or serving the loopback listener failed.
+    #[error("embedded API server I/O on {addr}: {source}")]
+    Io {
+        /// Address being bound or served.
+        addr: String,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A YAML document could not be parsed.
+    #[error("invalid YAML in document {index}: {message}")]
+    Yaml {
+        /// 0-based document index in a multi-document string.
+        index: usize,
+        /// Parser message.
+        message: String,
+    },
+    /// The server refused an object given to a direct (in-process) method.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being done, e.g. `registering CRD jobs.batch.volcano.sh`.
+        what: String,
+        /// The Kubernetes-shaped refusal.
+        #[source]
+        source: ApiError,
+    },
+}

@@ -1,0 +1,435 @@
+//! Starting, restarting and stopping the server, and the handle that tests
+//! and the simulation use: URL, `kube` client, kubeconfig, request log,
+//! fault injection, pod logs, CRD registration and a direct in-process
+//! path for bulk setup.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::net::TcpSocket;
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
+
+use super::errors::{ApiError, SimError};
+use super::http::{self, Route};
+use super::inject::FaultInjector;
+use super::log::RequestRecord;
+use super::ops::{Loc, WriteOpts};
+use super::state::{ServerOptions, Shared};
+
+/// Builder and configuration of the embedded API server.
+#[derive(Debug, Clone, Default)]
+pub struct ApiServer {
+    opts: ServerOptions,
+}
+
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    running: Mutex<Option<Running>>,
+}
+
+/// A running server. Cheap to clone; all clones control the same server.
+#[derive(Clone)]
+pub struct ApiServerHandle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ApiServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServerHandle")
+            .field("addr", &self.inner.addr)
+            .finish()
+    }
+}
+
+fn io_err(addr: &str, source: std::io::Error) -> SimError {
+    SimError::Io {
+        addr: addr.to_string(),
+        source,
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, SimError> {
+    let mut last = None;
+    // a restart rebinds the same port: retry briefly while the old socket closes
+    for _ in 0..50 {
+        let socket = TcpSocket::new_v4().map_err(|e| io_err(&addr.to_string(), e))?;
+        socket
+            .set_reuseaddr(true)
+            .map_err(|e| io_err(&addr.to_string(), e))?;
+        match socket.bind(addr).and_then(|()| socket.listen(1024)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(io_err(
+        &addr.to_string(),
+        last.unwrap_or_else(|| std::io::Error::other("bind failed")),
+    ))
+}
+
+fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener, addr: SocketAddr) -> Running {
+    let (stop, rx) = oneshot::channel::<()>();
+    let app = http::router(shared, addr.to_string());
+    let task = tokio::spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = rx.await;
+        });
+        if let Err(e) = server.await {
+            tracing::warn!(error = %e, "embedded API server stopped with an error");
+        }
+    });
+    Running { stop, task }
+}
+
+impl ApiServer {
+    /// A builder with defaults: any free loopback port, 200,000 events of
+    /// watch history, bookmarks every 5 s, immediate pod deletion.
+    pub fn builder() -> Self {
+        Self::default()
+    }
+
+    /// Listens on this loopback port (0 = any free port).
+    pub fn port(mut self, port: u16) -> Self {
+        self.opts.port = port;
+        self
+    }
+
+    /// Number of events kept so that watches can resume (older → 410).
+    pub fn history(mut self, events: usize) -> Self {
+        self.opts.history = events;
+        self
+    }
+
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.opts.bookmark_interval = d;
+        self
+    }
+
+    /// Keep deleted pods that are bound to a node (with `deletionTimestamp`)
+    /// until deleted again with `gracePeriodSeconds=0`, as a kubelet would.
+    pub fn hold_pod_deletion(mut self, hold: bool) -> Self {
+        self.opts.hold_pod_deletion = hold;
+        self
+    }
+
+    /// All options at once.
+    pub fn options(mut self, opts: ServerOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// Binds the port, creates the default namespaces and serves.
+    pub async fn start(self) -> Result<ApiServerHandle, SimError> {
+        let shared = Shared::new(self.opts.clone());
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let h = HandleCore(&shared);
+            h.ensure_namespace(ns)?;
+        }
+        let want: SocketAddr = SocketAddr::from(([127, 0, 0, 1], self.opts.port));
+        let listener = bind(want).await?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| io_err(&want.to_string(), e))?;
+        let running = serve(shared.clone(), listener, addr);
+        Ok(ApiServerHandle {
+            inner: Arc::new(Inner {
+                shared,
+                addr,
+                running: Mutex::new(Some(running)),
+            }),
+        })
+    }
+}
+
+/// Direct-path helpers usable before the handle exists.
+struct HandleCore<'a>(&'a Arc<Shared>);
+
+impl HandleCore<'_> {
+    fn ensure_namespace(&self, ns: &str) -> Result<(), SimError> {
+        let loc = self.loc("/api/v1/namespaces")?;
+        if self.0.store.read().get(&loc.key, "", ns).is_some() {
+            return Ok(());
+        }
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        self.0
+            .create(
+                &loc,
+                body,
+                &WriteOpts {
+                    manager: "rebound-sim".into(),
+                    ..WriteOpts::default()
+                },
+            )
+            .map(|_| ())
+            .map_err(|e| SimError::Api {
+                what: format!("creating namespace {ns}"),
+                source: e,
+            })
+    }
+
+    fn loc(&self, path: &str) -> Result<Loc, SimError> {
+        match http::parse_path(self.0, path) {
+            Route::Resource(l) => Ok(l),
+            _ => Err(SimError::Api {
+                what: format!("resolving {path}"),
+                source: ApiError::unknown_path(path),
+            }),
+        }
+    }
+}
+
+fn collection_path(api_version: &str, plural: &str, ns: Option<&str>) -> String {
+    let prefix = if api_version.contains('/') {
+        format!("/apis/{api_version}")
+    } else {
+        format!("/api/{api_version}")
+    };
+    match ns {
+        Some(ns) => format!("{prefix}/namespaces/{ns}/{plural}"),
+        None => format!("{prefix}/{plural}"),
+    }
+}
+
+impl ApiServerHandle {
+    /// Base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// The loopback address served.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// A `kube` client for the server (plain HTTP, no auth, namespace `default`).
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime (the client spawns its buffer task).
+    pub fn client(&self) -> kube::Client {
+        let url = self.url().parse::<axum::http::Uri>().unwrap_or_default();
+        let config = kube::Config::new(url);
+        kube::Client::try_from(config)
+            .unwrap_or_else(|e| panic!("kube client for the embedded API server: {e}"))
+    }
+
+    /// A kubeconfig pointing at the server, for `kubectl --kubeconfig`.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: rebound-sim\n  cluster:\n    server: {}\ncontexts:\n- name: rebound-sim\n  context:\n    cluster: rebound-sim\n    user: rebound-sim\n    namespace: default\ncurrent-context: rebound-sim\nusers:\n- name: rebound-sim\n  user: {{}}\npreferences: {{}}\n",
+            self.url()
+        )
+    }
+
+    /// Writes `kubeconfig_yaml()` to a file.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml())
+    }
+
+    /// Registers CRDs from YAML (multi-document; non-CRD documents are an
+    /// error). Existing CRDs of the same name are replaced. Returns the
+    /// registered names.
+    pub async fn register_crds_yaml(&self, yaml: &str) -> Result<Vec<String>, SimError> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| SimError::Yaml {
+            index: 0,
+            message: e.to_string(),
+        })?;
+        let core = HandleCore(&self.inner.shared);
+        let loc = core.loc("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")?;
+        let mut names = Vec::new();
+        for (index, doc) in docs.into_iter().enumerate() {
+            if doc.is_null() {
+                continue;
+            }
+            let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
+            if kind != "CustomResourceDefinition" {
+                return Err(SimError::Yaml {
+                    index,
+                    message: format!("expected a CustomResourceDefinition, got kind {kind:?}"),
+                });
+            }
+            let name = doc
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let opts = WriteOpts {
+                manager: "rebound-sim".into(),
+                ..WriteOpts::default()
+            };
+            let existing = self.inner.shared.store.read().get(&loc.key, "", &name);
+            let result = match existing {
+                None => self.inner.shared.create(&loc, doc, &opts),
+                Some(old) => {
+                    let mut doc = doc;
+                    doc["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+                    let named = Loc {
+                        name: Some(name.clone()),
+                        ..loc.clone()
+                    };
+                    self.inner.shared.update(&named, doc, &opts)
+                }
+            };
+            result.map_err(|e| SimError::Api {
+                what: format!("registering CRD {name}"),
+                source: e,
+            })?;
+            names.push(name);
+        }
+        Ok(names)
+    }
+
+    /// Snapshot of the request log.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.inner.shared.log.snapshot()
+    }
+
+    /// Every request logged after this call, as it happens.
+    pub fn subscribe_requests(&self) -> broadcast::Receiver<RequestRecord> {
+        self.inner.shared.log.subscribe()
+    }
+
+    /// Forgets the logged requests.
+    pub fn clear_requests(&self) {
+        self.inner.shared.log.clear()
+    }
+
+    /// Number of logged requests per verb.
+    pub fn request_counts(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        self.inner.shared.log.counts_by_verb()
+    }
+
+    /// Sets the text `pods/log` returns for a container.
+    pub fn set_pod_log(&self, ns: &str, pod: &str, container: &str, text: String) {
+        if let Ok(mut g) = self.inner.shared.pod_logs.lock() {
+            g.insert(
+                (ns.to_string(), pod.to_string(), container.to_string()),
+                text,
+            );
+        }
+    }
+
+    /// Fault injection controls.
+    pub fn inject(&self) -> &FaultInjector {
+        &self.inner.shared.inject
+    }
+
+    /// Stops serving (closing every watch and connection) and serves again on
+    /// the same port with the same data, as an API server restart.
+    pub async fn restart(&self) -> Result<(), SimError> {
+        self.stop().await;
+        let listener = bind(self.inner.addr).await?;
+        let running = serve(self.inner.shared.clone(), listener, self.inner.addr);
+        if let Ok(mut g) = self.inner.running.lock() {
+            *g = Some(running);
+        }
+        Ok(())
+    }
+
+    async fn stop(&self) {
+        self.inner.shared.inject.drop_watches();
+        let running = self.inner.running.lock().ok().and_then(|mut g| g.take());
+        if let Some(r) = running {
+            let _ = r.stop.send(());
+            let abort = r.task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(3), r.task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+
+    /// Stops serving for good.
+    pub async fn shutdown(&self) {
+        self.stop().await;
+    }
+
+    /// Creates an object in-process, bypassing HTTP (and the request log):
+    /// for bulk setup at scale. `path` is the collection path, e.g.
+    /// `/api/v1/namespaces/default/pods`. Same admission as a POST.
+    pub fn create_json(&self, path: &str, value: Value) -> Result<Value, SimError> {
+        let loc = HandleCore(&self.inner.shared).loc(path)?;
+        let opts = WriteOpts {
+            manager: "rebound-sim".into(),
+            ..WriteOpts::default()
+        };
+        self.inner
+            .shared
+            .create(&loc, value, &opts)
+            .map(|r| r.body)
+            .map_err(|e| SimError::Api {
+                what: format!("creating at {path}"),
+                source: e,
+            })
+    }
+
+    /// Creates an object in-process from its `apiVersion`, `kind` and
+    /// `metadata.namespace` (bypassing HTTP, like `create_json`).
+    pub fn create_object(&self, value: Value) -> Result<Value, SimError> {
+        let av = value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let (group, version) = av.rsplit_once('/').unwrap_or(("", av.as_str()));
+        let res = self
+            .inner
+            .shared
+            .registry_snapshot()
+            .all()
+            .find(|r| r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version))
+            .cloned()
+            .ok_or_else(|| SimError::Api {
+                what: format!("creating {av} {kind}"),
+                source: ApiError::unknown_path(&kind),
+            })?;
+        let ns = value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        let path = collection_path(&av, &res.plural, res.namespaced.then_some(ns));
+        self.create_json(&path, value)
+    }
+
+    /// Creates a namespace in-process if it does not exist (the API itself
+    /// requires namespaces to exist, like a real server).
+    pub fn ensure_namespace(&self, ns: &str) -> Result<(), SimError> {
+        HandleCore(&self.inner.shared).ensure_namespace(ns)
+    }
+
+    /// Reads an object in-process (`path` names it, e.g.
+    /// `/api/v1/namespaces/default/pods/p`); None when absent.
+    pub fn get_json(&self, path: &str) -> Option<Value> {
+        let loc = HandleCore(&self.inner.shared).loc(path).ok()?;
+        self.inner.shared.get(&loc).ok().map(|r| r.body)
+    }
+
+    /// Number of stored objects of a resource (`group/plural`, core group
+    /// empty: `/pods`).
+    pub fn object_count(&self, key: &str) -> usize {
+        self.inner.shared.store.read().count(key)
+    }
+
+    /// Current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.inner.shared.store.read().rv()
+    }
+}

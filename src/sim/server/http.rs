@@ -1,0 +1,437 @@
+//! The HTTP front: one catch-all axum handler that parses Kubernetes paths,
+//! applies injected faults and latency, dispatches to discovery, the verbs
+//! or a watch, renders `Status` errors and logs every request.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use serde_json::Value;
+
+use super::discovery;
+use super::errors::ApiError;
+use super::log::RequestRecord;
+use super::ops::{DeleteOpts, ListQuery, Loc, Reply, WriteOpts};
+use super::patch::PatchType;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::state::Shared;
+use super::table;
+use super::watch::{self, WatchQuery};
+
+/// What a path addresses.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// `/version`
+    Version,
+    /// `/healthz`, `/readyz`, `/livez`
+    Health,
+    /// `/api`
+    CoreVersions,
+    /// `/apis`
+    Groups,
+    /// `/apis/<group>`
+    Group(String),
+    /// `/api/v1`, `/apis/<group>/<version>`
+    ResourceList(String, String),
+    /// An object or collection.
+    Resource(Loc),
+    /// Nothing served here.
+    Unknown,
+}
+
+/// Parses a request path against the current registry.
+pub fn parse_path(shared: &Shared, path: &str) -> Route {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["version"] => return Route::Version,
+        ["healthz" | "readyz" | "livez", ..] => return Route::Health,
+        ["api"] => return Route::CoreVersions,
+        ["apis"] => return Route::Groups,
+        ["apis", g] => return Route::Group(g.to_string()),
+        ["api", v] => return Route::ResourceList(String::new(), v.to_string()),
+        ["apis", g, v] => return Route::ResourceList(g.to_string(), v.to_string()),
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Route::Unknown,
+    };
+    let namespaced_target = rest.len() >= 3
+        && rest[0] == "namespaces"
+        && shared
+            .lookup(group, version, rest[2])
+            .is_some_and(|r| r.namespaced);
+    let (ns, rest) = if namespaced_target {
+        (Some(rest[1]), &rest[2..])
+    } else {
+        (None, rest)
+    };
+    let Some((plural, more)) = rest.split_first() else {
+        return Route::Unknown;
+    };
+    let Some(res) = shared.lookup(group, version, plural) else {
+        return Route::Unknown;
+    };
+    if more.len() > 2 {
+        return Route::Unknown;
+    }
+    let name = more.first().copied();
+    let sub = more.get(1).copied();
+    if let Some(s) = sub {
+        let ok = match s {
+            "status" => res.status,
+            "scale" => res.scale.is_some(),
+            "log" | "binding" | "eviction" => res.pod_extras,
+            _ => false,
+        };
+        if !ok {
+            return Route::Unknown;
+        }
+    }
+    Route::Resource(Loc::new(res, version, ns, name, sub))
+}
+
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: Option<&str>) -> Self {
+        let pairs = q
+            .map(|q| {
+                q.split('&')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| {
+                        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                        (decode(k), decode(v))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self(pairs)
+    }
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+    fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("true" | "1"))
+    }
+}
+
+/// Percent-decoding of a query component (`+` is a space).
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(c) => {
+                        out.push(c);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn verb_of(method: &Method, route: &Route, q: &Query) -> &'static str {
+    let Route::Resource(loc) = route else {
+        return "get";
+    };
+    match *method {
+        Method::GET if loc.name.is_some() => "get",
+        Method::GET if q.flag("watch") => "watch",
+        Method::GET => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if loc.name.is_some() => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "get",
+    }
+}
+
+/// The router serving everything through one handler.
+pub fn router(shared: Arc<Shared>, server_address: String) -> Router {
+    Router::new()
+        .fallback(handle)
+        .with_state((shared, Arc::from(server_address.as_str())))
+}
+
+type AppState = (Arc<Shared>, Arc<str>);
+
+fn json_response(code: u16, body: &Value, warnings: &[String]) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut r = Response::new(Body::from(bytes));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    for w in warnings {
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\""))) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
+}
+
+fn error_response(e: &ApiError) -> Response {
+    let mut r = json_response(e.code, &e.to_status(), &[]);
+    if let Some(s) = e.retry_after
+        && let Ok(v) = HeaderValue::from_str(&s.to_string())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
+}
+
+fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<String> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+async fn handle(State((shared, addr)): State<AppState>, req: Request) -> Response {
+    let at = Instant::now();
+    let wall = SystemTime::now();
+    let method = req.method().clone();
+    let uri = req.uri().clone();
+    let headers = req.headers().clone();
+    let path = uri.path().to_string();
+    let q = Query::parse(uri.query());
+    let route = parse_path(&shared, &path);
+    let verb = verb_of(&method, &route, &q);
+    let ua = header_str(&headers, header::USER_AGENT);
+    let ct = header_str(&headers, header::CONTENT_TYPE);
+    if let Some(d) = shared.inject.latency() {
+        tokio::time::sleep(d).await;
+    }
+    let response = match shared.inject.take_failure() {
+        Some(e) => error_response(&e),
+        None => {
+            let body = axum::body::to_bytes(req.into_body(), 512 * 1024 * 1024).await;
+            match body {
+                Ok(body) => dispatch(&shared, &addr, &method, &route, &q, &headers, &body).await,
+                Err(e) => error_response(&ApiError::bad_request(format!("reading body: {e}"))),
+            }
+        }
+    };
+    let (resource, subresource, namespace, name) = match &route {
+        Route::Resource(l) => (
+            l.res.plural.clone(),
+            l.sub.clone().unwrap_or_default(),
+            l.ns.clone(),
+            l.name.clone(),
+        ),
+        _ => (String::new(), String::new(), None, None),
+    };
+    shared.log.push(RequestRecord {
+        at,
+        wall,
+        verb,
+        method: method.to_string(),
+        path,
+        query: uri.query().unwrap_or("").to_string(),
+        content_type: ct,
+        status: response.status().as_u16(),
+        user_agent: ua,
+        resource,
+        subresource,
+        namespace,
+        name,
+    });
+    response
+}
+
+fn manager(q: &Query, headers: &HeaderMap) -> String {
+    if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
+        return m.to_string();
+    }
+    header_str(headers, header::USER_AGENT)
+        .map(|ua| ua.split('/').next().unwrap_or("").to_string())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn list_query(loc: &Loc, q: &Query) -> Result<ListQuery, ApiError> {
+    Ok(ListQuery {
+        labels: LabelSelector::parse(q.get("labelSelector").unwrap_or(""))?,
+        fields: FieldSelector::parse(
+            q.get("fieldSelector").unwrap_or(""),
+            &loc.res.group,
+            &loc.res.plural,
+        )?,
+        limit: match q.get("limit") {
+            Some(l) if !l.is_empty() => l
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+            _ => 0,
+        },
+        cont: q.get("continue").map(str::to_string),
+        rv: q.get("resourceVersion").map(str::to_string),
+        rv_match: q.get("resourceVersionMatch").map(str::to_string),
+    })
+}
+
+fn reply(r: Result<Reply, ApiError>) -> Response {
+    match r {
+        Ok(r) => json_response(r.code, &r.body, &r.warnings),
+        Err(e) => error_response(&e),
+    }
+}
+
+fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
+}
+
+async fn dispatch(
+    shared: &Arc<Shared>,
+    addr: &str,
+    method: &Method,
+    route: &Route,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let reg = || shared.registry_snapshot();
+    let not_found = |p: &str| error_response(&ApiError::unknown_path(p));
+    let loc = match route {
+        Route::Version => return json_response(200, &discovery::version(&shared.opts), &[]),
+        Route::Health => {
+            let mut r = Response::new(Body::from("ok"));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            return r;
+        }
+        Route::CoreVersions => return json_response(200, &discovery::core_versions(addr), &[]),
+        Route::Groups => return json_response(200, &discovery::groups(&reg()), &[]),
+        Route::Group(g) => {
+            return match discovery::group(&reg(), g) {
+                Some(d) => json_response(200, &d, &[]),
+                None => not_found(g),
+            };
+        }
+        Route::ResourceList(g, v) => {
+            return match discovery::resource_list(&reg(), g, v) {
+                Some(d) => json_response(200, &d, &[]),
+                None => not_found(v),
+            };
+        }
+        Route::Unknown => return not_found("path"),
+        Route::Resource(loc) => loc,
+    };
+    let wopts = WriteOpts {
+        manager: manager(q, headers),
+        force: q.flag("force"),
+        strict: q.get("fieldValidation") == Some("Strict"),
+        dry_run: q.get("dryRun").is_some_and(|d| !d.is_empty()),
+    };
+    let wants_table = header_str(headers, header::ACCEPT).is_some_and(|a| a.contains("as=Table"));
+    match *method {
+        Method::GET if loc.sub.as_deref() == Some("log") => {
+            let tail = q.get("tailLines").and_then(|t| t.parse().ok());
+            match shared.pod_log(loc, q.get("container"), tail) {
+                Ok((code, text)) => {
+                    let mut r = Response::new(Body::from(text));
+                    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+                    r.headers_mut()
+                        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                    r
+                }
+                Err(e) => error_response(&e),
+            }
+        }
+        Method::GET if loc.name.is_some() => match shared.get(loc) {
+            Ok(r) if wants_table && loc.sub.is_none() => {
+                json_response(200, &table::single(loc, &r.body), &[])
+            }
+            other => reply(other),
+        },
+        Method::GET if q.flag("watch") => {
+            let lq = match list_query(loc, q) {
+                Ok(l) => l,
+                Err(e) => return error_response(&e),
+            };
+            let wq = WatchQuery {
+                labels: lq.labels,
+                fields: lq.fields,
+                rv: lq.rv,
+                send_initial: q.flag("sendInitialEvents"),
+                bookmarks: q.flag("allowWatchBookmarks"),
+                timeout: q
+                    .get("timeoutSeconds")
+                    .and_then(|t| t.parse().ok())
+                    .map(Duration::from_secs),
+            };
+            match watch::start(shared.clone(), loc.clone(), wq) {
+                Ok(stream) => {
+                    let mut r = Response::new(Body::from_stream(stream));
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
+                Err(e) => error_response(&e),
+            }
+        }
+        Method::GET => {
+            let lq = match list_query(loc, q) {
+                Ok(l) => l,
+                Err(e) => return error_response(&e),
+            };
+            match shared.list(loc, &lq).await {
+                Ok(r) if wants_table => json_response(200, &table::list(loc, &r.body), &[]),
+                other => reply(other),
+            }
+        }
+        Method::POST => reply(parse_body(body).and_then(|b| shared.create(loc, b, &wopts))),
+        Method::PUT => reply(parse_body(body).and_then(|b| shared.update(loc, b, &wopts))),
+        Method::PATCH => {
+            let ct = header_str(headers, header::CONTENT_TYPE).unwrap_or_default();
+            match PatchType::from_content_type(&ct) {
+                Some(pt) => reply(shared.patch(loc, pt, body, &wopts)),
+                None => error_response(&ApiError::unsupported_media_type(&ct)),
+            }
+        }
+        Method::DELETE => {
+            let mut d = DeleteOpts {
+                propagation: q.get("propagationPolicy").map(str::to_string),
+                grace: q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()),
+                dry_run: wopts.dry_run,
+                ..DeleteOpts::default()
+            };
+            if !body.is_empty()
+                && let Ok(b) = serde_json::from_slice::<Value>(body)
+            {
+                d.merge_body(&b);
+            }
+            if loc.name.is_some() {
+                reply(shared.delete(loc, &d))
+            } else {
+                reply(list_query(loc, q).and_then(|lq| shared.delete_collection(loc, &lq, &d)))
+            }
+        }
+        _ => error_response(&ApiError::method_not_allowed(format!(
+            "method {method} is not supported"
+        ))),
+    }
+}

@@ -1,0 +1,81 @@
+//! Fault injection: the ways a real API server misbehaves that an operator
+//! must survive (dropped watches, 5xx, throttling, compaction, restarts,
+//! latency), triggered from tests through the handle.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::errors::ApiError;
+use super::store::Store;
+
+/// Controls for misbehaviour; reached through `ApiServerHandle::inject()`.
+#[derive(Debug)]
+pub struct FaultInjector {
+    /// Bumped to close every open watch stream.
+    pub(crate) drop_tx: watch::Sender<u64>,
+    fail: Mutex<Option<(u32, u16)>>,
+    latency_us: AtomicU64,
+    store: Arc<Store>,
+}
+
+impl FaultInjector {
+    pub(crate) fn new(store: Arc<Store>) -> Self {
+        Self {
+            drop_tx: watch::channel(0).0,
+            fail: Mutex::new(None),
+            latency_us: AtomicU64::new(0),
+            store,
+        }
+    }
+
+    /// Closes every open watch stream now (clients see the stream end and
+    /// re-watch from their last resourceVersion).
+    pub fn drop_watches(&self) {
+        self.drop_tx.send_modify(|g| *g += 1);
+    }
+
+    /// Answers the next `n` requests with `status` (e.g. 500, or 429 which
+    /// carries `Retry-After: 1`), before they reach the store.
+    pub fn fail_next(&self, n: u32, status: u16) {
+        if let Ok(mut g) = self.fail.lock() {
+            *g = if n == 0 { None } else { Some((n, status)) };
+        }
+    }
+
+    /// Sets an artificial delay added before every request is handled.
+    pub fn set_latency(&self, d: Duration) {
+        self.latency_us.store(
+            d.as_micros().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Compacts the history: every resourceVersion issued so far becomes too
+    /// old, so the next watch resuming from one gets `410 Expired` (open
+    /// streams are not closed; call `drop_watches` too to force resumes).
+    pub fn expire_all_versions(&self) {
+        self.store.expire_all();
+    }
+
+    pub(crate) fn latency(&self) -> Option<Duration> {
+        match self.latency_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+
+    /// Takes one injected failure, if any are pending.
+    pub(crate) fn take_failure(&self) -> Option<ApiError> {
+        let mut g = self.fail.lock().ok()?;
+        let (n, status) = (*g)?;
+        *g = if n <= 1 { None } else { Some((n - 1, status)) };
+        Some(match status {
+            429 => ApiError::too_many_requests(1),
+            500 => ApiError::internal("injected failure"),
+            other => ApiError::other(other, "injected failure"),
+        })
+    }
+}

@@ -1,0 +1,39 @@
+//! The embedded Kubernetes API server: an in-memory server speaking the
+//! real Kubernetes HTTP API on loopback, so the unchanged operator (through
+//! `kube`) and `kubectl` run against it as against a real cluster. See
+//! `docs/embedded-cluster.md` for what it serves and every known
+//! difference from a real kube-apiserver.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rebound::sim::server::SimError> {
+//! use rebound::sim::server::ApiServer;
+//! let handle = ApiServer::builder().start().await?;
+//! let client = handle.client();
+//! # let _ = client; Ok(()) }
+//! ```
+
+pub mod apply;
+pub mod crd;
+pub mod discovery;
+pub mod errors;
+pub mod http;
+pub mod inject;
+pub mod log;
+pub mod ops;
+pub mod patch;
+pub mod resources;
+pub mod schema;
+pub mod selectors;
+pub mod state;
+pub mod store;
+pub mod table;
+pub mod validate;
+pub mod watch;
+
+mod handle;
+
+pub use errors::{ApiError, SimError};
+pub use handle::{ApiServer, ApiServerHandle};
+pub use inject::FaultInjector;
+pub use log::RequestRecord;
+pub use state::ServerOptions;

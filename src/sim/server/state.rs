@@ -1,0 +1,91 @@
+//! Shared server state: the resource registry, the store, the request log,
+//! fault injection, pod logs and options. One `Arc<Shared>` is behind every
+//! request handler and every handle.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use super::inject::FaultInjector;
+use super::log::RequestLog;
+use super::resources::{Registry, ResourceInfo};
+use super::store::Store;
+
+/// Server options chosen at build time.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Loopback port (0 = any free port).
+    pub port: u16,
+    /// Events kept for watches to resume from.
+    pub history: usize,
+    /// Events buffered per watcher before a slow watcher is cut off.
+    pub broadcast: usize,
+    /// Interval of BOOKMARK events on watches that allow them.
+    pub bookmark_interval: Duration,
+    /// Pods bound to a node and deleted with a grace period stay (with
+    /// `deletionTimestamp`) until deleted again with `gracePeriodSeconds=0`,
+    /// as a kubelet would; off = pod deletion is immediate.
+    pub hold_pod_deletion: bool,
+    /// `gitVersion` reported at `/version`.
+    pub git_version: String,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            port: 0,
+            history: 200_000,
+            broadcast: 65_536,
+            bookmark_interval: Duration::from_secs(5),
+            hold_pod_deletion: false,
+            git_version: "v1.33.0-rebound-sim".into(),
+        }
+    }
+}
+
+/// Everything a request handler needs.
+#[derive(Debug)]
+pub struct Shared {
+    /// Served resources (built-ins and CRDs).
+    pub registry: RwLock<Registry>,
+    /// Objects, history, watch broadcast.
+    pub store: Arc<Store>,
+    /// Request log.
+    pub log: RequestLog,
+    /// Fault injection controls.
+    pub inject: FaultInjector,
+    /// Container logs set by the simulation: (namespace, pod, container) → text.
+    pub pod_logs: Mutex<HashMap<(String, String, String), String>>,
+    /// Options.
+    pub opts: ServerOptions,
+}
+
+impl Shared {
+    /// Fresh state with the built-in resources.
+    pub fn new(opts: ServerOptions) -> Arc<Self> {
+        let store = Arc::new(Store::new(opts.history, opts.broadcast));
+        Arc::new(Self {
+            registry: RwLock::new(Registry::with_builtins()),
+            inject: FaultInjector::new(store.clone()),
+            store,
+            log: RequestLog::default(),
+            pod_logs: Mutex::new(HashMap::new()),
+            opts,
+        })
+    }
+
+    /// Resource at group/version/plural.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        self.registry.read().ok()?.lookup(group, version, plural)
+    }
+
+    /// Resource by storage key.
+    pub fn resource(&self, key: &str) -> Option<Arc<ResourceInfo>> {
+        self.registry.read().ok()?.get(key)
+    }
+
+    /// Snapshot of the registry.
+    pub fn registry_snapshot(&self) -> Registry {
+        self.registry.read().map(|r| r.clone()).unwrap_or_default()
+    }
+}

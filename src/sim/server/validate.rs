@@ -1,0 +1,179 @@
+//! Admission checks shared by all kinds: object names, micro-time fields,
+//! and the generated system fields (uid, timestamps, generateName suffix).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+
+use super::errors::Cause;
+
+/// DNS-1123 subdomain: most object names.
+pub fn dns1123_subdomain(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".into());
+    }
+    if name.len() > 253 {
+        return Some("must be no more than 253 characters".into());
+    }
+    let ok = name.split('.').all(|p| label_ok(p, usize::MAX));
+    (!ok).then(|| "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into())
+}
+
+fn label_ok(p: &str, max: usize) -> bool {
+    let b = p.as_bytes();
+    !b.is_empty()
+        && b.len() <= max
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// DNS-1123 label: namespace names.
+pub fn dns1123_label(name: &str) -> Option<String> {
+    if name.len() > 63 {
+        return Some("must be no more than 63 characters".into());
+    }
+    (!label_ok(name, 63)).then(|| "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into())
+}
+
+/// Name check for a resource, as a 422 cause.
+pub fn check_name(plural: &str, name: &str) -> Option<Cause> {
+    let msg = if plural == "namespaces" {
+        dns1123_label(name)
+    } else {
+        dns1123_subdomain(name)
+    }?;
+    Some(Cause {
+        reason: "FieldValueInvalid",
+        field: "metadata.name".into(),
+        message: format!("Invalid value: \"{name}\": {msg}"),
+    })
+}
+
+/// Whether a micro-time string has exactly six fractional digits
+/// (`2026-01-01T00:00:01.000000Z`), as the real server's decoder demands.
+pub fn micro_time_ok(s: &str) -> bool {
+    let Ok(dt) = chrono::DateTime::parse_from_rfc3339(s) else {
+        return false;
+    };
+    let _ = dt;
+    let frac = s
+        .split_once('.')
+        .map(|(_, rest)| rest.trim_end_matches(|c: char| !c.is_ascii_digit()));
+    match s.split_once('.') {
+        Some((_, rest)) => {
+            let digits = rest.chars().take_while(char::is_ascii_digit).count();
+            digits == 6 && frac.is_some()
+        }
+        None => false,
+    }
+}
+
+/// Micro-time fields of a kind, as JSON pointers.
+pub fn micro_time_fields(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("coordination.k8s.io", "leases") => &["/spec/renewTime", "/spec/acquireTime"],
+        ("events.k8s.io", "events") => &["/eventTime", "/series/lastObservedTime"],
+        ("", "events") => &["/eventTime", "/series/lastObservedTime"],
+        _ => &[],
+    }
+}
+
+/// The first badly formatted micro-time field, as the 400 message.
+pub fn check_micro_times(group: &str, plural: &str, obj: &Value) -> Option<String> {
+    for ptr in micro_time_fields(group, plural) {
+        if let Some(Value::String(s)) = obj.pointer(ptr)
+            && !micro_time_ok(s)
+        {
+            return Some(format!(
+                "parsing time \"{s}\" as \"2006-01-02T15:04:05.000000Z07:00\": cannot parse \"{}\" as \".000000\" (field {})",
+                s.get(19..).unwrap_or(""),
+                ptr.trim_start_matches('/').replace('/', ".")
+            ));
+        }
+    }
+    None
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+
+/// A pseudo-random 64-bit value (no `rand` dependency needed for uids).
+pub fn random_u64() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut x = SEQ.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) ^ nanos.rotate_left(17);
+    // splitmix64 finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// A version-4-shaped UUID string.
+pub fn new_uid() -> String {
+    let a = random_u64();
+    let b = random_u64();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        ((b >> 48) & 0x3fff) | 0x8000,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// Five characters for `generateName`, from the alphabet the real server uses.
+pub fn name_suffix() -> String {
+    const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut x = random_u64();
+    (0..5)
+        .map(|_| {
+            let c = ALPHA[(x % ALPHA.len() as u64) as usize] as char;
+            x /= ALPHA.len() as u64;
+            c
+        })
+        .collect()
+}
+
+/// Now, RFC 3339 with seconds (metadata timestamps).
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Now, RFC 3339 with microseconds (micro-time fields).
+pub fn now_micro() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(dns1123_subdomain("a.b-c").is_none());
+        assert!(dns1123_subdomain("A").is_some());
+        assert!(dns1123_subdomain("-a").is_some());
+        assert!(dns1123_label("a.b").is_some());
+        assert!(dns1123_label("ns-1").is_none());
+    }
+
+    #[test]
+    fn micro_times() {
+        assert!(micro_time_ok("2026-01-01T00:00:01.000000Z"));
+        assert!(!micro_time_ok("2026-01-01T00:00:01Z"));
+        assert!(!micro_time_ok("2026-01-01T00:00:01.000Z"));
+        assert!(micro_time_ok("2026-01-01T00:00:01.123456+00:00"));
+    }
+
+    #[test]
+    fn uid_shape() {
+        let u = new_uid();
+        assert_eq!(u.len(), 36);
+        assert_ne!(u, new_uid());
+        assert_eq!(name_suffix().len(), 5);
+    }
+}

@@ -1,0 +1,207 @@
+//! Watch streams: newline-delimited JSON events, one chunk per event,
+//! fed by the store's broadcast (no polling). Supports resuming from a
+//! resourceVersion through the history window (410 Expired as an ERROR
+//! event when too old), `sendInitialEvents` with the initial-events-end
+//! BOOKMARK, periodic bookmarks, `timeoutSeconds`, selector transitions
+//! (leaving the selection is DELETED, entering is ADDED) and forced drops.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::errors::ApiError;
+use super::ops::Loc;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::state::Shared;
+use super::store::{Change, ChangeKind};
+
+/// Watch parameters.
+#[derive(Debug, Clone, Default)]
+pub struct WatchQuery {
+    /// `labelSelector`.
+    pub labels: LabelSelector,
+    /// `fieldSelector`.
+    pub fields: FieldSelector,
+    /// `resourceVersion` (None, `""` and `"0"`: start with the current state).
+    pub rv: Option<String>,
+    /// `sendInitialEvents=true`.
+    pub send_initial: bool,
+    /// `allowWatchBookmarks=true`.
+    pub bookmarks: bool,
+    /// `timeoutSeconds`.
+    pub timeout: Option<Duration>,
+}
+
+struct Filter {
+    loc: Loc,
+    q: WatchQuery,
+}
+
+impl Filter {
+    fn matches(&self, obj: &Value) -> bool {
+        self.q.labels.matches(obj) && self.q.fields.matches(obj)
+    }
+
+    fn in_scope(&self, c: &Change) -> bool {
+        *c.res == *self.loc.key
+            && (!self.loc.res.namespaced || self.loc.ns.as_deref().is_none_or(|n| n == c.ns))
+    }
+
+    /// The event a change produces for this watcher, if any.
+    fn event(&self, shared: &Shared, c: &Change) -> Option<Bytes> {
+        if !self.in_scope(c) {
+            return None;
+        }
+        let now = self.matches(&c.obj);
+        let before = c.old.as_deref().is_some_and(|o| self.matches(o));
+        let (ty, obj) = match c.kind {
+            ChangeKind::Added if now => ("ADDED", (*c.obj).clone()),
+            ChangeKind::Modified if now && before => ("MODIFIED", (*c.obj).clone()),
+            ChangeKind::Modified if now => ("ADDED", (*c.obj).clone()),
+            ChangeKind::Modified if before => {
+                let mut old = c.old.as_deref().cloned().unwrap_or(Value::Null);
+                old["metadata"]["resourceVersion"] = json!(c.rv.to_string());
+                ("DELETED", old)
+            }
+            ChangeKind::Deleted if before || now => ("DELETED", (*c.obj).clone()),
+            _ => return None,
+        };
+        Some(encode(ty, &shared.view(&self.loc, &obj)))
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut md = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        encode(
+            "BOOKMARK",
+            &json!({"kind": self.loc.res.kind, "apiVersion": self.loc.res.api_version(&self.loc.version), "metadata": md}),
+        )
+    }
+}
+
+fn encode(ty: &str, obj: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": ty, "object": obj})).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+/// The body of a watch answer.
+pub type WatchBody = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, Infallible>> + Send>>;
+
+/// Starts a watch; the stream ends on timeout, drop, restart, a lagging
+/// reader or client disconnect.
+pub fn start(shared: Arc<Shared>, loc: Loc, q: WatchQuery) -> Result<WatchBody, ApiError> {
+    let from: Option<u64> = match q.rv.as_deref() {
+        None | Some("") | Some("0") => None,
+        Some(s) => Some(
+            s.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))?,
+        ),
+    };
+    let filter = Filter { loc, q };
+    let mut first: Vec<Bytes> = Vec::new();
+    let (sub, start_rv) = {
+        let r = shared.store.read();
+        let cur = r.rv();
+        let initial = from.is_none() || filter.q.send_initial;
+        if initial {
+            let ns = if filter.loc.res.namespaced {
+                filter.loc.ns.as_deref()
+            } else {
+                None
+            };
+            for (_, o) in r.iter(&filter.loc.key, ns) {
+                if filter.matches(o) {
+                    first.push(encode("ADDED", &shared.view(&filter.loc, o)));
+                }
+            }
+            if filter.q.send_initial {
+                first.push(filter.bookmark(cur, true));
+            }
+        } else if let Some(f) = from {
+            if f < r.floor() {
+                let err =
+                    ApiError::expired(format!("too old resource version: {f} ({})", r.floor()));
+                let body = encode("ERROR", &err.to_status());
+                return Ok(Box::pin(futures::stream::iter([Ok(body)])));
+            }
+            for c in r.history_since(f) {
+                if let Some(b) = filter.event(&shared, &c) {
+                    first.push(b);
+                }
+            }
+        }
+        (r.subscribe(), cur)
+    };
+    let Some(sub) = sub else {
+        return Err(ApiError::internal("watch broadcast closed"));
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    tokio::spawn(pump(shared, filter, sub, tx, first, start_rv));
+    Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok(b), rx))
+    })))
+}
+
+async fn pump(
+    shared: Arc<Shared>,
+    filter: Filter,
+    mut sub: broadcast::Receiver<Arc<Change>>,
+    tx: mpsc::Sender<Bytes>,
+    first: Vec<Bytes>,
+    start_rv: u64,
+) {
+    let mut drop_rx = shared.inject.drop_tx.subscribe();
+    drop_rx.mark_unchanged();
+    for b in first {
+        if tx.send(b).await.is_err() {
+            return;
+        }
+    }
+    let deadline = filter.q.timeout.map(|t| tokio::time::Instant::now() + t);
+    let sleep = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => futures::future::pending().await,
+        }
+    };
+    tokio::pin!(sleep);
+    let mut tick = tokio::time::interval(shared.opts.bookmark_interval);
+    tick.tick().await;
+    let mut seen = start_rv;
+    loop {
+        tokio::select! {
+            biased;
+            _ = drop_rx.changed() => return,
+            _ = &mut sleep => return,
+            _ = tx.closed() => return,
+            msg = sub.recv() => match msg {
+                Ok(c) => {
+                    if c.rv <= seen {
+                        continue;
+                    }
+                    seen = c.rv;
+                    if let Some(b) = filter.event(&shared, &c)
+                        && tx.send(b).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                // a reader that fell behind is cut off; it resumes from history
+                Err(_) => return,
+            },
+            _ = tick.tick(), if filter.q.bookmarks => {
+                if tx.send(filter.bookmark(seen, false)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
