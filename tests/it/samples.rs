@@ -817,7 +817,12 @@ fn samples_rebound_explain_binary_prints_the_json_decision() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rebound explain failed: {stderr}");
     assert!(stderr.trim().is_empty(), "warnings: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON on stdout ({e}): {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
     assert_eq!(v["level"], "Separate");
     assert_eq!(v["rule"], "nvidia-xid/node-reboot-required");
     let node_actions: Vec<&str> = v["node"]["actions"]
