@@ -100,9 +100,17 @@ fn occurred_at(f: &Fault) -> DateTime<Utc> {
     }
 }
 
+/// Kubernetes writes termination and transition times to the second: a
+/// restart made in the same second as a fault's (truncated) time may have
+/// come before it. Only a restart a whole second later surely handled it.
+fn handled_before(fault_time: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(fault_time.timestamp() + 1, 0).unwrap_or(fault_time)
+}
+
 fn fault_key(f: &Fault) -> String {
     format!(
-        "{}|{}|{}|{}|{}|{}|{}|{}",
+        "{}|{}|{}|{}|{}|{}|{}|{}|{}",
+        f.uid.as_deref().unwrap_or(""),
         f.source,
         f.code,
         f.node.as_deref().unwrap_or(""),
@@ -210,7 +218,13 @@ impl Reactor {
                 } else {
                     crate::fault::pod::pod_faults(&p, now)
                         .into_iter()
-                        .filter(|f| (now - f.last_seen).to_std().unwrap_or(Duration::ZERO) <= max_age)
+                        .map(|mut f| {
+                            f.uid = p.metadata.uid.clone();
+                            f
+                        })
+                        .filter(|f| {
+                            (now - f.last_seen).to_std().unwrap_or(Duration::ZERO) <= max_age
+                        })
                         .collect()
                 };
                 if faults.is_empty() {
@@ -517,7 +531,7 @@ impl Reactor {
                 j.history
                     .iter()
                     .rfind(|r| !r.pod_only)
-                    .is_none_or(|r| r.at < when)
+                    .is_none_or(|r| r.at < handled_before(when))
             })
             .collect();
         let taint_key = self.taint_key();

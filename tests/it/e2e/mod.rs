@@ -57,9 +57,18 @@ spec:
 "#;
 
 /// A cluster of `nodes` nodes with the base objects and a leading controller.
-pub async fn bed_with(nodes: usize, extra: &str, cfg: Option<SimConfig>) -> (Testbed, ControllerHandle) {
-    let cfg = cfg.unwrap_or(SimConfig { nodes, ..SimConfig::default() });
-    let bed = Testbed::start(SimConfig { nodes, ..cfg }).await.expect("test bed");
+pub async fn bed_with(
+    nodes: usize,
+    extra: &str,
+    cfg: Option<SimConfig>,
+) -> (Testbed, ControllerHandle) {
+    let cfg = cfg.unwrap_or(SimConfig {
+        nodes,
+        ..SimConfig::default()
+    });
+    let bed = Testbed::start(SimConfig { nodes, ..cfg })
+        .await
+        .expect("test bed");
     for ns in ["ml", "team-a", "team-b"] {
         bed.cluster.api().ensure_namespace(ns).expect("namespace");
     }
@@ -67,7 +76,10 @@ pub async fn bed_with(nodes: usize, extra: &str, cfg: Option<SimConfig>) -> (Tes
     if !extra.is_empty() {
         bed.apply_yaml(extra).await.expect("extra objects");
     }
-    let ctl = bed.start_controller(bed.controller_args()).await.expect("controller");
+    let ctl = bed
+        .start_controller(bed.controller_args())
+        .await
+        .expect("controller");
     (bed, ctl)
 }
 
@@ -82,7 +94,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for: {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -93,7 +108,9 @@ pub fn requests(bed: &Testbed, verb: &str, resource: &str, query_has: &str) -> V
         .api()
         .requests()
         .into_iter()
-        .filter(|r| r.verb == verb && r.resource == resource && r.subresource.is_empty() && r.status < 300)
+        .filter(|r| {
+            r.verb == verb && r.resource == resource && r.subresource.is_empty() && r.status < 300
+        })
         .filter(|r| urldecode(&r.query).contains(query_has))
         .collect()
 }
@@ -140,7 +157,10 @@ pub async fn node_of(bed: &Testbed, ns: &str, selector: &str) -> String {
 }
 
 pub async fn node(bed: &Testbed, name: &str) -> Node {
-    Api::<Node>::all(bed.client()).get(name).await.expect("node")
+    Api::<Node>::all(bed.client())
+        .get(name)
+        .await
+        .expect("node")
 }
 
 pub fn cordoned(n: &Node) -> bool {
@@ -156,7 +176,10 @@ pub async fn pytorchjob(bed: &Testbed, ns: &str, name: &str) -> DynamicObject {
         kind: "PyTorchJob".into(),
         plural: "pytorchjobs".into(),
     };
-    Api::<DynamicObject>::namespaced_with(bed.client(), ns, &ar).get(name).await.expect("job")
+    Api::<DynamicObject>::namespaced_with(bed.client(), ns, &ar)
+        .get(name)
+        .await
+        .expect("job")
 }
 
 /// Set an XID on a node the way the agent does: a GpuFault condition line.
