@@ -410,6 +410,30 @@ SWITCH_LISTS = [
     ("NotHandleFaultCodes", "switch-not-handle", "Ignore", "UnifiedBus switch fault, NotHandleFault."),
 ]
 
+# The level names the device plugin writes into its ConfigMap (fault_handling / fault_level).
+# rebound's parser puts that name in the fault's reason, and a rule's codes also match the
+# reason: these rules make rebound follow the plugin - including a site's customised
+# faultCode.json and the plugin's own frequency/duration escalations - whenever it names a level.
+PLUGIN_LEVEL_RULES = [
+    ("plugin-says-separate", "Separate", ["SeparateNPU", "SeparateFault", "ManuallySeparateNPU"],
+     "The device plugin reports the code at SeparateNPU, or isolated the chip after repeated faults "
+     "(ManuallySeparateNPU, also the code of a chip listed in the ConfigMap's ManuallySeparateNPU key; it "
+     "stays isolated until a person clears that key)."),
+    ("plugin-says-reset", "ResetDevice", ["RestartNPU", "FreeRestartNPU"],
+     "The device plugin reports the code at RestartNPU or FreeRestartNPU."),
+    ("plugin-says-pre-separate", "PreSeparate", ["PreSeparateNPU", "PreSeparateFault", "SubHealthFault"],
+     "The device plugin reports the code at PreSeparateNPU or SubHealthFault (no sub-health level in "
+     "rebound)."),
+    ("plugin-says-restart", "RestartJob", ["RestartBusiness", "RestartRequest", "RecoverRestartBusiness"],
+     "The device plugin reports the code at RestartBusiness or RestartRequest."),
+    ("plugin-says-not-handle", "Ignore", ["NotHandleFault", "NormalNPU", "NormalNetwork"],
+     "The device plugin reports the code at NotHandleFault (or the chip as normal)."),
+    ("unexplained-unhealthy", "PreSeparate", ["CardUnhealthy", "CardNetworkUnhealthy", "NodeUnhealthy"],
+     "A chip in the plugin's -Unhealthy / -NetworkUnhealthy list with no fault code (older plugins), or a "
+     "fault entry without codes: no new work on it (the plugin's default for network faults); running work "
+     "continues, and fails through its own exit if the chip is really gone."),
+]
+
 STRATEGY_LEVEL = {"Separate": "Separate", "SubHealth": "PreSeparate"}
 HANDLING_LEVEL = {"ManuallySeparateNPU": "Separate", "PreSeparateNPU": "PreSeparate", "SeparateNPU": "Separate"}
 
@@ -429,10 +453,22 @@ ASCEND_HEADER = """\
 #   NotHandleFault                   -> Ignore
 #   SubHealthFault                   -> PreSeparate  (no sub-health level in rebound; see the rule)
 #
-# Rules are in the device plugin's own lookup order (Separate, PreSeparate,
-# RestartNPU, FreeRestartNPU, RestartBusiness, RestartRequest, NotHandle,
-# SubHealth); the first match wins, so A2301001 (listed under both
-# RestartBusiness and SeparateNPU) is Separate, as the device plugin has it.
+# Rule order (the first match wins):
+#  1. correlated-*: ClusterD's fault correlations (below), which the device
+#     plugin does not apply itself.
+#  2. plugin-says-*: the level the device plugin itself gives the code. The
+#     plugin writes it into its ConfigMap (fault_handling, fault_level) and
+#     rebound's parser passes it on as the fault's reason, which rule codes
+#     also match. Following it keeps a site's customised faultCode.json and the
+#     plugin's own frequency/duration escalations (ManuallySeparateNPU) in force,
+#     as ClusterD does - it reads the levels from the same ConfigMap.
+#  3. the faultCode.json lists, for faults that arrive without the plugin's
+#     level (rebound's agent, a rebound.dev/fault Event, `rebound explain`), in
+#     the device plugin's own lookup order (Separate, PreSeparate, RestartNPU,
+#     FreeRestartNPU, RestartBusiness, RestartRequest, NotHandle, SubHealth), so
+#     A2301001 (listed under both RestartBusiness and SeparateNPU) is Separate,
+#     as the device plugin has it.
+#  4. the UnifiedBus switch codes of SwitchFaultCode.json.
 # Codes are hexadecimal and compared case-insensitively ("80e18402" and
 # "0x80E18402" match "80E18402"). Beside each code: the cause from
 # ascend-faultdiag's knowledge graph where it has one (186 of 802 codes).
@@ -451,9 +487,10 @@ ASCEND_HEADER = """\
 # switch fault) is read here as the time a relation fault stays eligible for
 # correlation; rebound has no such window - node.faults holds a fault until it clears.
 #
-# A code in no list gets defaultLevel PreSeparate: the device plugin derives the
-# level of an unrecorded code from its severity, which rebound does not receive;
-# an unknown hardware code takes the node out of scheduling without killing work.
+# A code in no list and without the plugin's level gets defaultLevel
+# PreSeparate: the device plugin derives the level of an unrecorded code from
+# its severity, which rebound does not receive; an unknown hardware code takes
+# the node out of scheduling without killing work.
 """
 
 
@@ -507,6 +544,11 @@ def gen_ascend(data):
             out.append(f"    when: {ysq(cond)}\n    codes:\n")
             for t in trigs:
                 out.append(f"    - {yq(t)}\n")
+    # The device plugin's own level for the code, carried as the fault's reason: follow it.
+    for name, level, names, desc in PLUGIN_LEVEL_RULES:
+        out.append(f"  - name: {name}\n    level: {level}\n")
+        out.append("    description: >-\n" + wrap(desc, "      ") + "\n")
+        out.append("    codes: [" + ", ".join(yq(n) for n in names) + "]\n")
     seen = {}
     for key, name, level, desc in ASCEND_LISTS:
         codes = fc.get(key, [])

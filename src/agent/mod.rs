@@ -21,4 +21,4 @@ pub mod state;
 pub mod xid;
 
 pub use args::AgentArgs;
-pub use run::{DryRunReport, ReportedFault, dry_run, run};
+pub use run::{DryRunReport, ReportedFault, dry_run, run, run_with_client};

@@ -21,7 +21,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::fault::{Accelerator, AgentFault, bounded_text};
+use super::fault::{Accelerator, AgentFault};
 use super::state::DesiredCondition;
 use crate::fault::wire::{FAULT_ANNOTATION, WireFault, format_annotation, parse_condition_message};
 
@@ -289,7 +289,8 @@ impl KubeReporter {
     ) -> Result<String, ReportError> {
         let nanos = timestamp(now).as_nanosecond();
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let name = bounded_text(&format!("{}.{:x}{:x}", self.node, nanos, seq), 253);
+        // Node names are DNS subdomains; the suffix is hex: a valid name.
+        let name = truncate_bytes(&format!("{}.{:x}{:x}", self.node, nanos, seq), 253);
         let ev = build_event(
             fault,
             &self.node,

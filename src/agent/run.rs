@@ -403,15 +403,32 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let node = match (&args.node_name, args.dry_run) {
+    let client = if args.dry_run {
+        None
+    } else {
+        Some(
+            kube::Client::try_default()
+                .await
+                .context("connecting to the Kubernetes API")?,
+        )
+    };
+    run_with_client(args, client).await
+}
+
+/// [`run`] with a given client (`None`: print instead of writing, as
+/// `--dry-run`), so the whole loop can be tested against a mock API server.
+pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> anyhow::Result<()> {
+    let node = match (&args.node_name, &client) {
         (Some(n), _) => n.clone(),
-        (None, true) => "dry-run".to_string(),
-        (None, false) => {
+        (None, None) => "dry-run".to_string(),
+        (None, Some(_)) => {
             anyhow::bail!("--node-name (env NODE_NAME, from the downward API) is required")
         }
     };
     let metrics = Metrics::new();
-    if let Some(addr) = args.metrics_socket()? {
+    if !args.once
+        && let Some(addr) = args.metrics_socket()?
+    {
         let m = metrics.clone();
         tokio::spawn(async move {
             if let Err(e) = super::metrics::serve(addr, m).await {
@@ -420,15 +437,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         });
     }
     let mut state = FoldState::new(args.fold_config());
-    let mut sink = if args.dry_run {
-        Sink::Print {
-            last: HashMap::new(),
-            seq: 0,
-        }
-    } else {
-        let client = kube::Client::try_default()
-            .await
-            .context("connecting to the Kubernetes API")?;
+    let mut sink = if let Some(client) = client {
         let mut reporter = KubeReporter::new(client, &node, &args.event_namespace);
         match reporter.load_node().await {
             Ok(existing) => {
@@ -440,6 +449,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             }
         }
         Sink::Kube(Box::new(reporter))
+    } else {
+        Sink::Print {
+            last: HashMap::new(),
+            seq: 0,
+        }
     };
 
     if args.once {
@@ -458,7 +472,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             map: device_map(&args)?,
             poll: Duration::from_secs(1),
         }
-        .spawn(tx.clone());
+        .spawn(tx.clone())
+        .context("starting the kernel-log thread")?;
     } else {
         metrics.source_up("kmsg", false);
     }

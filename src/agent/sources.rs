@@ -57,14 +57,10 @@ pub struct KmsgSource {
 
 impl KmsgSource {
     /// Start the reader on its own thread.
-    pub fn spawn(self, tx: Sender<SourceEvent>) -> std::thread::JoinHandle<()> {
+    pub fn spawn(self, tx: Sender<SourceEvent>) -> std::io::Result<std::thread::JoinHandle<()>> {
         std::thread::Builder::new()
             .name("rebound-kmsg".into())
             .spawn(move || self.run_blocking(&tx))
-            .unwrap_or_else(|e| {
-                tracing::error!(error = %e, "cannot start the kernel-log thread");
-                std::thread::spawn(|| {})
-            })
     }
 
     /// Read until done (`once`) or the receiver is gone.

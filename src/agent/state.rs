@@ -74,6 +74,9 @@ pub struct Folded {
     pub sticky: bool,
     /// Event progress.
     pub event: EventState,
+    /// Insertion order: ties of `first_seen` (a batch read at once, faults
+    /// restored from a condition message) keep the order they came in.
+    pub seq: u64,
 }
 
 /// What an observation did.
@@ -153,6 +156,7 @@ pub enum EventDue {
 pub struct FoldState {
     cfg: FoldConfig,
     entries: HashMap<FaultKey, Folded>,
+    next_seq: u64,
     /// Faults forgotten because `max_entries` was reached.
     pub evicted: u64,
 }
@@ -163,6 +167,7 @@ impl FoldState {
         FoldState {
             cfg,
             entries: HashMap::new(),
+            next_seq: 0,
             evicted: 0,
         }
     }
@@ -195,6 +200,7 @@ impl FoldState {
             return Observed::Repeat { count: e.count };
         }
         self.make_room();
+        let seq = self.bump();
         self.entries.insert(
             key,
             Folded {
@@ -204,6 +210,7 @@ impl FoldState {
                 count: 1,
                 sticky,
                 event: EventState::Pending,
+                seq,
             },
         );
         Observed::New
@@ -218,6 +225,7 @@ impl FoldState {
         }
         let sticky = self.is_sticky(&fault);
         self.make_room();
+        let seq = self.bump();
         self.entries.insert(
             key,
             Folded {
@@ -227,8 +235,14 @@ impl FoldState {
                 count: 1,
                 sticky,
                 event: EventState::Restored,
+                seq,
             },
         );
+    }
+
+    fn bump(&mut self) -> u64 {
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.next_seq
     }
 
     fn make_room(&mut self) {
@@ -294,9 +308,7 @@ impl FoldState {
             .values()
             .filter(|e| e.fault.family == family)
             .collect();
-        v.sort_by(|a, b| {
-            (a.first_seen, FaultKey::of(&a.fault)).cmp(&(b.first_seen, FaultKey::of(&b.fault)))
-        });
+        v.sort_by_key(|e| (e.first_seen, e.seq));
         v
     }
 
@@ -549,6 +561,19 @@ mod tests {
         );
         s.mark_event(&key, "ev-1".into(), 50, t(60));
         assert!(s.events_due(t(500), fold).is_empty(), "no repeat, no write");
+    }
+
+    #[test]
+    fn same_time_faults_keep_their_arrival_order() {
+        let mut s = state(600);
+        s.restore(xid("79", "3"), t(0));
+        s.restore(xid("20034", "nvswitch1"), t(0));
+        let codes: Vec<_> = s
+            .active(Accelerator::Gpu)
+            .iter()
+            .map(|e| e.fault.code.clone())
+            .collect();
+        assert_eq!(codes, ["79", "20034"]);
     }
 
     #[test]

@@ -68,10 +68,11 @@ pub struct ControllerArgs {
     /// Decide and record everything, act on nothing.
     #[arg(long, env = "REBOUND_DRY_RUN")]
     pub dry_run: bool,
-    /// Ignore Events older than this when the controller starts (their faults
-    /// were handled or are stale; job annotations say which).
-    #[arg(long, env = "REBOUND_EVENT_MAX_AGE", default_value = "10m", value_parser = parse_duration)]
-    pub event_max_age: Duration,
+    /// Ignore fault Events and container terminations older than this when
+    /// they are first seen (e.g. at start-up): a container that failed days
+    /// ago and was restarted in place is not a reason to restart its job now.
+    #[arg(long, env = "REBOUND_FAULT_MAX_AGE", default_value = "10m", value_parser = parse_duration)]
+    pub fault_max_age: Duration,
     /// Optional label selector restricting the pods watched (memory on huge clusters).
     #[arg(long, env = "REBOUND_POD_SELECTOR")]
     pub pod_selector: Option<String>,

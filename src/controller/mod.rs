@@ -31,6 +31,9 @@ use tokio::sync::{mpsc, watch as tw};
 pub struct ControllerHandle {
     shutdown: tw::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    /// Tasks that would outlive the reactor if it were aborted (a killed
+    /// process loses them all).
+    aborts: Vec<tokio::task::AbortHandle>,
     /// Metrics of this replica.
     pub metrics: metrics::Metrics,
     /// Where /metrics, /healthz and /readyz are served.
@@ -60,6 +63,9 @@ impl ControllerHandle {
     /// Stop at once, as if the process were killed (no Lease release).
     pub fn kill(self) {
         self.task.abort();
+        for a in &self.aborts {
+            a.abort();
+        }
         std::mem::forget(self.shutdown);
     }
 }
@@ -120,6 +126,10 @@ pub async fn start(
         health: health.clone(),
         decisions: decisions.clone(),
     };
+    let mut aborts = vec![http_task.abort_handle()];
+    if let Some(t) = &lease_task {
+        aborts.push(t.abort_handle());
+    }
     let task = tokio::spawn(run_loop(
         client,
         args,
@@ -133,6 +143,7 @@ pub async fn start(
     Ok(ControllerHandle {
         shutdown: shutdown_tx,
         task,
+        aborts,
         metrics,
         listen,
         leader: leadership,

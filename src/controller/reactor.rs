@@ -100,9 +100,17 @@ fn occurred_at(f: &Fault) -> DateTime<Utc> {
     }
 }
 
+/// Kubernetes writes termination and transition times to the second: a
+/// restart made in the same second as a fault's (truncated) time may have
+/// come before it. Only a restart a whole second later surely handled it.
+fn handled_before(fault_time: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(fault_time.timestamp() + 1, 0).unwrap_or(fault_time)
+}
+
 fn fault_key(f: &Fault) -> String {
     format!(
-        "{}|{}|{}|{}|{}|{}|{}|{}",
+        "{}|{}|{}|{}|{}|{}|{}|{}|{}",
+        f.uid.as_deref().unwrap_or(""),
         f.source,
         f.code,
         f.node.as_deref().unwrap_or(""),
@@ -203,10 +211,21 @@ impl Reactor {
                 let deleting = info.deleting;
                 let key = (info.namespace.clone(), info.name.clone());
                 self.cache.upsert_pod(info);
-                let faults = if deleting {
+                let now = Utc::now();
+                let max_age = self.args.fault_max_age;
+                let faults: Vec<Fault> = if deleting {
                     Vec::new()
                 } else {
-                    crate::fault::pod::pod_faults(&p, Utc::now())
+                    crate::fault::pod::pod_faults(&p, now)
+                        .into_iter()
+                        .map(|mut f| {
+                            f.uid = p.metadata.uid.clone();
+                            f
+                        })
+                        .filter(|f| {
+                            (now - f.last_seen).to_std().unwrap_or(Duration::ZERO) <= max_age
+                        })
+                        .collect()
                 };
                 if faults.is_empty() {
                     self.pod_faults.remove(&key);
@@ -274,7 +293,7 @@ impl Reactor {
             }
             Some(Ok(f)) => {
                 let age = (now - f.last_seen).to_std().unwrap_or(Duration::ZERO);
-                if age > self.args.event_max_age {
+                if age > self.args.fault_max_age {
                     return;
                 }
                 let affected = match (&f.pod, &f.namespace) {
@@ -309,7 +328,10 @@ impl Reactor {
         match crate::fault::ascend::deviceinfo_faults(&cm, Utc::now()) {
             Ok(faults) => {
                 let was_faulty = self.ascend_faults.get(&node).is_some_and(|v| !v.is_empty());
-                let now_clear = faults.is_empty();
+                // NotHandleFault codes stay listed on healthy chips: health
+                // is the device plugin's own verdict, not an empty list.
+                let now_clear = faults.is_empty()
+                    || crate::fault::ascend::parse_deviceinfo(&cm).is_ok_and(|d| d.healthy());
                 self.ascend_faults.insert(node.clone(), faults.clone());
                 for f in faults {
                     self.on_fault(f, at, Affected::Node);
@@ -509,7 +531,7 @@ impl Reactor {
                 j.history
                     .iter()
                     .rfind(|r| !r.pod_only)
-                    .is_none_or(|r| r.at < when)
+                    .is_none_or(|r| r.at < handled_before(when))
             })
             .collect();
         let taint_key = self.taint_key();

@@ -90,7 +90,11 @@ impl Level {
             "RestartNPU" | "RestartNPUCodes" | "FreeRestartNPU" | "FreeRestartNPUCodes" => {
                 Level::ResetDevice
             }
-            "SeparateFault" | "SeparateNPU" | "SeparateNPUCodes" => Level::Separate,
+            // A chip an operator separated by hand (`ManuallySeparateNPU`)
+            // is treated by ClusterD as SeparateNPU.
+            "SeparateFault" | "SeparateNPU" | "SeparateNPUCodes" | "ManuallySeparateNPU" => {
+                Level::Separate
+            }
             _ => return None,
         })
     }

@@ -26,6 +26,10 @@ pub struct Fault {
     /// Device index or id on the node (GPU index, NPU chip id).
     pub device: Option<String>,
     pub exit_code: Option<i32>,
+    /// UID of the object the fault was seen on (the pod), so that two pods
+    /// of one name failing within one second are two faults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     pub first_seen: DateTime<Utc>,
     pub last_seen: DateTime<Utc>,
     /// Times this (node, device, code) was seen within the escalation window.
@@ -51,6 +55,7 @@ impl Fault {
             container: None,
             device: None,
             exit_code: None,
+            uid: None,
             first_seen: now,
             last_seen: now,
             count: 1,

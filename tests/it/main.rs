@@ -2,7 +2,9 @@
 
 mod agent;
 mod crds;
+mod e2e;
 mod fault_parsers;
 mod packaging;
 mod samples;
 mod sim_actors;
+mod sim_server;

@@ -1,0 +1,208 @@
+//! End-to-end tests: the real controller against the embedded cluster, one
+//! test per behaviour of issue #4. Assertions read the cluster (objects and
+//! the API server's request log), never the controller's internals.
+
+mod jobs;
+mod nodes;
+mod policies;
+mod resilience;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DynamicObject, ListParams};
+use rebound::controller::{ControllerArgs, ControllerHandle};
+use rebound::sim::RequestRecord;
+use rebound::sim::cluster::{SimConfig, pod_running};
+use rebound::sim::testbed::Testbed;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+pub const OPT_IN: (&str, &str) = ("kcover.io/cascading-recovery", "true");
+
+/// Classifications and the root policy every test starts from: small and
+/// explicit, so the tests do not depend on how the samples are tuned.
+pub const BASE: &str = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: FaultClassification
+metadata: {name: xid}
+spec:
+  source: NvidiaXid
+  rules:
+  - {name: bus, codes: ["79"], level: Separate}
+  - {name: ecc, codes: ["48"], level: ResetDevice}
+  - {name: degrading, codes: ["999"], level: PreSeparate}
+  - {name: app, codes: ["13"], level: RestartJob}
+  escalations:
+  - {codes: ["13"], times: 2, within: 24h, level: ResetDevice}
+  defaultLevel: RestartJob
+---
+apiVersion: rebound.dev/v1alpha1
+kind: FaultClassification
+metadata: {name: exits}
+spec:
+  source: PodExit
+  rules:
+  - {name: term, codes: ["143"], level: Ignore}
+  defaultLevel: RestartJob
+---
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: default, namespace: rebound-system}
+spec:
+  selector:
+    matchLabels: {kcover.io/cascading-recovery: "true"}
+  cooldown: 1m
+  nodeActions:
+    maxSeparated: "50%"
+    breakerWindow: 5m
+"#;
+
+/// A cluster of `nodes` nodes with the base objects and a leading controller.
+pub async fn bed_with(
+    nodes: usize,
+    extra: &str,
+    cfg: Option<SimConfig>,
+) -> (Testbed, ControllerHandle) {
+    let cfg = cfg.unwrap_or(SimConfig {
+        nodes,
+        ..SimConfig::default()
+    });
+    let bed = Testbed::start(SimConfig { nodes, ..cfg })
+        .await
+        .expect("test bed");
+    for ns in ["ml", "team-a", "team-b"] {
+        bed.cluster.api().ensure_namespace(ns).expect("namespace");
+    }
+    bed.apply_yaml(BASE).await.expect("base objects");
+    if !extra.is_empty() {
+        bed.apply_yaml(extra).await.expect("extra objects");
+    }
+    let ctl = bed
+        .start_controller(bed.controller_args())
+        .await
+        .expect("controller");
+    (bed, ctl)
+}
+
+/// Wait until `check` returns Some, or panic saying what did not happen.
+pub async fn wait<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Requests of the log matching verb, resource and a query fragment.
+pub fn requests(bed: &Testbed, verb: &str, resource: &str, query_has: &str) -> Vec<RequestRecord> {
+    bed.cluster
+        .api()
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.verb == verb && r.resource == resource && r.subresource.is_empty() && r.status < 300
+        })
+        .filter(|r| urldecode(&r.query).contains(query_has))
+        .collect()
+}
+
+/// Job restarts by deletecollection for a job-name label value.
+pub fn restarts_of(bed: &Testbed, label: &str, job: &str) -> usize {
+    requests(bed, "deletecollection", "pods", &format!("{label}={job}")).len()
+}
+
+pub fn urldecode(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() + 1 && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Running pods of a selector in a namespace.
+pub async fn running(bed: &Testbed, ns: &str, selector: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(bed.client(), ns);
+    api.list(&ListParams::default().labels(selector))
+        .await
+        .map(|l| l.items.into_iter().filter(pod_running).collect())
+        .unwrap_or_default()
+}
+
+/// The node a pod of the selector runs on.
+pub async fn node_of(bed: &Testbed, ns: &str, selector: &str) -> String {
+    running(bed, ns, selector)
+        .await
+        .iter()
+        .find_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .expect("a running pod with a node")
+}
+
+pub async fn node(bed: &Testbed, name: &str) -> Node {
+    Api::<Node>::all(bed.client())
+        .get(name)
+        .await
+        .expect("node")
+}
+
+pub fn cordoned(n: &Node) -> bool {
+    n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+}
+
+/// A PyTorchJob's annotations.
+pub async fn pytorchjob(bed: &Testbed, ns: &str, name: &str) -> DynamicObject {
+    let ar = kube::discovery::ApiResource {
+        group: "kubeflow.org".into(),
+        version: "v1".into(),
+        api_version: "kubeflow.org/v1".into(),
+        kind: "PyTorchJob".into(),
+        plural: "pytorchjobs".into(),
+    };
+    Api::<DynamicObject>::namespaced_with(bed.client(), ns, &ar)
+        .get(name)
+        .await
+        .expect("job")
+}
+
+/// Set an XID on a node the way the agent does: a GpuFault condition line.
+pub async fn xid_condition(bed: &Testbed, node: &str, code: &str) {
+    use rebound::fault::wire::{self, WireFault};
+    let msg = wire::format_condition_message(&[WireFault {
+        source: "NvidiaXid".into(),
+        code: code.into(),
+        device: Some("0".into()),
+        ..Default::default()
+    }]);
+    bed.cluster
+        .set_node_condition(node, wire::GPU_CONDITION, "True", "NvidiaXid", &msg)
+        .await
+        .expect("condition");
+}
+
+/// Controller flags of the test bed with changes.
+pub fn args(bed: &Testbed, f: impl FnOnce(&mut ControllerArgs)) -> ControllerArgs {
+    let mut a = bed.controller_args();
+    f(&mut a);
+    a
+}
+
+pub const PT: &str = "training.kubeflow.org/job-name";
+pub const T: Duration = Duration::from_secs(10);

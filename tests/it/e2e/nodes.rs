@@ -1,0 +1,258 @@
+//! Node faults: cordon and taint behind trust and the breaker; jobs on the
+//! node restart; auto-uncordon when the fault clears.
+
+use super::*;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
+use kube::api::{ObjectMeta, PostParams};
+use rebound::fault::wire::{self, WireFault};
+use std::collections::BTreeMap;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xid_condition_cordons_taints_and_restarts_the_jobs_on_the_node() {
+    let (bed, ctl) = bed_with(4, "", None).await;
+    bed.cluster
+        .create_pytorchjob("ml", "pt", 1, &[OPT_IN])
+        .await
+        .unwrap();
+    let sel = format!("{PT}=pt");
+    wait("pt running", T, || async {
+        (running(&bed, "ml", &sel).await.len() >= 2).then_some(())
+    })
+    .await;
+    let n = node_of(&bed, "ml", &sel).await;
+    xid_condition(&bed, &n, "79").await;
+    let nd = wait("node cordoned and tainted", T, || async {
+        let nd = node(&bed, &n).await;
+        let tainted = nd
+            .spec
+            .as_ref()?
+            .taints
+            .as_ref()?
+            .iter()
+            .any(|t| t.key == "rebound.dev/separated");
+        (cordoned(&nd) && tainted).then_some(nd)
+    })
+    .await;
+    assert_eq!(
+        nd.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("rebound.dev/cordoned")
+            .map(String::as_str),
+        Some("Separate")
+    );
+    wait("the job on the node restarted", T, || async {
+        (restarts_of(&bed, PT, "pt") == 1).then_some(())
+    })
+    .await;
+    // One cordon request for the node.
+    let patches = bed
+        .cluster
+        .api()
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.verb == "patch"
+                && r.resource == "nodes"
+                && r.subresource.is_empty()
+                && r.path.ends_with(&n)
+        })
+        .count();
+    assert_eq!(patches, 1);
+    ctl.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preseparate_cordons_only() {
+    let (bed, ctl) = bed_with(4, "", None).await;
+    bed.cluster
+        .create_pytorchjob("ml", "pt", 1, &[OPT_IN])
+        .await
+        .unwrap();
+    let sel = format!("{PT}=pt");
+    wait("pt running", T, || async {
+        (running(&bed, "ml", &sel).await.len() >= 2).then_some(())
+    })
+    .await;
+    let n = node_of(&bed, "ml", &sel).await;
+    xid_condition(&bed, &n, "999").await;
+    let nd = wait("node cordoned", T, || async {
+        let nd = node(&bed, &n).await;
+        cordoned(&nd).then_some(nd)
+    })
+    .await;
+    assert!(
+        nd.spec
+            .unwrap()
+            .taints
+            .unwrap_or_default()
+            .iter()
+            .all(|t| t.key != "rebound.dev/separated"),
+        "PreSeparate does not taint"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        restarts_of(&bed, PT, "pt"),
+        0,
+        "PreSeparate lets running work finish"
+    );
+    ctl.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_holds_separations_beyond_the_limit_and_says_so() {
+    // 6 nodes at 50%: 3 may be separated; 5 fail at once.
+    let (bed, ctl) = bed_with(6, "", None).await;
+    let names = bed.cluster.node_names();
+    for n in names.iter().take(5) {
+        xid_condition(&bed, n, "79").await;
+    }
+    wait("3 nodes cordoned", T, || async {
+        let mut k = 0;
+        for n in &names {
+            if cordoned(&node(&bed, n).await) {
+                k += 1;
+            }
+        }
+        (k == 3).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut k = 0;
+    for n in &names {
+        k += usize::from(cordoned(&node(&bed, n).await));
+    }
+    assert_eq!(k, 3, "never more than the limit");
+    let m = ctl.metrics.encode();
+    let held = m
+        .lines()
+        .find(|l| l.starts_with("rebound_breaker_held_nodes"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(held, Some(2.0), "{m}");
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("rebound_breaker_open") && l.ends_with(" 1"))
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(bed.client());
+    wait("a BreakerOpen Event", T, || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("BreakerOpen"))
+            .then_some(())
+    })
+    .await;
+    ctl.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_uncordon_when_the_fault_clears_but_not_a_node_cordoned_by_a_person() {
+    let (bed, ctl) = bed_with(4, "", None).await;
+    let names = bed.cluster.node_names();
+    let (a, b) = (&names[0], &names[1]);
+    bed.cluster.set_node_unschedulable(b, true).await.unwrap();
+    xid_condition(&bed, a, "48").await;
+    xid_condition(&bed, b, "48").await;
+    wait("a cordoned by rebound", T, || async {
+        cordoned(&node(&bed, a).await).then_some(())
+    })
+    .await;
+    for n in [a, b] {
+        bed.cluster
+            .set_node_condition(n, wire::GPU_CONDITION, "False", "Healthy", "")
+            .await
+            .unwrap();
+    }
+    wait("a uncordoned", T, || async {
+        (!cordoned(&node(&bed, a).await)).then_some(())
+    })
+    .await;
+    let nd = node(&bed, a).await;
+    assert!(
+        !nd.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("rebound.dev/cordoned")
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(cordoned(&node(&bed, b).await), "a person's cordon stays");
+    ctl.shutdown().await;
+}
+
+async fn fault_event(bed: &Testbed, ns: &str, node: &str, code: &str) {
+    let api: Api<CoreEvent> = Api::namespaced(bed.client(), ns);
+    let f = WireFault {
+        source: "NvidiaXid".into(),
+        code: code.into(),
+        node: Some(node.into()),
+        device: Some("1".into()),
+        message: None,
+    };
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        rebound::controller::time::to_jiff(chrono::Utc::now()),
+    );
+    let ev = CoreEvent {
+        metadata: ObjectMeta {
+            generate_name: Some("fault-".into()),
+            namespace: Some(ns.into()),
+            annotations: Some(BTreeMap::from([(
+                wire::FAULT_ANNOTATION.to_string(),
+                wire::format_annotation(&f),
+            )])),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        },
+        reason: Some("GpuXid".into()),
+        message: Some("xid".into()),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &ev)
+        .await
+        .expect("event");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_event_and_tenant_policy_cannot_cordon_but_root_event_can() {
+    let greedy = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: greedy, namespace: team-a}
+spec:
+  nodeActions: {maxSeparated: "100%"}
+"#;
+    let (bed, ctl) = bed_with(4, greedy, None).await;
+    let names = bed.cluster.node_names();
+    fault_event(&bed, "team-a", &names[0], "79").await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !cordoned(&node(&bed, &names[0]).await),
+        "a tenant's Event must not cordon"
+    );
+    // The tenant's node actions are refused, and its status says so.
+    let rps: Api<rebound::api::RecoveryPolicy> = Api::namespaced(bed.client(), "team-a");
+    wait("status says NodeActionsIgnored", T, || async {
+        let p = rps.get("greedy").await.ok()?;
+        p.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == "NodeActionsIgnored")
+            .then_some(())
+    })
+    .await;
+    // The same Event in the root namespace is trusted.
+    fault_event(&bed, rebound::sim::testbed::ROOT, &names[1], "79").await;
+    wait("root Event cordons", T, || async {
+        cordoned(&node(&bed, &names[1]).await).then_some(())
+    })
+    .await;
+    ctl.shutdown().await;
+}

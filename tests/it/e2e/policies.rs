@@ -1,0 +1,127 @@
+//! Policy selection, dry run and invalid CEL, end to end.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_default_vs_namespace_override_and_dry_run() {
+    let own = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: pods-only, namespace: team-a}
+spec:
+  action: RestartPod
+  cooldown: 0s
+---
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: trial, namespace: team-b}
+spec:
+  dryRun: true
+"#;
+    let (bed, ctl) = bed_with(4, own, None).await;
+    let c = &bed.cluster;
+    for ns in ["ml", "team-a", "team-b"] {
+        c.create_pytorchjob(ns, "pt", 1, &[OPT_IN]).await.unwrap();
+    }
+    let sel = format!("{PT}=pt");
+    for ns in ["ml", "team-a", "team-b"] {
+        wait("pt running", T, || async {
+            (running(&bed, ns, &sel).await.len() >= 2).then_some(())
+        })
+        .await;
+        c.fail_container(ns, "pt-worker-0", "pytorch", 1, "Error")
+            .await
+            .unwrap();
+    }
+    // ml: no policy of its own → the root default restarts the job.
+    wait("ml job restarted by the root default", T, || async {
+        requests(&bed, "deletecollection", "pods", "")
+            .iter()
+            .any(|r| r.namespace.as_deref() == Some("ml"))
+            .then_some(())
+    })
+    .await;
+    // team-a: its own policy restarts only the pod.
+    wait("team-a pod restarted", T, || async {
+        requests(&bed, "delete", "pods", "")
+            .iter()
+            .any(|r| r.namespace.as_deref() == Some("team-a") && r.path.ends_with("pt-worker-0"))
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let by_ns = |ns: &str| {
+        bed.cluster
+            .api()
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.namespace.as_deref() == Some(ns)
+                    && r.resource == "pods"
+                    && matches!(r.verb, "delete" | "deletecollection")
+            })
+            .count()
+    };
+    assert_eq!(by_ns("team-a"), 1, "team-a: one pod delete, no job restart");
+    assert_eq!(by_ns("team-b"), 0, "team-b: dry run acts on nothing");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(bed.client(), "team-b");
+    wait("the dry run is recorded", T, || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("RestartSkipped")
+                    && e.note.as_deref().is_some_and(|n| n.contains("DryRun"))
+            })
+            .then_some(())
+    })
+    .await;
+    ctl.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_cel_sets_ready_false_and_the_policy_is_not_used() {
+    let bad = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: broken, namespace: team-a}
+spec:
+  when: 'job.restarts <'
+  action: None
+"#;
+    let (bed, ctl) = bed_with(4, bad, None).await;
+    let rps: Api<rebound::api::RecoveryPolicy> = Api::namespaced(bed.client(), "team-a");
+    let cond = wait("Ready=False InvalidExpression", T, || async {
+        let p = rps.get("broken").await.ok()?;
+        p.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False")
+    })
+    .await;
+    assert_eq!(cond.reason, "InvalidExpression");
+    assert!(cond.message.contains("spec.when"), "{}", cond.message);
+    // Not used: the root default covers team-a's job and restarts it
+    // (the broken policy would have said action None).
+    bed.cluster
+        .create_pytorchjob("team-a", "pt", 1, &[OPT_IN])
+        .await
+        .unwrap();
+    let sel = format!("{PT}=pt");
+    wait("pt running", T, || async {
+        (running(&bed, "team-a", &sel).await.len() >= 2).then_some(())
+    })
+    .await;
+    bed.cluster
+        .fail_container("team-a", "pt-worker-0", "pytorch", 1, "Error")
+        .await
+        .unwrap();
+    wait("restarted by the root default", T, || async {
+        (restarts_of(&bed, PT, "pt") == 1).then_some(())
+    })
+    .await;
+    ctl.shutdown().await;
+}

@@ -1,0 +1,191 @@
+//! Nothing lost, nothing done twice: API faults, a killed controller, and
+//! fail-over between two replicas.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watches_410s_and_500s_lose_no_fault_and_restart_nothing_twice() {
+    let (bed, ctl) = bed_with(4, "", None).await;
+    let c = &bed.cluster;
+    c.create_pytorchjob("ml", "pt", 2, &[OPT_IN]).await.unwrap();
+    c.create_pytorchjob("ml", "pu", 2, &[OPT_IN]).await.unwrap();
+    let up = |j: &'static str| {
+        let bed = &bed;
+        async move { (running(bed, "ml", &format!("{PT}={j}")).await.len() >= 3).then_some(()) }
+    };
+    wait("pt running", T, || up("pt")).await;
+    wait("pu running", T, || up("pu")).await;
+    // Break every watch, make old versions expire, and fail the next requests.
+    let inj = c.api().inject();
+    inj.expire_all_versions();
+    inj.drop_watches();
+    inj.fail_next(5, 500);
+    // The fault is written during the outage (retried until the API answers).
+    wait("the fault written", T, || async {
+        c.fail_container("ml", "pt-worker-0", "pytorch", 1, "Error")
+            .await
+            .ok()
+    })
+    .await;
+    wait(
+        "pt restarted after the outage",
+        Duration::from_secs(20),
+        || async { (restarts_of(&bed, PT, "pt") >= 1).then_some(()) },
+    )
+    .await;
+    inj.drop_watches();
+    c.fail_container("ml", "pu-worker-0", "pytorch", 1, "Error")
+        .await
+        .unwrap();
+    wait(
+        "pu restarted after another drop",
+        Duration::from_secs(20),
+        || async { (restarts_of(&bed, PT, "pu") >= 1).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        restarts_of(&bed, PT, "pt"),
+        1,
+        "re-lists replay the failed pod: still one restart"
+    );
+    assert_eq!(restarts_of(&bed, PT, "pu"), 1);
+    ctl.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_twice() {
+    let (bed, ctl) = bed_with(4, "", None).await;
+    let c = &bed.cluster;
+    // The job's pods take a while to come back, so the new controller sees
+    // the same world the old one left.
+    c.create_pytorchjob("ml", "pt", 2, &[OPT_IN]).await.unwrap();
+    let sel = format!("{PT}=pt");
+    wait("pt running", T, || async {
+        (running(&bed, "ml", &sel).await.len() >= 3).then_some(())
+    })
+    .await;
+    // A node fault too, whose condition stays after the restart.
+    let n = node_of(&bed, "ml", &sel).await;
+    c.fail_container("ml", "pt-worker-0", "pytorch", 1, "Error")
+        .await
+        .unwrap();
+    wait("restarted", T, || async {
+        (restarts_of(&bed, PT, "pt") == 1).then_some(())
+    })
+    .await;
+    ctl.kill();
+    xid_condition(&bed, &n, "999").await; // PreSeparate, seen by the next controller only
+    let ctl2 = bed
+        .start_controller(args(&bed, |a| a.identity = Some("second".into())))
+        .await
+        .expect("second controller");
+    wait(
+        "the new controller handles the new fault",
+        Duration::from_secs(15),
+        || async { cordoned(&node(&bed, &n).await).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        restarts_of(&bed, PT, "pt"),
+        1,
+        "the restart the old controller made is not repeated"
+    );
+    let cordons = bed
+        .cluster
+        .api()
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "patch" && r.resource == "nodes" && r.subresource.is_empty())
+        .count();
+    assert_eq!(cordons, 1);
+    ctl2.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_acts_and_the_other_takes_over_within_the_lease() {
+    let bed = Testbed::start(SimConfig {
+        nodes: 4,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    bed.cluster.api().ensure_namespace("ml").unwrap();
+    bed.apply_yaml(BASE).await.unwrap();
+    let lease = Duration::from_secs(2);
+    let a = rebound::controller::start(
+        bed.client(),
+        args(&bed, |x| {
+            x.identity = Some("a".into());
+            x.lease_duration = lease;
+        }),
+    )
+    .await
+    .unwrap();
+    let b = rebound::controller::start(
+        bed.client(),
+        args(&bed, |x| {
+            x.identity = Some("b".into());
+            x.lease_duration = lease;
+        }),
+    )
+    .await
+    .unwrap();
+    wait("one leader", T, || async {
+        (a.leader.is_leader() ^ b.leader.is_leader()).then_some(())
+    })
+    .await;
+    wait("both synced", T, || async {
+        (a.health.ready.load(std::sync::atomic::Ordering::Relaxed)
+            && b.health.ready.load(std::sync::atomic::Ordering::Relaxed))
+        .then_some(())
+    })
+    .await;
+    let c = &bed.cluster;
+    c.create_pytorchjob("ml", "pt", 1, &[OPT_IN]).await.unwrap();
+    c.create_pytorchjob("ml", "pu", 1, &[OPT_IN]).await.unwrap();
+    let sel = |j: &str| format!("{PT}={j}");
+    wait("running", T, || async {
+        (running(&bed, "ml", &sel("pt")).await.len() >= 2
+            && running(&bed, "ml", &sel("pu")).await.len() >= 2)
+            .then_some(())
+    })
+    .await;
+    c.fail_container("ml", "pt-worker-0", "pytorch", 1, "Error")
+        .await
+        .unwrap();
+    wait("one restart", T, || async {
+        (restarts_of(&bed, PT, "pt") >= 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(restarts_of(&bed, PT, "pt"), 1, "only the leader acts");
+    // Kill the leader without releasing the Lease.
+    let (leader, standby) = if a.leader.is_leader() { (a, b) } else { (b, a) };
+    let killed = Instant::now();
+    leader.kill();
+    wait("the standby leads", lease * 3, || async {
+        standby.leader.is_leader().then_some(())
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took <= lease * 2,
+        "took over after {took:?}; lease {lease:?}"
+    );
+    c.fail_container("ml", "pu-worker-0", "pytorch", 1, "Error")
+        .await
+        .unwrap();
+    wait("the new leader restarts", T, || async {
+        (restarts_of(&bed, PT, "pu") == 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        restarts_of(&bed, PT, "pt"),
+        1,
+        "no repeat of the old leader's restart"
+    );
+    standby.shutdown().await;
+}
