@@ -61,6 +61,15 @@ fn files_under(dir: &str) -> Vec<String> {
     rel
 }
 
+/// The first capture group of every match of `re` in `text`.
+fn captures(re: &str, text: &str) -> BTreeSet<String> {
+    regex::Regex::new(re)
+        .unwrap()
+        .captures_iter(text)
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
 fn bless() -> bool {
     std::env::var_os("REBOUND_BLESS").is_some()
 }
@@ -716,11 +725,7 @@ fn values() -> Value {
 fn chart_templates_are_balanced_and_use_existing_values_includes_and_files() {
     let values = values();
     let helpers = read("chart/rebound/templates/_helpers.tpl");
-    let defined: BTreeSet<String> = regex::Regex::new(r#"define "([^"]+)""#)
-        .unwrap()
-        .captures_iter(&helpers)
-        .map(|c| c[1].to_string())
-        .collect();
+    let defined = captures(r#"define "([^"]+)""#, &helpers);
     let values_re = regex::Regex::new(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)").unwrap();
     let include_re = regex::Regex::new(r#"include "([^"]+)""#).unwrap();
     let files_re = regex::Regex::new(r#"\.Files\.(Get|Glob) "([^"]+)""#).unwrap();
@@ -915,19 +920,11 @@ fn clap_surface<A: clap::Args>() -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 fn flags_in(text: &str) -> BTreeSet<String> {
-    regex::Regex::new(r"- --([a-z][a-z0-9-]*)")
-        .unwrap()
-        .captures_iter(text)
-        .map(|c| c[1].to_string())
-        .collect()
+    captures(r"- --([a-z][a-z0-9-]*)", text)
 }
 
 fn rebound_envs_in(text: &str) -> BTreeSet<String> {
-    regex::Regex::new(r"name: (REBOUND_[A-Z0-9_]+)")
-        .unwrap()
-        .captures_iter(text)
-        .map(|c| c[1].to_string())
-        .collect()
+    captures(r"name: (REBOUND_[A-Z0-9_]+)", text)
 }
 
 /// Every `--flag` and `REBOUND_*` variable the manifests pass exists on the
@@ -1315,12 +1312,10 @@ fn docs_cover_levels_skips_cel_variables_events_and_ascend_names() {
     }
     // Every skip reason the decision core can report.
     let decide = read("src/policy/decide.rs");
-    let skips: BTreeSet<String> =
-        regex::Regex::new(r#"Skip::[A-Za-z]+(?: \{ \.\. \})? => "([A-Za-z]+)""#)
-            .unwrap()
-            .captures_iter(&decide)
-            .map(|c| c[1].to_string())
-            .collect();
+    let skips = captures(
+        r#"Skip::[A-Za-z]+(?: \{ \.\. \})? => "([A-Za-z]+)""#,
+        &decide,
+    );
     assert!(skips.len() >= 10, "{skips:?}");
     for s in &skips {
         assert!(
@@ -1331,11 +1326,7 @@ fn docs_cover_levels_skips_cel_variables_events_and_ascend_names() {
     // Every field CEL sees.
     let cel = read("docs/cel.md");
     let values = read("src/expr/values.rs");
-    let keys: BTreeSet<String> = regex::Regex::new(r#"m\.insert\(\s*"([A-Za-z]+)""#)
-        .unwrap()
-        .captures_iter(&values)
-        .map(|c| c[1].to_string())
-        .collect();
+    let keys = captures(r#"m\.insert\(\s*"([A-Za-z]+)""#, &values);
     assert!(keys.len() >= 20, "{keys:?}");
     for k in &keys {
         assert!(
