@@ -1567,6 +1567,9 @@ fn helm_renders_the_chart_like_config_default() {
         !kinds.contains("DaemonSet") && !kinds.contains("CustomResourceDefinition"),
         "{kinds:?}"
     );
+    let err = helm_template(&helm, &["--set", "controller.leaderElection=false"])
+        .expect_err("two replicas without leader election must not render");
+    assert!(err.contains("leaderElection"), "{err}");
     let err = helm_template(&helm, &["--set", "controller.logFormat=xml"])
         .expect_err("the schema must reject logFormat=xml");
     assert!(err.contains("logFormat"), "{err}");
