@@ -17,6 +17,7 @@ use super::errors::ApiError;
 use super::log::RequestRecord;
 use super::ops::{DeleteOpts, ListQuery, Loc, Reply, WriteOpts};
 use super::patch::PatchType;
+use super::render;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::state::Shared;
 use super::table;
@@ -344,7 +345,9 @@ async fn dispatch(
         strict: q.get("fieldValidation") == Some("Strict"),
         dry_run: q.get("dryRun").is_some_and(|d| !d.is_empty()),
     };
-    let wants_table = header_str(headers, header::ACCEPT).is_some_and(|a| a.contains("as=Table"));
+    let accept = header_str(headers, header::ACCEPT);
+    let wants_table = accept.as_deref().is_some_and(|a| a.contains("as=Table"));
+    let wants_meta = render::wants_metadata(accept.as_deref());
     match *method {
         Method::GET if loc.sub.as_deref() == Some("log") => {
             let tail = q.get("tailLines").and_then(|t| t.parse().ok());
@@ -360,6 +363,9 @@ async fn dispatch(
             }
         }
         Method::GET if loc.name.is_some() => match shared.get(loc) {
+            Ok(r) if wants_meta && loc.sub.is_none() => {
+                json_response(200, &render::partial(&r.body), &[])
+            }
             Ok(r) if wants_table && loc.sub.is_none() => {
                 json_response(200, &table::single(loc, &r.body), &[])
             }
@@ -376,6 +382,7 @@ async fn dispatch(
                 rv: lq.rv,
                 send_initial: q.flag("sendInitialEvents"),
                 bookmarks: q.flag("allowWatchBookmarks"),
+                meta_only: wants_meta,
                 timeout: q
                     .get("timeoutSeconds")
                     .and_then(|t| t.parse().ok())
@@ -399,6 +406,7 @@ async fn dispatch(
                 Err(e) => return error_response(&e),
             };
             match shared.list(loc, &lq).await {
+                Ok(r) if wants_meta => json_response(200, &render::partial_list(&r.body), &[]),
                 Ok(r) if wants_table => json_response(200, &table::list(loc, &r.body), &[]),
                 other => reply(other),
             }

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use super::apply::{self, ApplyRequest, Section};
 use super::crd;
 use super::errors::{ApiError, Cause, Target};
+use super::events;
 use super::patch::{self, PatchType};
 use super::resources::{ResourceInfo, StatusOnCreate};
 use super::schema;
@@ -208,7 +209,11 @@ impl Shared {
     /// An object as seen through `loc.version` (only `apiVersion` differs:
     /// versions of a CRD share one schema-less conversion, `None` strategy).
     pub fn view(&self, loc: &Loc, obj: &Value) -> Value {
-        let mut v = obj.clone();
+        let mut v = if loc.res.is_events_v1() {
+            events::core_to_v1(obj)
+        } else {
+            obj.clone()
+        };
         if let Some(m) = v.as_object_mut() {
             m.insert(
                 "apiVersion".into(),
@@ -254,6 +259,9 @@ impl Shared {
         m.insert("kind".into(), json!(loc.res.kind));
         if !m.get("metadata").is_some_and(Value::is_object) {
             m.insert("metadata".into(), json!({}));
+        }
+        if loc.res.is_events_v1() {
+            *body = events::v1_to_core(body);
         }
         Ok(())
     }
@@ -1094,7 +1102,10 @@ impl Shared {
 
     fn empty_namespace(&self, w: &mut Inner, ns: &str) {
         let reg = self.registry_snapshot();
-        for res in reg.all().filter(|r| r.namespaced) {
+        for res in reg
+            .all()
+            .filter(|r| r.namespaced && r.storage_alias.is_none())
+        {
             let key: Arc<str> = Arc::from(res.key().as_str());
             let names: Vec<String> = w
                 .iter(&key, Some(ns))
