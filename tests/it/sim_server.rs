@@ -1499,11 +1499,20 @@ async fn kubectl_reads_the_server() -> TestResult {
     std::fs::create_dir_all(&dir)?;
     let kc = dir.join("config");
     h.write_kubeconfig(&kc)?;
+    let manifest = dir.join("cm.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-kubectl}\ndata: {a: \"1\"}\n",
+    )?;
+    let manifest = manifest.to_string_lossy().into_owned();
     for args in [
         vec!["get", "pods"],
         vec!["get", "widgets"],
         vec!["get", "wd", "kw", "-o", "json"],
         vec!["get", "nodes"],
+        vec!["apply", "-f", manifest.as_str()],
+        vec!["apply", "--server-side", "-f", manifest.as_str()],
+        vec!["label", "pod", "kp", "k=v"],
     ] {
         let kc = kc.clone();
         let kubectl = kubectl.clone();
@@ -1527,10 +1536,29 @@ async fn kubectl_reads_the_server() -> TestResult {
         if args[1] == "pods" {
             assert!(stdout.contains("kp"), "{stdout}");
         }
-        if args.len() > 3 {
+        if args[0] == "get" && args.len() > 3 {
             assert!(stdout.contains("\"size\": 3"), "{stdout}");
         }
     }
+    let cms: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    let applied = cms.get("from-kubectl").await?;
+    let managers: Vec<String> = applied
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(managers.contains(&"kubectl".to_string()), "{managers:?}");
+    let labelled = pods.get("kp").await?;
+    assert_eq!(
+        labelled
+            .metadata
+            .labels
+            .and_then(|l| l.get("k").cloned())
+            .as_deref(),
+        Some("v")
+    );
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }

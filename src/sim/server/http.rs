@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::discovery;
 use super::errors::ApiError;
 use super::log::RequestRecord;
+use super::openapi;
 use super::ops::{DeleteOpts, ListQuery, Loc, Reply, WriteOpts};
 use super::patch::PatchType;
 use super::render;
@@ -40,6 +41,10 @@ pub enum Route {
     ResourceList(String, String),
     /// An object or collection.
     Resource(Loc),
+    /// `/openapi/v3`
+    OpenApiIndex,
+    /// `/openapi/v3/<gv path>`
+    OpenApi(String),
     /// Nothing served here.
     Unknown,
 }
@@ -55,6 +60,8 @@ pub fn parse_path(shared: &Shared, path: &str) -> Route {
         ["version"] => return Route::Version,
         ["healthz" | "readyz" | "livez", ..] => return Route::Health,
         ["api"] => return Route::CoreVersions,
+        ["openapi", "v3"] => return Route::OpenApiIndex,
+        ["openapi", "v3", rest @ ..] => return Route::OpenApi(rest.join("/")),
         ["apis"] => return Route::Groups,
         ["apis", g] => return Route::Group(g.to_string()),
         ["api", v] => return Route::ResourceList(String::new(), v.to_string()),
@@ -298,9 +305,17 @@ fn reply(r: Result<Reply, ApiError>) -> Response {
     }
 }
 
-fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
+/// Decodes a create/update body: JSON or YAML; protobuf and CBOR are a
+/// 415 (clients such as kubectl then fall back to JSON).
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let ct = header_str(headers, header::CONTENT_TYPE).unwrap_or_default();
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    match mime {
+        "" | "application/json" | "*/*" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}"))),
+        "application/yaml" => super::ops::parse_yaml_or_json(body),
+        _ => Err(ApiError::unsupported_media_type(&ct)),
+    }
 }
 
 async fn dispatch(
@@ -334,6 +349,13 @@ async fn dispatch(
             return match discovery::resource_list(&reg(), g, v) {
                 Some(d) => json_response(200, &d, &[]),
                 None => not_found(v),
+            };
+        }
+        Route::OpenApiIndex => return json_response(200, &openapi::index(&reg()), &[]),
+        Route::OpenApi(gv) => {
+            return match openapi::document(&reg(), gv) {
+                Some(d) => json_response(200, &d, &[]),
+                None => not_found(gv),
             };
         }
         Route::Unknown => return not_found("path"),
@@ -411,8 +433,10 @@ async fn dispatch(
                 other => reply(other),
             }
         }
-        Method::POST => reply(parse_body(body).and_then(|b| shared.create(loc, b, &wopts))),
-        Method::PUT => reply(parse_body(body).and_then(|b| shared.update(loc, b, &wopts))),
+        Method::POST => {
+            reply(parse_body(headers, body).and_then(|b| shared.create(loc, b, &wopts)))
+        }
+        Method::PUT => reply(parse_body(headers, body).and_then(|b| shared.update(loc, b, &wopts))),
         Method::PATCH => {
             let ct = header_str(headers, header::CONTENT_TYPE).unwrap_or_default();
             match PatchType::from_content_type(&ct) {

@@ -20,6 +20,7 @@ pub mod events;
 pub mod http;
 pub mod inject;
 pub mod log;
+pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod render;
