@@ -254,15 +254,19 @@ impl Inner {
         }))
     }
 
-    /// Drops every stored object of a resource without events (a CRD's
-    /// objects after the CRD is gone: watchers of it are closed anyway).
+    /// Deletes every stored object of a resource, one DELETED event each
+    /// (the objects of a CRD being deleted).
     pub fn drop_resource(&mut self, res: &str) {
-        if let Some(m) = self.objects.remove(res) {
-            for ((ns, name), obj) in m {
-                let r: Arc<str> = Arc::from(res);
-                self.index(&r, &ns, &name, Some(&obj), None);
-            }
+        let r: Arc<str> = Arc::from(res);
+        let keys: Vec<ObjKey> = self
+            .objects
+            .get(res)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for (ns, name) in keys {
+            self.remove(&r, &ns, &name);
         }
+        self.objects.remove(res);
     }
 
     /// Makes every resourceVersion issued so far too old (etcd compaction).
