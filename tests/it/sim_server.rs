@@ -1667,3 +1667,125 @@ async fn metadata_only_reads_and_watches() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn held_pod_deletion_waits_for_grace_zero() -> TestResult {
+    let h = ApiServer::builder().hold_pod_deletion(true).start().await?;
+    let pods: Api<Pod> = Api::namespaced(h.client(), "default");
+    let mut p = pod("held");
+    if let Some(s) = p.spec.as_mut() {
+        s.node_name = Some("n1".into());
+    }
+    pods.create(&PostParams::default(), &p).await?;
+    pods.create(&PostParams::default(), &pod("unbound")).await?;
+    let first = pods.delete("held", &DeleteParams::default()).await?;
+    let terminating = first
+        .left()
+        .unwrap_or_else(|| panic!("a pod delete returns the pod"));
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+    assert!(
+        pods.get_opt("held").await?.is_some(),
+        "a bound pod waits for its kubelet"
+    );
+    pods.delete(
+        "held",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await?;
+    assert!(pods.get_opt("held").await?.is_none());
+    pods.delete("unbound", &DeleteParams::default()).await?;
+    assert!(
+        pods.get_opt("unbound").await?.is_none(),
+        "a pod never scheduled goes at once"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn cascades_of_namespaces_crds_and_foreground() -> TestResult {
+    let h = server().await;
+    h.ensure_namespace("team")?;
+    let team: Api<ConfigMap> = Api::namespaced(h.client(), "team");
+    team.create(&PostParams::default(), &cm("inside", &[]))
+        .await?;
+    let namespaces: Api<Namespace> = Api::all(h.client());
+    let gone = namespaces.delete("team", &DeleteParams::default()).await?;
+    assert!(gone.is_left(), "a namespace delete returns the namespace");
+    assert!(namespaces.get_opt("team").await?.is_none());
+    assert_eq!(h.object_count("/configmaps"), 0, "its contents are deleted");
+
+    h.register_crds_yaml(SMALL_CRD).await?;
+    let w = widgets(&h);
+    w.create(&PostParams::default(), &widget("w1", 1)).await?;
+    let rv = w
+        .list(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut stream = w
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await?
+        .boxed();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(h.client());
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await?;
+    match tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Deleted(o)))) => assert_eq!(o.metadata.name.as_deref(), Some("w1")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        raw(
+            &h,
+            "GET",
+            "/apis/example.com/v1/namespaces/default/widgets",
+            None,
+            ""
+        )
+        .await
+        .status,
+        404
+    );
+
+    let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    let owner = api
+        .create(&PostParams::default(), &cm("fg-owner", &[]))
+        .await?;
+    let mut dep = cm("fg-dep", &[]);
+    dep.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "fg-owner", "uid": owner.metadata.uid}))?]);
+    api.create(&PostParams::default(), &dep).await?;
+    api.delete("fg-owner", &DeleteParams::foreground()).await?;
+    assert!(api.get_opt("fg-dep").await?.is_none());
+    assert!(api.get_opt("fg-owner").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_labels_are_refused() -> TestResult {
+    let h = server().await;
+    let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    let e = api
+        .create(&PostParams::default(), &cm("l", &[("ok", "-bad-")]))
+        .await
+        .err();
+    let s = e
+        .as_ref()
+        .and_then(api_status)
+        .cloned()
+        .unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert!(
+        api.create(
+            &PostParams::default(),
+            &cm("l", &[("app.kubernetes.io/name", "x_y.z")])
+        )
+        .await
+        .is_ok()
+    );
+    Ok(())
+}

@@ -280,6 +280,7 @@ impl Shared {
         if let Some(c) = validate::check_name(&res.plural, &name) {
             causes.push(c);
         }
+        causes.extend(validate::check_labels(obj));
         if let Some(schema) = res.schemas.get(&loc.version) {
             let out = schema::apply(schema, obj);
             if !out.pruned.is_empty() {
