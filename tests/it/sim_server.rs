@@ -1789,3 +1789,41 @@ async fn invalid_labels_are_refused() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn periodic_bookmarks_carry_the_global_resource_version() -> TestResult {
+    let h = ApiServer::builder()
+        .bookmark_interval(Duration::from_millis(100))
+        .start()
+        .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    let rv = cms
+        .list(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await?
+        .boxed();
+    // a write to another resource moves the global resourceVersion only
+    let leases: Api<Lease> = Api::namespaced(h.client(), "default");
+    let l: Lease = serde_json::from_value(json!({"metadata": {"name": "other"}}))?;
+    let lease_rv = leases
+        .create(&PostParams::default(), &l)
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await {
+            Ok(Ok(Some(WatchEvent::Bookmark(b)))) if b.metadata.resource_version == lease_rv => {
+                break;
+            }
+            Ok(Ok(Some(WatchEvent::Bookmark(_)))) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    Ok(())
+}

@@ -197,8 +197,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
     pods.0.status_writes_metadata = true;
     let mut nodes = B::new("", "v1", "nodes", "Node", false)
         .short(&["no"])
-        .status(Keep)
-        .returns_object();
+        .status(Keep);
     nodes.0.status_writes_metadata = true;
     let deployments = {
         let mut d = B::new("apps", "v1", "deployments", "Deployment", true)
@@ -228,6 +227,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         B::new("", "v1", "secrets", "Secret", true).0,
         B::new("", "v1", "serviceaccounts", "ServiceAccount", true)
             .short(&["sa"])
+            .returns_object()
             .0,
         B::new("", "v1", "services", "Service", true)
             .short(&["svc"])

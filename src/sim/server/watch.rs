@@ -150,7 +150,7 @@ pub fn start(shared: Arc<Shared>, loc: Loc, q: WatchQuery) -> Result<WatchBody, 
                 }
             }
         }
-        (r.subscribe(), cur)
+        (r.subscribe(&filter.loc.key), cur)
     };
     let Some(sub) = sub else {
         return Err(ApiError::internal("watch broadcast closed"));
@@ -210,7 +210,13 @@ async fn pump(
                 Err(_) => return,
             },
             _ = tick.tick(), if filter.q.bookmarks => {
-                if tx.send(filter.bookmark(seen, false)).await.is_err() {
+                // nothing of this resource pending under the read lock: every
+                // change up to the global resourceVersion has been seen
+                let rv = {
+                    let r = shared.store.read();
+                    if sub.is_empty() { r.rv() } else { seen }
+                };
+                if tx.send(filter.bookmark(rv, false)).await.is_err() {
                     return;
                 }
             }
