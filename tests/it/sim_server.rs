@@ -1827,3 +1827,61 @@ async fn periodic_bookmarks_carry_the_global_resource_version() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn exact_list_rebuilds_an_older_resource_version() -> TestResult {
+    let h = server().await;
+    let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    api.create(&PostParams::default(), &cm("a", &[])).await?;
+    api.create(&PostParams::default(), &cm("b", &[])).await?;
+    let rv = api
+        .list(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    api.delete("a", &DeleteParams::default()).await?;
+    api.patch(
+        "b",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "changed"}})),
+    )
+    .await?;
+    api.create(&PostParams::default(), &cm("c", &[])).await?;
+    let old = api
+        .list(
+            &ListParams::default()
+                .at(&rv)
+                .matching(kube::api::VersionMatch::Exact),
+        )
+        .await?;
+    assert_eq!(old.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    let seen: Vec<(String, String)> = old
+        .items
+        .into_iter()
+        .map(|c| {
+            (
+                c.metadata.name.unwrap_or_default(),
+                c.data.and_then(|d| d.get("k").cloned()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("a".to_string(), "v".to_string()),
+            ("b".to_string(), "v".to_string())
+        ]
+    );
+    h.inject().expire_all_versions();
+    let e = api
+        .list(
+            &ListParams::default()
+                .at(&rv)
+                .matching(kube::api::VersionMatch::Exact),
+        )
+        .await
+        .err();
+    assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(410));
+    Ok(())
+}
