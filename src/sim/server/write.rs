@@ -109,7 +109,8 @@ impl Shared {
                 }
             }
             StatusOnCreate::PodPending => {
-                body["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+                let qos = qos_class(&body);
+                body["status"] = json!({"phase": "Pending", "qosClass": qos});
             }
         }
         self.kind_defaults(&res, &mut body);
@@ -556,5 +557,58 @@ impl Shared {
             body: self.view(loc, &change.obj),
             warnings,
         })
+    }
+}
+
+/// The pod QoS class from its containers' requests and limits (cpu and
+/// memory), as the real server computes it on create.
+pub(super) fn qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|k| pod.pointer(&format!("/spec/{k}")).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in containers {
+        for r in ["cpu", "memory"] {
+            let req = c.pointer(&format!("/resources/requests/{r}"));
+            let lim = c.pointer(&format!("/resources/limits/{r}"));
+            any |= req.is_some() || lim.is_some();
+            // requests default to limits when only limits are given
+            if lim.is_none() || req.is_some_and(|q| Some(q) != lim) {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qos_classes() {
+        let pod = |res: Value| json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": res}]}});
+        assert_eq!(qos_class(&pod(json!({}))), "BestEffort");
+        assert_eq!(
+            qos_class(&pod(json!({"requests": {"cpu": "1"}}))),
+            "Burstable"
+        );
+        assert_eq!(
+            qos_class(&pod(json!({"limits": {"cpu": "1", "memory": "1Gi"}}))),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos_class(&pod(
+                json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}})
+            )),
+            "Burstable"
+        );
     }
 }
