@@ -674,6 +674,16 @@ async fn patch_types_merge_json_strategic() -> TestResult {
         .await
         .err();
     assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(422));
+    // pod spec is immutable but for images and a few fields: nodeName needs pods/binding
+    let e = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": "n1"}})),
+        )
+        .await
+        .err();
+    assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(422));
     Ok(())
 }
 

@@ -494,6 +494,17 @@ impl Shared {
                 m.insert("managedFields".into(), mf.clone());
             }
         }
+        if res.group.is_empty()
+            && res.plural == "pods"
+            && !is_status
+            && !pod_spec_update_allowed(old, &cand)
+        {
+            return Err(ApiError::invalid(&res.group, &res.kind, &name, vec![Cause {
+                reason: "FieldValueForbidden",
+                field: "spec".into(),
+                message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)".into(),
+            }]));
+        }
         if om_terminating(old) {
             let old_f = finalizers(old);
             if finalizers(&cand).iter().any(|f| !old_f.contains(f)) {
@@ -588,9 +599,92 @@ pub(super) fn qos_class(pod: &Value) -> &'static str {
     }
 }
 
+/// Whether a pod update changes only the mutable parts of the spec:
+/// container images, `activeDeadlineSeconds`, tolerations (additions),
+/// `terminationGracePeriodSeconds` and `schedulingGates` (removals).
+pub(super) fn pod_spec_update_allowed(old: &Value, new: &Value) -> bool {
+    let (Some(o), Some(n)) = (old.get("spec"), new.get("spec")) else {
+        return old.get("spec") == new.get("spec");
+    };
+    let mut n = n.clone();
+    for list in ["containers", "initContainers"] {
+        if let (Some(oc), Some(nc)) = (
+            o.get(list).and_then(Value::as_array),
+            n.get_mut(list).and_then(Value::as_array_mut),
+        ) && oc.len() == nc.len()
+        {
+            for (a, b) in oc.iter().zip(nc.iter_mut()) {
+                match a.get("image") {
+                    Some(img) => b["image"] = img.clone(),
+                    None => {
+                        if let Some(m) = b.as_object_mut() {
+                            m.remove("image");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let old_tol = o
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let new_tol = n
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if !old_tol.iter().all(|t| new_tol.contains(t)) {
+        return false;
+    }
+    let old_gates = o
+        .get("schedulingGates")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let new_gates = n
+        .get("schedulingGates")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if !new_gates.iter().all(|g| old_gates.contains(g)) {
+        return false;
+    }
+    if let Some(m) = n.as_object_mut() {
+        for k in [
+            "activeDeadlineSeconds",
+            "terminationGracePeriodSeconds",
+            "tolerations",
+            "schedulingGates",
+        ] {
+            match o.get(k) {
+                Some(v) => {
+                    m.insert(k.into(), v.clone());
+                }
+                None => {
+                    m.remove(k);
+                }
+            }
+        }
+    }
+    n == *o
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_spec_mutability() {
+        let old = json!({"spec": {"nodeName": "", "containers": [{"name": "c", "image": "a"}], "tolerations": [{"key": "x"}]}});
+        let image = json!({"spec": {"nodeName": "", "containers": [{"name": "c", "image": "b"}], "tolerations": [{"key": "x"}, {"key": "y"}]}});
+        assert!(pod_spec_update_allowed(&old, &image));
+        let node = json!({"spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "a"}], "tolerations": [{"key": "x"}]}});
+        assert!(!pod_spec_update_allowed(&old, &node));
+        let fewer = json!({"spec": {"nodeName": "", "containers": [{"name": "c", "image": "a"}]}});
+        assert!(!pod_spec_update_allowed(&old, &fewer));
+    }
 
     #[test]
     fn qos_classes() {
