@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::errors::ApiError;
-use super::ops::*;
+use super::ops::{
+    DeleteOpts, ListQuery, Loc, NS_KEY, Reply, finalizers, meta_mut, meta_str, om_terminating,
+};
 use super::state::Shared;
 use super::store::Inner;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::errors::ApiError;
-use super::ops::*;
+use super::ops::{ListQuery, Loc, Reply, meta_str};
 use super::state::Shared;
 use super::store::{ChangeKind, Inner};
 

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::errors::{ApiError, Cause};
-use super::ops::*;
+use super::ops::{DeleteOpts, Loc, Reply};
 use super::state::Shared;
 use super::validate;
 

@@ -9,7 +9,10 @@ use serde_json::{Value, json};
 use super::apply::{self, ApplyRequest, Section};
 use super::crd;
 use super::errors::{ApiError, Cause, Target};
-use super::ops::*;
+use super::ops::{
+    Loc, NS_KEY, Reply, WriteOpts, finalizers, meta, meta_mut, meta_str, om_terminating,
+    parse_yaml_or_json, spec_part,
+};
 use super::patch::{self, PatchType};
 use super::resources::{ResourceInfo, StatusOnCreate};
 use super::state::Shared;
