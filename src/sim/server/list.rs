@@ -46,36 +46,45 @@ impl Shared {
             })?;
             (rv, items, offset)
         } else {
-            let r = self.store.read();
-            let items = self.select(&r, loc, q);
-            (r.rv(), Arc::new(items), 0)
+            // only the cheap Arc copies under the lock; selectors run outside
+            // it so a big list does not hold up writers
+            let (rv, candidates) = {
+                let r = self.store.read();
+                (r.rv(), self.candidates(&r, loc, q))
+            };
+            let items = candidates
+                .into_iter()
+                .filter(|o| q.labels.matches(o) && q.fields.matches(o))
+                .collect();
+            (rv, Arc::new(items), 0)
         };
         Ok(Reply::ok(self.page(loc, q, rv, items, offset)))
     }
 
-    pub(super) fn select(&self, r: &Inner, loc: &Loc, q: &ListQuery) -> Vec<Arc<Value>> {
+    /// The objects a list may return before selectors: one namespace (or
+    /// all), or the one named by a `metadata.name=` field selector.
+    pub(super) fn candidates(&self, r: &Inner, loc: &Loc, q: &ListQuery) -> Vec<Arc<Value>> {
         let ns = if loc.res.namespaced {
             loc.ns.as_deref()
         } else {
             None
         };
-        if let Some(name) = q.fields.pinned_name() {
-            let found = match ns {
-                Some(ns) => r.get(&loc.key, ns, name).into_iter().collect::<Vec<_>>(),
-                None => r
-                    .iter(&loc.key, None)
-                    .filter(|((_, n), _)| n == name)
-                    .map(|(_, o)| o.clone())
-                    .collect(),
-            };
-            return found
-                .into_iter()
-                .filter(|o| q.labels.matches(o) && q.fields.matches(o))
-                .collect();
+        match (q.fields.pinned_name(), ns) {
+            (Some(name), Some(ns)) => r.get(&loc.key, ns, name).into_iter().collect(),
+            (Some(name), None) => r
+                .iter(&loc.key, None)
+                .filter(|((_, n), _)| n == name)
+                .map(|(_, o)| o.clone())
+                .collect(),
+            (None, ns) => r.iter(&loc.key, ns).map(|(_, o)| o.clone()).collect(),
         }
-        r.iter(&loc.key, ns)
-            .filter(|(_, o)| q.labels.matches(o) && q.fields.matches(o))
-            .map(|(_, o)| o.clone())
+    }
+
+    /// The objects matching a list query.
+    pub(super) fn select(&self, r: &Inner, loc: &Loc, q: &ListQuery) -> Vec<Arc<Value>> {
+        self.candidates(r, loc, q)
+            .into_iter()
+            .filter(|o| q.labels.matches(o) && q.fields.matches(o))
             .collect()
     }
 
