@@ -259,6 +259,7 @@ async fn handle(State((shared, addr)): State<AppState>, req: Request) -> Respons
         query: uri.query().unwrap_or("").to_string(),
         content_type: ct,
         status: response.status().as_u16(),
+        elapsed: at.elapsed(),
         user_agent: ua,
         resource,
         subresource,

@@ -28,6 +28,9 @@ pub struct RequestRecord {
     pub content_type: Option<String>,
     /// HTTP status of the answer (200 for watches that started).
     pub status: u16,
+    /// Time from arrival to the answer's head (for watches: until the
+    /// stream started), injected latency included.
+    pub elapsed: std::time::Duration,
     /// `User-Agent` header, if any.
     pub user_agent: Option<String>,
     /// Resource plural (e.g. `pods`), empty for discovery.
