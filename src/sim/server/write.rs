@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::apply::{self, ApplyRequest, Section};
+use super::apply::{self, ApplyRequest, Lists, Section};
 use super::crd;
 use super::errors::{ApiError, Cause, Target};
 use super::ops::{
@@ -346,9 +346,13 @@ impl Shared {
             config,
             manager: &opts.manager,
             force: opts.force,
-            custom: loc.res.custom,
+            lists: if loc.res.custom {
+                Lists::custom(loc.res.schemas.get(&loc.version).map(|s| s.as_ref()))
+            } else {
+                Lists::builtin()
+            },
             section,
-            api_version: "",
+            api_version: loc.res.api_version(&loc.version),
             subresource: if section == Section::Status {
                 "status"
             } else {
@@ -519,7 +523,11 @@ impl Shared {
                 old,
                 &mut cand,
                 &opts.manager,
-                res.custom,
+                if res.custom {
+                    Lists::custom(res.schemas.get(&loc.version).map(|s| s.as_ref()))
+                } else {
+                    Lists::builtin()
+                },
                 &res.api_version(&loc.version),
                 if is_status { "status" } else { "" },
             );
