@@ -1505,6 +1505,9 @@ async fn kubectl_reads_the_server() -> TestResult {
     widgets(&h)
         .create(&PostParams::default(), &widget("kw", 3))
         .await?;
+    let ev = raw(&h, "POST", "/api/v1/namespaces/default/events", Some("application/json"),
+        r#"{"metadata":{"name":"ev1"},"involvedObject":{"kind":"Node","name":"n7"},"reason":"XidError","message":"Xid 79","type":"Warning","lastTimestamp":"2026-01-01T00:00:00Z"}"#).await;
+    assert_eq!(ev.status, 201, "{}", ev.body);
     let dir = std::env::temp_dir().join(format!("rebound-kubeconfig-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let kc = dir.join("config");
@@ -1523,6 +1526,7 @@ async fn kubectl_reads_the_server() -> TestResult {
         vec!["apply", "-f", manifest.as_str()],
         vec!["apply", "--server-side", "-f", manifest.as_str()],
         vec!["label", "pod", "kp", "k=v"],
+        vec!["get", "events"],
     ] {
         let kc = kc.clone();
         let kubectl = kubectl.clone();
@@ -1545,6 +1549,12 @@ async fn kubectl_reads_the_server() -> TestResult {
         );
         if args[1] == "pods" {
             assert!(stdout.contains("kp"), "{stdout}");
+        }
+        if args[1] == "events" {
+            assert!(
+                stdout.contains("XidError") && stdout.contains("node/n7"),
+                "{stdout}"
+            );
         }
         if args[0] == "get" && args.len() > 3 {
             assert!(stdout.contains("\"size\": 3"), "{stdout}");

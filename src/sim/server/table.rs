@@ -43,6 +43,38 @@ fn columns(loc: &Loc) -> Vec<Column> {
     match (loc.res.group.as_str(), loc.res.plural.as_str()) {
         ("", "pods") => {
             cols.push((
+                col("Ready", "string", ""),
+                Box::new(|o: &Value| {
+                    let statuses = o
+                        .pointer("/status/containerStatuses")
+                        .and_then(Value::as_array);
+                    let ready = statuses.map_or(0, |a| {
+                        a.iter()
+                            .filter(|c| c.get("ready") == Some(&json!(true)))
+                            .count()
+                    });
+                    let total = o
+                        .pointer("/spec/containers")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len);
+                    json!(format!("{ready}/{total}"))
+                }),
+            ));
+            cols.push((
+                col("Restarts", "integer", ""),
+                Box::new(|o: &Value| {
+                    let n: i64 = o
+                        .pointer("/status/containerStatuses")
+                        .and_then(Value::as_array)
+                        .map_or(0, |a| {
+                            a.iter()
+                                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                                .sum()
+                        });
+                    json!(n)
+                }),
+            ));
+            cols.push((
                 col("Status", "string", ""),
                 Box::new(|o: &Value| o.pointer("/status/phase").cloned().unwrap_or(json!(""))),
             ));
@@ -75,6 +107,55 @@ fn columns(loc: &Loc) -> Vec<Column> {
                 json!(s)
             }),
         )),
+        ("", "events") | ("events.k8s.io", "events") => {
+            cols.push((
+                col("Last Seen", "string", ""),
+                Box::new(|o: &Value| {
+                    let t = [
+                        "/series/lastObservedTime",
+                        "/lastTimestamp",
+                        "/deprecatedLastTimestamp",
+                        "/eventTime",
+                    ]
+                    .iter()
+                    .find_map(|p| o.pointer(p).filter(|v| v.is_string()));
+                    json!(age(t))
+                }),
+            ));
+            cols.push((
+                col("Type", "string", ""),
+                Box::new(|o: &Value| o.get("type").cloned().unwrap_or(json!(""))),
+            ));
+            cols.push((
+                col("Reason", "string", ""),
+                Box::new(|o: &Value| o.get("reason").cloned().unwrap_or(json!(""))),
+            ));
+            cols.push((
+                col("Object", "string", ""),
+                Box::new(|o: &Value| {
+                    let r = o.get("involvedObject").or_else(|| o.get("regarding"));
+                    let kind = r
+                        .and_then(|r| r.get("kind"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_ascii_lowercase();
+                    let name = r
+                        .and_then(|r| r.get("name"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    json!(format!("{kind}/{name}"))
+                }),
+            ));
+            cols.push((
+                col("Message", "string", ""),
+                Box::new(|o: &Value| {
+                    o.get("message")
+                        .or_else(|| o.get("note"))
+                        .cloned()
+                        .unwrap_or(json!(""))
+                }),
+            ));
+        }
         ("", "namespaces") => cols.push((
             col("Status", "string", ""),
             Box::new(|o: &Value| o.pointer("/status/phase").cloned().unwrap_or(json!(""))),
@@ -110,6 +191,15 @@ fn columns(loc: &Loc) -> Vec<Column> {
         col("Age", "string", ""),
         Box::new(|o: &Value| json!(age(o.pointer("/metadata/creationTimestamp")))),
     ));
+    if loc.res.plural == "events" {
+        // as the real printer: name and age only with -o wide
+        for (c, _) in cols
+            .iter_mut()
+            .filter(|(c, _)| c["name"] == json!("Name") || c["name"] == json!("Age"))
+        {
+            c["priority"] = json!(1);
+        }
+    }
     cols
 }
 
