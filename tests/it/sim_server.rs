@@ -1905,3 +1905,21 @@ async fn exact_list_rebuilds_an_older_resource_version() -> TestResult {
     assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(410));
     Ok(())
 }
+
+#[tokio::test]
+async fn crd_registration_errors_name_the_document() -> TestResult {
+    let h = server().await;
+    let two = format!(
+        "{SMALL_CRD}\n---\n# nothing here\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\n"
+    );
+    match h.register_crds_yaml(&two).await {
+        Err(rebound::sim::server::SimError::Yaml { index, .. }) => assert_eq!(index, 2),
+        other => panic!("{other:?}"),
+    }
+    let bad = SMALL_CRD.replace("name: widgets.example.com", "name: wrong.example.com");
+    match h.register_crds_yaml(&bad).await {
+        Err(rebound::sim::server::SimError::Api { source, .. }) => assert_eq!(source.code, 422),
+        other => panic!("{other:?}"),
+    }
+    Ok(())
+}

@@ -247,14 +247,11 @@ impl ApiServerHandle {
     /// error). Existing CRDs of the same name are replaced. Returns the
     /// registered names.
     pub async fn register_crds_yaml(&self, yaml: &str) -> Result<Vec<String>, SimError> {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| SimError::Yaml {
-            index: 0,
-            message: e.to_string(),
-        })?;
+        let docs = split_documents(yaml)?;
         let core = HandleCore(&self.inner.shared);
         let loc = core.loc("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")?;
         let mut names = Vec::new();
-        for (index, doc) in docs.into_iter().enumerate() {
+        for (index, doc) in docs {
             if doc.is_null() {
                 continue;
             }
@@ -438,4 +435,36 @@ impl ApiServerHandle {
     pub fn resource_version(&self) -> u64 {
         self.inner.shared.store.read().rv()
     }
+}
+
+/// Parses a multi-document YAML string one document at a time, so that an
+/// error names the document (0-based); empty documents are skipped.
+fn split_documents(yaml: &str) -> Result<Vec<(usize, Value)>, SimError> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    let mut pieces = Vec::new();
+    for line in yaml.lines() {
+        if line.trim_end() == "---" || line.starts_with("--- ") {
+            pieces.push(std::mem::take(&mut current));
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+    }
+    pieces.push(current);
+    for (index, piece) in pieces.iter().enumerate() {
+        let meaningful = piece.lines().any(|l| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#')
+        });
+        if !meaningful {
+            continue;
+        }
+        let v: Value = serde_saphyr::from_str(piece).map_err(|e| SimError::Yaml {
+            index,
+            message: e.to_string(),
+        })?;
+        docs.push((index, v));
+    }
+    Ok(docs)
 }
