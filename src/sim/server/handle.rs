@@ -130,6 +130,12 @@ impl ApiServer {
         self
     }
 
+    /// Number of newest request records kept (default 500,000).
+    pub fn request_log_capacity(mut self, records: usize) -> Self {
+        self.opts.request_log_capacity = records;
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, opts: ServerOptions) -> Self {
         self.opts = opts;
