@@ -1315,6 +1315,14 @@ async fn injected_failures_and_restart_keep_data() -> TestResult {
         .status,
         200
     );
+    // a rule limited to one verb and resource lets other requests through
+    h.inject()
+        .fail_next_matching(1, 503, Some("delete"), Some("configmaps"));
+    let keep = "/api/v1/namespaces/default/configmaps/keep";
+    let nothing = "/api/v1/namespaces/default/configmaps/nothing";
+    assert_eq!(raw(&h, "GET", keep, None, "").await.status, 200);
+    assert_eq!(raw(&h, "DELETE", nothing, None, "").await.status, 503);
+    assert_eq!(raw(&h, "DELETE", nothing, None, "").await.status, 404);
     let url = h.url();
     h.restart().await?;
     assert_eq!(h.url(), url, "same port after restart");

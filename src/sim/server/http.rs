@@ -231,7 +231,11 @@ async fn handle(State((shared, addr)): State<AppState>, req: Request) -> Respons
     if let Some(d) = shared.inject.latency() {
         tokio::time::sleep(d).await;
     }
-    let response = match shared.inject.take_failure() {
+    let plural = match &route {
+        Route::Resource(l) => l.res.plural.as_str(),
+        _ => "",
+    };
+    let response = match shared.inject.take_failure(verb, plural) {
         Some(e) => error_response(&e),
         None => {
             let body = axum::body::to_bytes(req.into_body(), 512 * 1024 * 1024).await;
