@@ -5,7 +5,7 @@
 mod codes;
 mod history;
 
-pub use codes::{CodeError, CodeSet};
+pub use codes::{CodeError, CodeKey, CodeSet};
 pub use history::{History, HistoryKey};
 
 use crate::api::{FaultClassification, duration};
@@ -293,13 +293,14 @@ impl Classifier {
         // a Node condition and by an Event of the same instant is one.
         let at = trunc_secs(fault.last_seen);
         let first = self.history.record(key.clone(), at, fault.first_seen);
+        let ck = CodeKey::new(fault.source, &fault.code, fault.reason.as_deref());
         fault.first_seen = first;
         let window = list
             .iter()
             .flat_map(|c| c.escalations.iter())
             .filter(|e| {
                 e.codes
-                    .matches(fault.source, &fault.code, fault.reason.as_deref())
+                    .matches_key(&ck)
             })
             .filter_map(|e| e.times.map(|(_, w)| w))
             .max()
@@ -315,7 +316,7 @@ impl Classifier {
             for r in &c.rules {
                 let code_ok = r.codes.is_empty()
                     || r.codes
-                        .matches(fault.source, &fault.code, fault.reason.as_deref());
+                        .matches_key(&ck);
                 if !code_ok {
                     continue;
                 }
@@ -348,11 +349,7 @@ impl Classifier {
         let mut escalated_by = None;
         for c in &list {
             for e in &c.escalations {
-                if e.level <= level
-                    || !e
-                        .codes
-                        .matches(fault.source, &fault.code, fault.reason.as_deref())
-                {
+                if e.level <= level || !e.codes.matches_key(&ck) {
                     continue;
                 }
                 let by_times = e

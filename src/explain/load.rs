@@ -14,13 +14,21 @@ pub struct Loaded {
 /// A file that cannot be used; the message is for the person who wrote it.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{path}: cannot read: {source}")]
+    #[error("{}: cannot read: {source}", path.display())]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
     #[error("{path}: invalid YAML: {message}")]
     Yaml { path: PathBuf, message: String },
+    #[error("{path}: {kind} {name}: field {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        kind: String,
+        name: String,
+        field: String,
+        message: String,
+    },
     #[error("{path}: document {index} ({kind} {name}): field {field}: {message}")]
     Field {
         path: PathBuf,

@@ -24,9 +24,8 @@ pub fn engine_from(
     let mut engine = Engine::new(root_namespace, NodeConfig::default(), total_nodes);
     let mut warnings = Vec::new();
     for (path, fc) in &loaded.classifications {
-        engine.classifier.upsert(fc).map_err(|e| LoadError::Field {
+        engine.classifier.upsert(fc).map_err(|e| LoadError::Invalid {
             path: path.clone(),
-            index: 0,
             kind: "FaultClassification".into(),
             name: fc.name_any(),
             field: e.field.clone(),
@@ -38,9 +37,8 @@ pub fn engine_from(
         if p.metadata.namespace.is_none() {
             p.metadata.namespace = Some("default".into());
         }
-        let w = engine.policies.upsert(&p).map_err(|e| LoadError::Field {
+        let w = engine.policies.upsert(&p).map_err(|e| LoadError::Invalid {
             path: path.clone(),
-            index: 0,
             kind: "RecoveryPolicy".into(),
             name: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
             field: e.field.clone(),

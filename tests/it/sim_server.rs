@@ -53,6 +53,18 @@ impl Raw {
 
 /// Minimal HTTP/1.1 client (Connection: close, de-chunks the body).
 async fn raw(h: &ApiServerHandle, method: &str, path: &str, ct: Option<&str>, body: &str) -> Raw {
+    let headers: Vec<(&str, &str)> = ct.map(|c| ("Content-Type", c)).into_iter().collect();
+    raw_with(h, method, path, &headers, body).await
+}
+
+/// `raw` with arbitrary extra headers.
+async fn raw_with(
+    h: &ApiServerHandle,
+    method: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+    body: &str,
+) -> Raw {
     let mut s = match tokio::net::TcpStream::connect(h.addr()).await {
         Ok(s) => s,
         Err(e) => panic!("connect: {e}"),
@@ -61,8 +73,13 @@ async fn raw(h: &ApiServerHandle, method: &str, path: &str, ct: Option<&str>, bo
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nUser-Agent: rawtest/1.0\r\nContent-Length: {}\r\n",
         body.len()
     );
+<<<<<<< HEAD
     if let Some(ct) = ct {
         req.push_str(&format!("Content-Type: {ct}\r\n"));
+=======
+    for (k, v) in extra {
+        req.push_str(&format!("{k}: {v}\r\n"));
+>>>>>>> sim-server
     }
     req.push_str("\r\n");
     req.push_str(body);
@@ -661,6 +678,19 @@ async fn patch_types_merge_json_strategic() -> TestResult {
         .patch("p", &PatchParams::default(), &Patch::<()>::Json(jp))
         .await
         .err();
+<<<<<<< HEAD
+=======
+    assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(422));
+    // pod spec is immutable but for images and a few fields: nodeName needs pods/binding
+    let e = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": "n1"}})),
+        )
+        .await
+        .err();
+>>>>>>> sim-server
     assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(422));
     Ok(())
 }
@@ -1293,6 +1323,17 @@ async fn injected_failures_and_restart_keep_data() -> TestResult {
         .status,
         200
     );
+<<<<<<< HEAD
+=======
+    // a rule limited to one verb and resource lets other requests through
+    h.inject()
+        .fail_next_matching(1, 503, Some("delete"), Some("configmaps"));
+    let keep = "/api/v1/namespaces/default/configmaps/keep";
+    let nothing = "/api/v1/namespaces/default/configmaps/nothing";
+    assert_eq!(raw(&h, "GET", keep, None, "").await.status, 200);
+    assert_eq!(raw(&h, "DELETE", nothing, None, "").await.status, 503);
+    assert_eq!(raw(&h, "DELETE", nothing, None, "").await.status, 404);
+>>>>>>> sim-server
     let url = h.url();
     h.restart().await?;
     assert_eq!(h.url(), url, "same port after restart");
@@ -1437,6 +1478,34 @@ async fn scale_smoke_2000_nodes_20000_pods() -> TestResult {
         }
     }
     println!("patch round trip + event on 4 watchers: {:?}", t.elapsed());
+    // write (direct path) → event on a raw watch stream, measured on this side
+    let mut s = tokio::net::TcpStream::connect(h.addr()).await?;
+    let req = format!(
+        "GET /api/v1/namespaces/train/pods?watch=true&labelSelector=job%3Djob-7&resourceVersion={} HTTP/1.1\r\nHost: x\r\n\r\n",
+        h.resource_version()
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = vec![0u8; 65536];
+    let n = s.read(&mut buf).await?; // response head
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let mut latencies = Vec::new();
+    for i in 0..20 {
+        let t = Instant::now();
+        h.create_json("/api/v1/namespaces/train/pods", json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("lat-{i}"), "labels": {"job": "job-7"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}))?;
+        let mut got = String::new();
+        while !got.contains(&format!("lat-{i}")) {
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await??;
+            assert!(n > 0, "stream closed");
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        latencies.push(t.elapsed());
+    }
+    latencies.sort();
+    println!(
+        "direct write → watch event on the wire: median {:?}, max {:?}",
+        latencies[10], latencies[19]
+    );
     let ns: Api<Namespace> = Api::all(h.client());
     assert!(ns.get("train").await.is_ok());
     Ok(())
@@ -1455,15 +1524,37 @@ async fn kubectl_reads_the_server() -> TestResult {
     widgets(&h)
         .create(&PostParams::default(), &widget("kw", 3))
         .await?;
+<<<<<<< HEAD
+=======
+    let ev = raw(&h, "POST", "/api/v1/namespaces/default/events", Some("application/json"),
+        r#"{"metadata":{"name":"ev1"},"involvedObject":{"kind":"Node","name":"n7"},"reason":"XidError","message":"Xid 79","type":"Warning","lastTimestamp":"2026-01-01T00:00:00Z"}"#).await;
+    assert_eq!(ev.status, 201, "{}", ev.body);
+>>>>>>> sim-server
     let dir = std::env::temp_dir().join(format!("rebound-kubeconfig-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let kc = dir.join("config");
     h.write_kubeconfig(&kc)?;
+<<<<<<< HEAD
+=======
+    let manifest = dir.join("cm.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-kubectl}\ndata: {a: \"1\"}\n",
+    )?;
+    let manifest = manifest.to_string_lossy().into_owned();
+>>>>>>> sim-server
     for args in [
         vec!["get", "pods"],
         vec!["get", "widgets"],
         vec!["get", "wd", "kw", "-o", "json"],
         vec!["get", "nodes"],
+<<<<<<< HEAD
+=======
+        vec!["apply", "-f", manifest.as_str()],
+        vec!["apply", "--server-side", "-f", manifest.as_str()],
+        vec!["label", "pod", "kp", "k=v"],
+        vec!["get", "events"],
+>>>>>>> sim-server
     ] {
         let kc = kc.clone();
         let kubectl = kubectl.clone();
@@ -1487,10 +1578,35 @@ async fn kubectl_reads_the_server() -> TestResult {
         if args[1] == "pods" {
             assert!(stdout.contains("kp"), "{stdout}");
         }
-        if args.len() > 3 {
+        if args[1] == "events" {
+            assert!(
+                stdout.contains("XidError") && stdout.contains("node/n7"),
+                "{stdout}"
+            );
+        }
+        if args[0] == "get" && args.len() > 3 {
             assert!(stdout.contains("\"size\": 3"), "{stdout}");
         }
     }
+    let cms: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    let applied = cms.get("from-kubectl").await?;
+    let managers: Vec<String> = applied
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(managers.contains(&"kubectl".to_string()), "{managers:?}");
+    let labelled = pods.get("kp").await?;
+    assert_eq!(
+        labelled
+            .metadata
+            .labels
+            .and_then(|l| l.get("k").cloned())
+            .as_deref(),
+        Some("v")
+    );
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }
@@ -1503,4 +1619,335 @@ fn which_kubectl() -> Result<std::path::PathBuf, ()> {
                 .find(|p| p.is_file())
         })
         .ok_or(())
+}
+
+#[tokio::test]
+async fn recorder_events_share_storage_with_core_events() -> TestResult {
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
+    use k8s_openapi::api::events::v1::Event as V1Event;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let h = server().await;
+    let rec = Recorder::new(
+        h.client(),
+        Reporter {
+            controller: "rebound".into(),
+            instance: Some("rebound-0".into()),
+        },
+    );
+    let node = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some("n1".into()),
+        ..Default::default()
+    };
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "XidError".into(),
+        note: Some("Xid 79".into()),
+        action: "Detect".into(),
+        secondary: None,
+    };
+    rec.publish(&ev, &node).await?;
+    rec.publish(&ev, &node).await?; // a repeat is a merge patch adding `series`
+    let core: Api<CoreEvent> = Api::namespaced(h.client(), "default");
+    let l = core
+        .list(&ListParams::default().fields("involvedObject.name=n1,involvedObject.kind=Node"))
+        .await?;
+    assert_eq!(l.items.len(), 1);
+    let e = &l.items[0];
+    assert_eq!(e.message.as_deref(), Some("Xid 79"));
+    assert_eq!(e.reporting_component.as_deref(), Some("rebound"));
+    assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
+    let v1: Api<V1Event> = Api::namespaced(h.client(), "default");
+    let l = v1
+        .list(&ListParams::default().fields("regarding.name=n1,reportingController=rebound"))
+        .await?;
+    assert_eq!(l.items.len(), 1);
+    assert_eq!(l.items[0].note.as_deref(), Some("Xid 79"));
+    assert_eq!(
+        l.items[0]
+            .regarding
+            .as_ref()
+            .and_then(|r| r.kind.as_deref()),
+        Some("Node")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn metadata_only_reads_and_watches() -> TestResult {
+    use kube::core::PartialObjectMeta;
+    use kube::runtime::WatchStreamExt;
+    let h = server().await;
+    let pods: Api<Pod> = Api::namespaced(h.client(), "default");
+    pods.create(&PostParams::default(), &pod("meta")).await?;
+    let r = raw_with(
+        &h,
+        "GET",
+        "/api/v1/namespaces/default/pods",
+        &[(
+            "Accept",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        )],
+        "",
+    )
+    .await;
+    let l = r.json();
+    assert_eq!(l["kind"], json!("PartialObjectMetadataList"));
+    assert_eq!(l["items"][0]["metadata"]["name"], json!("meta"));
+    assert!(l["items"][0].get("spec").is_none());
+    let got = pods.get_metadata("meta").await?;
+    assert_eq!(got.metadata.name.as_deref(), Some("meta"));
+    let mut s = watcher(
+        Api::<PartialObjectMeta<Pod>>::namespaced(h.client(), "default"),
+        watcher::Config::default(),
+    )
+    .applied_objects()
+    .boxed();
+    match tokio::time::timeout(Duration::from_secs(10), s.try_next()).await {
+        Ok(Ok(Some(m))) => assert_eq!(m.metadata.name.as_deref(), Some("meta")),
+        other => panic!("{other:?}"),
+    }
+    pods.create(&PostParams::default(), &pod("meta2")).await?;
+    match tokio::time::timeout(Duration::from_secs(10), s.try_next()).await {
+        Ok(Ok(Some(m))) => assert_eq!(m.metadata.name.as_deref(), Some("meta2")),
+        other => panic!("{other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn held_pod_deletion_waits_for_grace_zero() -> TestResult {
+    let h = ApiServer::builder().hold_pod_deletion(true).start().await?;
+    let pods: Api<Pod> = Api::namespaced(h.client(), "default");
+    let mut p = pod("held");
+    if let Some(s) = p.spec.as_mut() {
+        s.node_name = Some("n1".into());
+    }
+    pods.create(&PostParams::default(), &p).await?;
+    pods.create(&PostParams::default(), &pod("unbound")).await?;
+    let first = pods.delete("held", &DeleteParams::default()).await?;
+    let terminating = first
+        .left()
+        .unwrap_or_else(|| panic!("a pod delete returns the pod"));
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+    assert!(
+        pods.get_opt("held").await?.is_some(),
+        "a bound pod waits for its kubelet"
+    );
+    pods.delete(
+        "held",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await?;
+    assert!(pods.get_opt("held").await?.is_none());
+    pods.delete("unbound", &DeleteParams::default()).await?;
+    assert!(
+        pods.get_opt("unbound").await?.is_none(),
+        "a pod never scheduled goes at once"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn cascades_of_namespaces_crds_and_foreground() -> TestResult {
+    let h = server().await;
+    h.ensure_namespace("team")?;
+    let team: Api<ConfigMap> = Api::namespaced(h.client(), "team");
+    team.create(&PostParams::default(), &cm("inside", &[]))
+        .await?;
+    let namespaces: Api<Namespace> = Api::all(h.client());
+    let gone = namespaces.delete("team", &DeleteParams::default()).await?;
+    assert!(gone.is_left(), "a namespace delete returns the namespace");
+    assert!(namespaces.get_opt("team").await?.is_none());
+    assert_eq!(h.object_count("/configmaps"), 0, "its contents are deleted");
+
+    h.register_crds_yaml(SMALL_CRD).await?;
+    let w = widgets(&h);
+    w.create(&PostParams::default(), &widget("w1", 1)).await?;
+    let rv = w
+        .list(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut stream = w
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await?
+        .boxed();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(h.client());
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await?;
+    match tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Deleted(o)))) => assert_eq!(o.metadata.name.as_deref(), Some("w1")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        raw(
+            &h,
+            "GET",
+            "/apis/example.com/v1/namespaces/default/widgets",
+            None,
+            ""
+        )
+        .await
+        .status,
+        404
+    );
+
+    let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    let owner = api
+        .create(&PostParams::default(), &cm("fg-owner", &[]))
+        .await?;
+    let mut dep = cm("fg-dep", &[]);
+    dep.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "fg-owner", "uid": owner.metadata.uid}))?]);
+    api.create(&PostParams::default(), &dep).await?;
+    api.delete("fg-owner", &DeleteParams::foreground()).await?;
+    assert!(api.get_opt("fg-dep").await?.is_none());
+    assert!(api.get_opt("fg-owner").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_labels_are_refused() -> TestResult {
+    let h = server().await;
+    let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    let e = api
+        .create(&PostParams::default(), &cm("l", &[("ok", "-bad-")]))
+        .await
+        .err();
+    let s = e
+        .as_ref()
+        .and_then(api_status)
+        .cloned()
+        .unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert!(
+        api.create(
+            &PostParams::default(),
+            &cm("l", &[("app.kubernetes.io/name", "x_y.z")])
+        )
+        .await
+        .is_ok()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn periodic_bookmarks_carry_the_global_resource_version() -> TestResult {
+    let h = ApiServer::builder()
+        .bookmark_interval(Duration::from_millis(100))
+        .start()
+        .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    let rv = cms
+        .list(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await?
+        .boxed();
+    // a write to another resource moves the global resourceVersion only
+    let leases: Api<Lease> = Api::namespaced(h.client(), "default");
+    let l: Lease = serde_json::from_value(json!({"metadata": {"name": "other"}}))?;
+    let lease_rv = leases
+        .create(&PostParams::default(), &l)
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await {
+            Ok(Ok(Some(WatchEvent::Bookmark(b)))) if b.metadata.resource_version == lease_rv => {
+                break;
+            }
+            Ok(Ok(Some(WatchEvent::Bookmark(_)))) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn exact_list_rebuilds_an_older_resource_version() -> TestResult {
+    let h = server().await;
+    let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
+    api.create(&PostParams::default(), &cm("a", &[])).await?;
+    api.create(&PostParams::default(), &cm("b", &[])).await?;
+    let rv = api
+        .list(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    api.delete("a", &DeleteParams::default()).await?;
+    api.patch(
+        "b",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "changed"}})),
+    )
+    .await?;
+    api.create(&PostParams::default(), &cm("c", &[])).await?;
+    let old = api
+        .list(
+            &ListParams::default()
+                .at(&rv)
+                .matching(kube::api::VersionMatch::Exact),
+        )
+        .await?;
+    assert_eq!(old.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    let seen: Vec<(String, String)> = old
+        .items
+        .into_iter()
+        .map(|c| {
+            (
+                c.metadata.name.unwrap_or_default(),
+                c.data.and_then(|d| d.get("k").cloned()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("a".to_string(), "v".to_string()),
+            ("b".to_string(), "v".to_string())
+        ]
+    );
+    h.inject().expire_all_versions();
+    let e = api
+        .list(
+            &ListParams::default()
+                .at(&rv)
+                .matching(kube::api::VersionMatch::Exact),
+        )
+        .await
+        .err();
+    assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(410));
+    Ok(())
+}
+
+#[tokio::test]
+async fn crd_registration_errors_name_the_document() -> TestResult {
+    let h = server().await;
+    let two = format!(
+        "{SMALL_CRD}\n---\n# nothing here\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\n"
+    );
+    match h.register_crds_yaml(&two).await {
+        Err(rebound::sim::server::SimError::Yaml { index, .. }) => assert_eq!(index, 2),
+        other => panic!("{other:?}"),
+    }
+    let bad = SMALL_CRD.replace("name: widgets.example.com", "name: wrong.example.com");
+    match h.register_crds_yaml(&bad).await {
+        Err(rebound::sim::server::SimError::Api { source, .. }) => assert_eq!(source.code, 422),
+        other => panic!("{other:?}"),
+    }
+    Ok(())
 }

@@ -62,23 +62,113 @@ const SYSTEM_META: &[&str] = &[
     "generateName",
 ];
 
-fn strategy(field: &str, items: &[Value], custom: bool) -> ListStrategy {
-    if custom {
-        // custom resources: only condition lists are keyed (no schema list-type support)
+/// How lists merge at a point of an object: by the built-in strategic
+/// merge keys, or for custom resources by the schema's
+/// `x-kubernetes-list-type` (`map` with `x-kubernetes-list-map-keys`,
+/// `set`, `atomic`), `conditions` by `type` when the schema says nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Lists<'a> {
+    /// A custom resource (no strategic merge keys).
+    pub custom: bool,
+    /// The schema node at this point (custom resources), if known.
+    pub schema: Option<&'a Value>,
+}
+
+impl<'a> Lists<'a> {
+    /// Built-in kinds.
+    pub fn builtin() -> Self {
+        Self {
+            custom: false,
+            schema: None,
+        }
+    }
+
+    /// A custom resource with its version's `openAPIV3Schema`.
+    pub fn custom(schema: Option<&'a Value>) -> Self {
+        Self {
+            custom: true,
+            schema,
+        }
+    }
+
+    fn field(self, k: &str) -> Self {
+        let schema = self.schema.and_then(|s| {
+            s.pointer(&format!(
+                "/properties/{}",
+                k.replace('~', "~0").replace('/', "~1")
+            ))
+            .or_else(|| s.get("additionalProperties").filter(|a| a.is_object()))
+        });
+        Self { schema, ..self }
+    }
+
+    fn items(self) -> Self {
+        Self {
+            schema: self.schema.and_then(|s| s.get("items")),
+            ..self
+        }
+    }
+}
+
+/// Merge rule of one list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Rule {
+    Atomic,
+    Set,
+    Keys(Vec<String>),
+}
+
+fn strategy(field: &str, items: &[Value], lists: Lists<'_>) -> Rule {
+    if lists.custom {
+        if let Some(s) = lists.schema {
+            match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
+                Some("map") => {
+                    let keys: Vec<String> = s
+                        .get("x-kubernetes-list-map-keys")
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_string)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if !keys.is_empty() {
+                        return Rule::Keys(keys);
+                    }
+                }
+                Some("set") => return Rule::Set,
+                Some("atomic") => return Rule::Atomic,
+                _ => {}
+            }
+        }
         if field == "conditions" && items.iter().all(|i| i.get("type").is_some()) {
-            return ListStrategy::Key("type");
+            return Rule::Keys(vec!["type".into()]);
         }
         if field == "finalizers" {
-            return ListStrategy::PrimitiveSet;
+            return Rule::Set;
         }
-        return ListStrategy::Replace;
+        return Rule::Atomic;
     }
-    list_strategy(field, items)
+    match list_strategy(field, items) {
+        ListStrategy::Replace => Rule::Atomic,
+        ListStrategy::PrimitiveSet => Rule::Set,
+        ListStrategy::Key(k) => Rule::Keys(vec![k.to_string()]),
+    }
+}
+
+/// The key fields of a list item as JSON (`{"type":"Ready"}`), if it has them all.
+fn item_key(item: &Value, keys: &[String]) -> Option<String> {
+    let mut m = Map::new();
+    for k in keys {
+        m.insert(k.clone(), item.get(k)?.clone());
+    }
+    Some(Value::Object(m).to_string())
 }
 
 /// The leaf paths set in an object (system metadata, kind and apiVersion
-/// excluded; `status` excluded unless `status_only`, then only status).
-pub fn field_set(obj: &Value, custom: bool, section: Section) -> FieldSet {
+/// excluded; `status` only or not at all depending on the section).
+pub fn field_set(obj: &Value, lists: Lists<'_>, section: Section) -> FieldSet {
     let mut out = FieldSet::new();
     let Some(map) = obj.as_object() else {
         return out;
@@ -99,14 +189,23 @@ pub fn field_set(obj: &Value, custom: bool, section: Section) -> FieldSet {
                 for (mk, mv) in m {
                     if !SYSTEM_META.contains(&mk.as_str()) {
                         let mut p = vec![Pe::F("metadata".into()), Pe::F(mk.clone())];
-                        collect(mk, mv, &mut p, &mut out, custom);
+                        collect(
+                            mk,
+                            mv,
+                            &mut p,
+                            &mut out,
+                            Lists {
+                                schema: None,
+                                ..lists
+                            },
+                        );
                     }
                 }
             }
             continue;
         }
         let mut p = vec![Pe::F(k.clone())];
-        collect(k, v, &mut p, &mut out, custom);
+        collect(k, v, &mut p, &mut out, lists.field(k));
     }
     out
 }
@@ -122,37 +221,40 @@ pub enum Section {
     All,
 }
 
-fn collect(name: &str, v: &Value, prefix: &mut Path, out: &mut FieldSet, custom: bool) {
+fn collect(name: &str, v: &Value, prefix: &mut Path, out: &mut FieldSet, lists: Lists<'_>) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, c) in m {
                 prefix.push(Pe::F(k.clone()));
-                collect(k, c, prefix, out, custom);
+                collect(k, c, prefix, out, lists.field(k));
                 prefix.pop();
             }
         }
-        Value::Array(items) => match strategy(name, items, custom) {
-            ListStrategy::Replace => {
+        Value::Array(items) => match strategy(name, items, lists) {
+            Rule::Atomic => {
                 out.insert(prefix.clone());
             }
-            ListStrategy::PrimitiveSet => {
+            Rule::Set => {
                 for i in items {
                     prefix.push(Pe::V(i.to_string()));
                     out.insert(prefix.clone());
                     prefix.pop();
                 }
             }
-            ListStrategy::Key(key) => {
+            Rule::Keys(keys) => {
+                let item_lists = lists.items();
                 for i in items {
-                    let Some(kv) = i.get(key) else { continue };
-                    prefix.push(Pe::K(json!({ key: kv }).to_string()));
+                    let Some(kj) = item_key(i, &keys) else {
+                        continue;
+                    };
+                    prefix.push(Pe::K(kj));
                     prefix.push(Pe::Dot);
                     out.insert(prefix.clone());
                     prefix.pop();
                     if let Some(m) = i.as_object() {
                         for (k, c) in m {
                             prefix.push(Pe::F(k.clone()));
-                            collect(k, c, prefix, out, custom);
+                            collect(k, c, prefix, out, item_lists.field(k));
                             prefix.pop();
                         }
                     }
@@ -231,15 +333,16 @@ fn remove_at(obj: &mut Value, path: &[Pe]) {
 }
 
 /// Merges an applied configuration into an object.
-pub fn merge_config(target: &mut Value, config: &Value, custom: bool) {
+pub fn merge_config(target: &mut Value, config: &Value, lists: Lists<'_>) {
     match (target, config) {
-        (Value::Object(t), Value::Object(c)) => merge_map(t, c, custom),
+        (Value::Object(t), Value::Object(c)) => merge_map(t, c, lists),
         (t, c) => *t = c.clone(),
     }
 }
 
-fn merge_map(t: &mut Map<String, Value>, c: &Map<String, Value>, custom: bool) {
+fn merge_map(t: &mut Map<String, Value>, c: &Map<String, Value>, lists: Lists<'_>) {
     for (k, cv) in c {
+        let child = lists.field(k);
         match cv {
             Value::Object(cm) => {
                 let e = t
@@ -249,7 +352,7 @@ fn merge_map(t: &mut Map<String, Value>, c: &Map<String, Value>, custom: bool) {
                     *e = Value::Object(Map::new());
                 }
                 if let Value::Object(tm) = e {
-                    merge_map(tm, cm, custom);
+                    merge_map(tm, cm, child);
                 }
             }
             Value::Array(ca) => {
@@ -258,22 +361,24 @@ fn merge_map(t: &mut Map<String, Value>, c: &Map<String, Value>, custom: bool) {
                     .and_then(Value::as_array)
                     .cloned()
                     .unwrap_or_default();
-                match strategy(k, ca, custom) {
-                    ListStrategy::Replace => cur = ca.clone(),
-                    ListStrategy::PrimitiveSet => {
+                match strategy(k, ca, child) {
+                    Rule::Atomic => cur = ca.clone(),
+                    Rule::Set => {
                         for i in ca {
                             if !cur.contains(i) {
                                 cur.push(i.clone());
                             }
                         }
                     }
-                    ListStrategy::Key(key) => {
+                    Rule::Keys(keys) => {
+                        let item_lists = child.items();
                         for i in ca {
+                            let key = item_key(i, &keys);
                             match cur
                                 .iter_mut()
-                                .find(|x| x.get(key).is_some() && x.get(key) == i.get(key))
+                                .find(|x| key.is_some() && item_key(x, &keys) == key)
                             {
-                                Some(x) => merge_config(x, i, custom),
+                                Some(x) => merge_config(x, i, item_lists),
                                 None => cur.push(i.clone()),
                             }
                         }
@@ -376,6 +481,9 @@ pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
             v
         })
         .collect();
+    if !list.is_empty() && obj.is_object() && !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         if list.is_empty() {
             m.remove("managedFields");
@@ -410,12 +518,12 @@ pub struct ApplyRequest<'a> {
     pub manager: &'a str,
     /// Take over conflicting fields.
     pub force: bool,
-    /// Custom resource (lists atomic except `conditions`).
-    pub custom: bool,
+    /// How lists merge (built-in keys, or the custom resource's schema).
+    pub lists: Lists<'a>,
     /// Which part of the object may be touched.
     pub section: Section,
     /// apiVersion of the request.
-    pub api_version: &'a str,
+    pub api_version: String,
     /// `status` for the status subresource, else empty.
     pub subresource: &'a str,
 }
@@ -425,7 +533,7 @@ pub struct ApplyRequest<'a> {
 /// managedFields, or the list of conflicts `(manager, field)`.
 pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String, String)>> {
     let mut entries = read_entries(base);
-    let cfg_set = field_set(req.config, req.custom, req.section);
+    let cfg_set = field_set(req.config, req.lists, req.section);
     let mine = |e: &Entry| {
         e.manager == req.manager && e.operation == "Apply" && e.subresource == req.subresource
     };
@@ -464,7 +572,7 @@ pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String,
         m.remove("apiVersion");
         m.remove("kind");
     }
-    merge_config(&mut out, &config, req.custom);
+    merge_config(&mut out, &config, req.lists);
     let prev: FieldSet = entries
         .iter()
         .filter(|e| mine(e))
@@ -489,7 +597,7 @@ pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String,
     entries.push(Entry {
         manager: req.manager.to_string(),
         operation: "Apply".into(),
-        api_version: req.api_version.to_string(),
+        api_version: req.api_version.clone(),
         time,
         subresource: req.subresource.to_string(),
         set: cfg_set,
@@ -504,7 +612,7 @@ pub fn record_update(
     old: &Value,
     new: &mut Value,
     manager: &str,
-    custom: bool,
+    lists: Lists<'_>,
     api_version: &str,
     subresource: &str,
 ) {
@@ -517,7 +625,7 @@ pub fn record_update(
     } else {
         Section::All
     };
-    let changed: FieldSet = field_set(new, custom, section)
+    let changed: FieldSet = field_set(new, lists, section)
         .into_iter()
         .filter(|p| value_at(old, p) != value_at(new, p))
         .collect();
@@ -569,9 +677,9 @@ mod tests {
             config,
             manager,
             force,
-            custom: false,
+            lists: Lists::builtin(),
             section: Section::All,
-            api_version: "v1",
+            api_version: "v1".into(),
             subresource: "",
         }
     }
@@ -597,6 +705,41 @@ mod tests {
         let o3 = apply(&o2, &req(&a2, "alice", false)).unwrap_or_default();
         assert_eq!(o3["data"], json!({"k": "b"}));
         assert_eq!(owners(&o3).get(".data.k"), Some(&vec!["bob".to_string()]));
+    }
+
+    #[test]
+    fn custom_resource_lists_follow_the_schema() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "replicatedJobs": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}, "replicas": {"type": "integer"}}}},
+            "args": {"type": "array", "items": {"type": "string"}}}}}});
+        let base = json!({"spec": {"replicatedJobs": [{"name": "a", "replicas": 1}, {"name": "b", "replicas": 1}], "args": ["x"]}});
+        let cfg =
+            json!({"spec": {"replicatedJobs": [{"name": "b", "replicas": 3}], "args": ["y"]}});
+        let r = ApplyRequest {
+            config: &cfg,
+            manager: "m",
+            force: false,
+            lists: Lists::custom(Some(&schema)),
+            section: Section::All,
+            api_version: "x/v1".into(),
+            subresource: "",
+        };
+        let out = apply(&base, &r).unwrap_or_default();
+        assert_eq!(
+            out["spec"]["replicatedJobs"],
+            json!([{"name": "a", "replicas": 1}, {"name": "b", "replicas": 3}])
+        );
+        assert_eq!(
+            out["spec"]["args"],
+            json!(["y"]),
+            "lists without a list type are atomic"
+        );
+        assert!(
+            owners(&out).contains_key(".spec.replicatedJobs[{\"name\":\"b\"}].replicas"),
+            "{:?}",
+            owners(&out)
+        );
     }
 
     #[test]

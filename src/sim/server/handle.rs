@@ -81,6 +81,12 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, SimError> {
 fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener, addr: SocketAddr) -> Running {
     let (stop, rx) = oneshot::channel::<()>();
     let app = http::router(shared, addr.to_string());
+    // no Nagle delay: each watch event must leave at once
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    });
     let task = tokio::spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = rx.await;
@@ -93,7 +99,7 @@ fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener, addr: SocketAdd
 }
 
 impl ApiServer {
-    /// A builder with defaults: any free loopback port, 200,000 events of
+    /// A builder with defaults: any free loopback port, 50,000 events of
     /// watch history, bookmarks every 5 s, immediate pod deletion.
     pub fn builder() -> Self {
         Self::default()
@@ -121,6 +127,12 @@ impl ApiServer {
     /// until deleted again with `gracePeriodSeconds=0`, as a kubelet would.
     pub fn hold_pod_deletion(mut self, hold: bool) -> Self {
         self.opts.hold_pod_deletion = hold;
+        self
+    }
+
+    /// Number of newest request records kept (default 500,000).
+    pub fn request_log_capacity(mut self, records: usize) -> Self {
+        self.opts.request_log_capacity = records;
         self
     }
 
@@ -241,14 +253,11 @@ impl ApiServerHandle {
     /// error). Existing CRDs of the same name are replaced. Returns the
     /// registered names.
     pub async fn register_crds_yaml(&self, yaml: &str) -> Result<Vec<String>, SimError> {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| SimError::Yaml {
-            index: 0,
-            message: e.to_string(),
-        })?;
+        let docs = split_documents(yaml)?;
         let core = HandleCore(&self.inner.shared);
         let loc = core.loc("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")?;
         let mut names = Vec::new();
-        for (index, doc) in docs.into_iter().enumerate() {
+        for (index, doc) in docs {
             if doc.is_null() {
                 continue;
             }
@@ -432,4 +441,36 @@ impl ApiServerHandle {
     pub fn resource_version(&self) -> u64 {
         self.inner.shared.store.read().rv()
     }
+}
+
+/// Parses a multi-document YAML string one document at a time, so that an
+/// error names the document (0-based); empty documents are skipped.
+fn split_documents(yaml: &str) -> Result<Vec<(usize, Value)>, SimError> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    let mut pieces = Vec::new();
+    for line in yaml.lines() {
+        if line.trim_end() == "---" || line.starts_with("--- ") {
+            pieces.push(std::mem::take(&mut current));
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+    }
+    pieces.push(current);
+    for (index, piece) in pieces.iter().enumerate() {
+        let meaningful = piece.lines().any(|l| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#')
+        });
+        if !meaningful {
+            continue;
+        }
+        let v: Value = serde_saphyr::from_str(piece).map_err(|e| SimError::Yaml {
+            index,
+            message: e.to_string(),
+        })?;
+        docs.push((index, v));
+    }
+    Ok(docs)
 }

@@ -11,12 +11,21 @@ use tokio::sync::watch;
 use super::errors::ApiError;
 use super::store::Store;
 
+/// A pending "fail the next N requests" rule.
+#[derive(Debug, Clone)]
+struct FailRule {
+    remaining: u32,
+    status: u16,
+    verb: Option<String>,
+    resource: Option<String>,
+}
+
 /// Controls for misbehaviour; reached through `ApiServerHandle::inject()`.
 #[derive(Debug)]
 pub struct FaultInjector {
     /// Bumped to close every open watch stream.
     pub(crate) drop_tx: watch::Sender<u64>,
-    fail: Mutex<Option<(u32, u16)>>,
+    fail: Mutex<Option<FailRule>>,
     latency_us: AtomicU64,
     store: Arc<Store>,
 }
@@ -40,8 +49,26 @@ impl FaultInjector {
     /// Answers the next `n` requests with `status` (e.g. 500, or 429 which
     /// carries `Retry-After: 1`), before they reach the store.
     pub fn fail_next(&self, n: u32, status: u16) {
+        self.fail_next_matching(n, status, None, None);
+    }
+
+    /// Like `fail_next`, but only requests with this verb (`delete`,
+    /// `patch`, `watch`...) and/or on this resource plural (`pods`) count and
+    /// fail; others pass. Replaces any pending rule.
+    pub fn fail_next_matching(
+        &self,
+        n: u32,
+        status: u16,
+        verb: Option<&str>,
+        resource: Option<&str>,
+    ) {
         if let Ok(mut g) = self.fail.lock() {
-            *g = if n == 0 { None } else { Some((n, status)) };
+            *g = (n > 0).then(|| FailRule {
+                remaining: n,
+                status,
+                verb: verb.map(str::to_string),
+                resource: resource.map(str::to_string),
+            });
         }
     }
 
@@ -67,11 +94,20 @@ impl FaultInjector {
         }
     }
 
-    /// Takes one injected failure, if any are pending.
-    pub(crate) fn take_failure(&self) -> Option<ApiError> {
+    /// Takes one injected failure for a request, if a pending rule matches.
+    pub(crate) fn take_failure(&self, verb: &str, resource: &str) -> Option<ApiError> {
         let mut g = self.fail.lock().ok()?;
-        let (n, status) = (*g)?;
-        *g = if n <= 1 { None } else { Some((n - 1, status)) };
+        let rule = g.as_mut()?;
+        if rule.verb.as_deref().is_some_and(|v| v != verb)
+            || rule.resource.as_deref().is_some_and(|r| r != resource)
+        {
+            return None;
+        }
+        let status = rule.status;
+        rule.remaining -= 1;
+        if rule.remaining == 0 {
+            *g = None;
+        }
         Some(match status {
             429 => ApiError::too_many_requests(1),
             500 => ApiError::internal("injected failure"),

@@ -28,17 +28,20 @@ pub struct ServerOptions {
     pub hold_pod_deletion: bool,
     /// `gitVersion` reported at `/version`.
     pub git_version: String,
+    /// Newest request records kept by the request log.
+    pub request_log_capacity: usize,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
         Self {
             port: 0,
-            history: 200_000,
+            history: 50_000,
             broadcast: 65_536,
             bookmark_interval: Duration::from_secs(5),
             hold_pod_deletion: false,
             git_version: "v1.33.0-rebound-sim".into(),
+            request_log_capacity: 500_000,
         }
     }
 }
@@ -68,7 +71,7 @@ impl Shared {
             registry: RwLock::new(Registry::with_builtins()),
             inject: FaultInjector::new(store.clone()),
             store,
-            log: RequestLog::default(),
+            log: RequestLog::with_capacity(opts.request_log_capacity),
             pod_logs: Mutex::new(HashMap::new()),
             opts,
         })

@@ -43,6 +43,38 @@ fn columns(loc: &Loc) -> Vec<Column> {
     match (loc.res.group.as_str(), loc.res.plural.as_str()) {
         ("", "pods") => {
             cols.push((
+                col("Ready", "string", ""),
+                Box::new(|o: &Value| {
+                    let statuses = o
+                        .pointer("/status/containerStatuses")
+                        .and_then(Value::as_array);
+                    let ready = statuses.map_or(0, |a| {
+                        a.iter()
+                            .filter(|c| c.get("ready") == Some(&json!(true)))
+                            .count()
+                    });
+                    let total = o
+                        .pointer("/spec/containers")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len);
+                    json!(format!("{ready}/{total}"))
+                }),
+            ));
+            cols.push((
+                col("Restarts", "integer", ""),
+                Box::new(|o: &Value| {
+                    let n: i64 = o
+                        .pointer("/status/containerStatuses")
+                        .and_then(Value::as_array)
+                        .map_or(0, |a| {
+                            a.iter()
+                                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                                .sum()
+                        });
+                    json!(n)
+                }),
+            ));
+            cols.push((
                 col("Status", "string", ""),
                 Box::new(|o: &Value| o.pointer("/status/phase").cloned().unwrap_or(json!(""))),
             ));
@@ -75,6 +107,55 @@ fn columns(loc: &Loc) -> Vec<Column> {
                 json!(s)
             }),
         )),
+        ("", "events") | ("events.k8s.io", "events") => {
+            cols.push((
+                col("Last Seen", "string", ""),
+                Box::new(|o: &Value| {
+                    let t = [
+                        "/series/lastObservedTime",
+                        "/lastTimestamp",
+                        "/deprecatedLastTimestamp",
+                        "/eventTime",
+                    ]
+                    .iter()
+                    .find_map(|p| o.pointer(p).filter(|v| v.is_string()));
+                    json!(age(t))
+                }),
+            ));
+            cols.push((
+                col("Type", "string", ""),
+                Box::new(|o: &Value| o.get("type").cloned().unwrap_or(json!(""))),
+            ));
+            cols.push((
+                col("Reason", "string", ""),
+                Box::new(|o: &Value| o.get("reason").cloned().unwrap_or(json!(""))),
+            ));
+            cols.push((
+                col("Object", "string", ""),
+                Box::new(|o: &Value| {
+                    let r = o.get("involvedObject").or_else(|| o.get("regarding"));
+                    let kind = r
+                        .and_then(|r| r.get("kind"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_ascii_lowercase();
+                    let name = r
+                        .and_then(|r| r.get("name"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    json!(format!("{kind}/{name}"))
+                }),
+            ));
+            cols.push((
+                col("Message", "string", ""),
+                Box::new(|o: &Value| {
+                    o.get("message")
+                        .or_else(|| o.get("note"))
+                        .cloned()
+                        .unwrap_or(json!(""))
+                }),
+            ));
+        }
         ("", "namespaces") => cols.push((
             col("Status", "string", ""),
             Box::new(|o: &Value| o.pointer("/status/phase").cloned().unwrap_or(json!(""))),
@@ -93,6 +174,13 @@ fn columns(loc: &Loc) -> Vec<Column> {
             }
             let name = pc.get("name").and_then(Value::as_str).unwrap_or("");
             let ty = pc.get("type").and_then(Value::as_str).unwrap_or("string");
+            if ty == "date" {
+                cols.push((
+                    col(name, "string", ""),
+                    Box::new(move |o: &Value| json!(age(simple_path(o, &path)))),
+                ));
+                continue;
+            }
             cols.push((
                 col(name, ty, ""),
                 Box::new(move |o: &Value| simple_path(o, &path).cloned().unwrap_or(Value::Null)),
@@ -100,14 +188,39 @@ fn columns(loc: &Loc) -> Vec<Column> {
         }
     }
     cols.push((
-        col("Age", "date", ""),
-        Box::new(|o: &Value| {
-            o.pointer("/metadata/creationTimestamp")
-                .cloned()
-                .unwrap_or(Value::Null)
-        }),
+        col("Age", "string", ""),
+        Box::new(|o: &Value| json!(age(o.pointer("/metadata/creationTimestamp")))),
     ));
+    if loc.res.plural == "events" {
+        // as the real printer: name and age only with -o wide
+        for (c, _) in cols
+            .iter_mut()
+            .filter(|(c, _)| c["name"] == json!("Name") || c["name"] == json!("Age"))
+        {
+            c["priority"] = json!(1);
+        }
+    }
     cols
+}
+
+/// `kubectl`-style age of a timestamp (`42s`, `5m`, `3h`, `12d`), as the
+/// real server's printers render it.
+fn age(ts: Option<&Value>) -> String {
+    let Some(t) = ts
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    else {
+        return "<unknown>".into();
+    };
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 3600 * 2 => format!("{}m", s / 60),
+        s if s < 86_400 * 2 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
 }
 
 fn table(loc: &Loc, items: &[Value], rv: Value, cont: Option<Value>) -> Value {
