@@ -652,6 +652,7 @@ where
 {
     let start = Instant::now();
     loop {
+        let t = Instant::now();
         if let Some(v) = check().await? {
             return Ok(v);
         }
@@ -661,6 +662,9 @@ where
                 after: timeout,
             });
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Polling must not starve the cluster it waits for: a check that
+        // costs much (listing thousands of pods) runs less often.
+        let pause = (t.elapsed() * 4).clamp(Duration::from_millis(20), Duration::from_secs(2));
+        tokio::time::sleep(pause).await;
     }
 }

@@ -157,12 +157,25 @@ async fn pytorchjob(c: &SimCluster, name: &str) -> DynamicObject {
 async fn restart_policy_never_leaves_a_failed_pod_failed_and_fails_the_job() {
     let c = cluster(3).await;
     let opts = JobOptions::labels(&[]).restart_policy("Never");
-    c.create_pytorchjob_with(NS, "nv", 1, &opts).await.expect("create job");
+    c.create_pytorchjob_with(NS, "nv", 1, &opts)
+        .await
+        .expect("create job");
     let sel = format!("{}=nv", kf::JOB_NAME_LABEL);
-    let pods = c.wait_for_pods_running(NS, &sel, 2, T).await.expect("running");
-    assert!(pods.iter().all(|p| p.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never")));
-    let uid = pod(&c, "nv-worker-0").await.and_then(|p| p.uid()).expect("worker uid");
-    c.fail_container(NS, "nv-worker-0", "pytorch", 1, "Error").await.expect("fail");
+    let pods = c
+        .wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
+    assert!(
+        pods.iter()
+            .all(|p| p.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never"))
+    );
+    let uid = pod(&c, "nv-worker-0")
+        .await
+        .and_then(|p| p.uid())
+        .expect("worker uid");
+    c.fail_container(NS, "nv-worker-0", "pytorch", 1, "Error")
+        .await
+        .expect("fail");
     wait_for(T, "job Failed", || async {
         Ok(condition_true(&pytorchjob(&c, "nv").await, "Failed").then_some(()))
     })
@@ -188,11 +201,20 @@ async fn restart_policy_never_leaves_a_failed_pod_failed_and_fails_the_job() {
 async fn restart_policy_on_failure_restarts_the_container_in_place() {
     let c = cluster(2).await;
     let opts = JobOptions::labels(&[]).restart_policy("OnFailure");
-    c.create_pytorchjob_with(NS, "of", 1, &opts).await.expect("create job");
+    c.create_pytorchjob_with(NS, "of", 1, &opts)
+        .await
+        .expect("create job");
     let sel = format!("{}=of", kf::JOB_NAME_LABEL);
-    c.wait_for_pods_running(NS, &sel, 2, T).await.expect("running");
-    let uid = pod(&c, "of-worker-0").await.and_then(|p| p.uid()).expect("uid");
-    c.fail_container(NS, "of-worker-0", "pytorch", 137, "OOMKilled").await.expect("fail");
+    c.wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
+    let uid = pod(&c, "of-worker-0")
+        .await
+        .and_then(|p| p.uid())
+        .expect("uid");
+    c.fail_container(NS, "of-worker-0", "pytorch", 137, "OOMKilled")
+        .await
+        .expect("fail");
     let p = wait_for(T, "container restarted", || async {
         let p = pod(&c, "of-worker-0").await;
         let restarted = p.as_ref().is_some_and(|p| {
@@ -201,16 +223,34 @@ async fn restart_policy_on_failure_restarts_the_container_in_place() {
                 .and_then(|s| s.container_statuses.as_ref())
                 .is_some_and(|cs| cs[0].restart_count == 1)
         });
-        Ok(if restarted && p.as_ref().is_some_and(pod_running) { p } else { None })
+        Ok(if restarted && p.as_ref().is_some_and(pod_running) {
+            p
+        } else {
+            None
+        })
     })
     .await
     .expect("restarted in place");
     assert_eq!(p.uid().as_deref(), Some(uid.as_str()), "same pod");
-    let cs = &p.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default()[0];
-    let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref()).expect("lastState.terminated");
-    assert_eq!((last.exit_code, last.reason.as_deref()), (137, Some("OOMKilled")));
+    let cs = &p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default()[0];
+    let last = cs
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("lastState.terminated");
+    assert_eq!(
+        (last.exit_code, last.reason.as_deref()),
+        (137, Some("OOMKilled"))
+    );
     assert!(cs.state.as_ref().and_then(|s| s.running.as_ref()).is_some());
-    assert_eq!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
     assert!(!condition_true(&pytorchjob(&c, "of").await, "Failed"));
     c.shutdown().await;
 }
@@ -223,11 +263,23 @@ async fn volcano_command_restart_job_restarts_it_and_disappears() {
         .await
         .expect("create vcjob");
     let sel = format!("{}=vj", vc::JOB_NAME);
-    let pods = c.wait_for_pods_running(NS, &sel, 2, T).await.expect("running");
+    let pods = c
+        .wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
     for p in &pods {
-        assert_eq!(p.labels().get(vc::QUEUE_NAME).map(String::as_str), Some("default"));
-        assert_eq!(p.labels().get(vc::JOB_NAMESPACE).map(String::as_str), Some(NS));
-        assert_eq!(p.annotations().get(vc::JOB_VERSION).map(String::as_str), Some("0"));
+        assert_eq!(
+            p.labels().get(vc::QUEUE_NAME).map(String::as_str),
+            Some("default")
+        );
+        assert_eq!(
+            p.labels().get(vc::JOB_NAMESPACE).map(String::as_str),
+            Some(NS)
+        );
+        assert_eq!(
+            p.annotations().get(vc::JOB_VERSION).map(String::as_str),
+            Some("0")
+        );
         assert!(p.annotations().contains_key(vc::TASK_INDEX));
     }
     let jobs: Api<DynamicObject> = Api::namespaced_with(c.client(), NS, &vc::job_resource());
@@ -242,7 +294,9 @@ async fn volcano_command_restart_job_restarts_it_and_disappears() {
         "target": {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "vj", "uid": uid, "controller": true},
     }))
     .expect("command");
-    cmds.create(&PostParams::default(), &cmd).await.expect("create command");
+    cmds.create(&PostParams::default(), &cmd)
+        .await
+        .expect("create command");
     let before = uids(&pods);
     let api: Api<Pod> = Api::namespaced(c.client(), NS);
     let fresh = wait_for(T, "pods of version 1 running", || {
@@ -263,7 +317,13 @@ async fn volcano_command_restart_job_restarts_it_and_disappears() {
     .await
     .expect("restarted");
     assert_eq!(fresh.len(), 2);
-    assert!(cmds.get_opt("vj-restart").await.expect("get command").is_none(), "command consumed");
+    assert!(
+        cmds.get_opt("vj-restart")
+            .await
+            .expect("get command")
+            .is_none(),
+        "command consumed"
+    );
     let j = jobs.get("vj").await.expect("job");
     assert_eq!(j.data["status"]["version"], 1);
     assert_eq!(j.data["status"]["retryCount"], 1);
@@ -279,36 +339,70 @@ async fn volcano_command_restart_job_restarts_it_and_disappears() {
         .flatten()
         .filter_map(|c| c["status"].as_str())
         .collect();
-    assert!(phases.contains(&"Restarting"), "went through Restarting: {phases:?}");
+    assert!(
+        phases.contains(&"Restarting"),
+        "went through Restarting: {phases:?}"
+    );
     c.shutdown().await;
 }
 
 #[tokio::test]
 async fn jobset_makes_child_jobs_that_make_pods() {
     let c = cluster(4).await;
-    c.create_jobset(NS, "js", 2, 2, 1, &[("kcover.io/cascading-recovery", "true")])
-        .await
-        .expect("create jobset");
+    c.create_jobset(
+        NS,
+        "js",
+        2,
+        2,
+        1,
+        &[("kcover.io/cascading-recovery", "true")],
+    )
+    .await
+    .expect("create jobset");
     let sel = format!("{}=js", js::JOBSET_NAME);
-    let pods = c.wait_for_pods_running(NS, &sel, 4, T).await.expect("pods running");
+    let pods = c
+        .wait_for_pods_running(NS, &sel, 4, T)
+        .await
+        .expect("pods running");
     let jobs: Api<Job> = Api::namespaced(c.client(), NS);
-    let children = jobs.list(&ListParams::default().labels(&sel)).await.expect("list jobs").items;
+    let children = jobs
+        .list(&ListParams::default().labels(&sel))
+        .await
+        .expect("list jobs")
+        .items;
     let names: BTreeSet<String> = children.iter().map(|j| j.name_any()).collect();
-    assert_eq!(names, BTreeSet::from(["js-workers-0".to_owned(), "js-workers-1".to_owned()]));
+    assert_eq!(
+        names,
+        BTreeSet::from(["js-workers-0".to_owned(), "js-workers-1".to_owned()])
+    );
     for j in &children {
         assert_eq!(j.owner_references()[0].kind, "JobSet");
-        assert_eq!(j.labels().get(js::RESTART_ATTEMPT).map(String::as_str), Some("0"));
+        assert_eq!(
+            j.labels().get(js::RESTART_ATTEMPT).map(String::as_str),
+            Some("0")
+        );
     }
     for p in &pods {
         let l = p.labels();
-        assert_eq!(l.get(js::REPLICATED_JOB_NAME).map(String::as_str), Some("workers"));
-        assert!(l.contains_key(js::JOB_INDEX) && l.contains_key("batch.kubernetes.io/job-completion-index"));
-        assert_eq!(l.get("kcover.io/cascading-recovery").map(String::as_str), Some("true"));
+        assert_eq!(
+            l.get(js::REPLICATED_JOB_NAME).map(String::as_str),
+            Some("workers")
+        );
+        assert!(
+            l.contains_key(js::JOB_INDEX)
+                && l.contains_key("batch.kubernetes.io/job-completion-index")
+        );
+        assert_eq!(
+            l.get("kcover.io/cascading-recovery").map(String::as_str),
+            Some("true")
+        );
         assert_eq!(p.owner_references()[0].kind, "Job");
     }
     // A failed pod fails its Job (backoffLimit 0), which restarts the JobSet.
     let victim = pods[0].name_any();
-    c.fail_container(NS, &victim, "worker", 1, "Error").await.expect("fail");
+    c.fail_container(NS, &victim, "worker", 1, "Error")
+        .await
+        .expect("fail");
     let sets: Api<DynamicObject> = Api::namespaced_with(c.client(), NS, &js::api_resource());
     wait_for(T, "jobset restarted", || async {
         let s = sets.get("js").await?;
@@ -317,7 +411,10 @@ async fn jobset_makes_child_jobs_that_make_pods() {
     .await
     .expect("restart counted");
     let sel1 = format!("{sel},{}=1", js::RESTART_ATTEMPT);
-    let again = c.wait_for_pods_running(NS, &sel1, 4, T).await.expect("new attempt running");
+    let again = c
+        .wait_for_pods_running(NS, &sel1, 4, T)
+        .await
+        .expect("new attempt running");
     assert!(uids(&again).is_disjoint(&uids(&pods)));
     c.shutdown().await;
 }
@@ -325,9 +422,15 @@ async fn jobset_makes_child_jobs_that_make_pods() {
 #[tokio::test]
 async fn batch_job_pods_are_recreated_while_active() {
     let c = cluster(2).await;
-    let job = c.create_batch_job(NS, "bj", 2, &[("app", "bj")]).await.expect("create job");
+    let job = c
+        .create_batch_job(NS, "bj", 2, &[("app", "bj")])
+        .await
+        .expect("create job");
     let sel = "batch.kubernetes.io/job-name=bj";
-    let pods = c.wait_for_pods_running(NS, sel, 2, T).await.expect("running");
+    let pods = c
+        .wait_for_pods_running(NS, sel, 2, T)
+        .await
+        .expect("running");
     let juid = job.uid().expect("uid");
     for p in &pods {
         let l = p.labels();
@@ -339,8 +442,13 @@ async fn batch_job_pods_are_recreated_while_active() {
     }
     let api: Api<Pod> = Api::namespaced(c.client(), NS);
     let victim = pods[0].name_any();
-    let index = pods[0].labels().get("batch.kubernetes.io/job-completion-index").cloned();
-    api.delete(&victim, &DeleteParams::default()).await.expect("delete");
+    let index = pods[0]
+        .labels()
+        .get("batch.kubernetes.io/job-completion-index")
+        .cloned();
+    api.delete(&victim, &DeleteParams::default())
+        .await
+        .expect("delete");
     let before = uids(&pods);
     let again = wait_for(T, "replacement running", || {
         let api = api.clone();
@@ -357,7 +465,12 @@ async fn batch_job_pods_are_recreated_while_active() {
     .await
     .expect("replaced");
     assert_eq!(again.len(), 1, "exactly one replacement");
-    assert_eq!(again[0].labels().get("batch.kubernetes.io/job-completion-index"), index.as_ref());
+    assert_eq!(
+        again[0]
+            .labels()
+            .get("batch.kubernetes.io/job-completion-index"),
+        index.as_ref()
+    );
     let jobs: Api<Job> = Api::namespaced(c.client(), NS);
     let st = jobs.get("bj").await.expect("job").status.expect("status");
     assert_eq!(st.active, Some(2));
@@ -367,24 +480,51 @@ async fn batch_job_pods_are_recreated_while_active() {
 #[tokio::test]
 async fn cordoned_and_not_ready_nodes_receive_no_new_pods() {
     let c = cluster(3).await;
-    c.set_node_unschedulable("node-0000", true).await.expect("cordon");
-    c.set_node_ready("node-0001", false).await.expect("not ready");
-    c.set_node_condition("node-0002", "GpuXid", "True", "Xid79", "GPU has fallen off the bus")
+    c.set_node_unschedulable("node-0000", true)
         .await
-        .expect("condition");
+        .expect("cordon");
+    c.set_node_ready("node-0001", false)
+        .await
+        .expect("not ready");
+    c.set_node_condition(
+        "node-0002",
+        "GpuXid",
+        "True",
+        "Xid79",
+        "GPU has fallen off the bus",
+    )
+    .await
+    .expect("condition");
     tokio::time::sleep(Duration::from_millis(200)).await;
     c.create_pytorchjob(NS, "cx", 5, &[]).await.expect("create");
     let sel = format!("{}=cx", kf::JOB_NAME_LABEL);
-    let pods = c.wait_for_pods_running(NS, &sel, 6, T).await.expect("running");
+    let pods = c
+        .wait_for_pods_running(NS, &sel, 6, T)
+        .await
+        .expect("running");
     for p in &pods {
-        assert_eq!(p.spec.as_ref().and_then(|s| s.node_name.as_deref()), Some("node-0002"));
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("node-0002")
+        );
     }
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.client());
     let n = nodes.get("node-0002").await.expect("node");
     let conds = n.status.and_then(|s| s.conditions).unwrap_or_default();
-    let x = conds.iter().find(|c| c.type_ == "GpuXid").expect("condition set");
-    assert_eq!((x.status.as_str(), x.reason.as_deref()), ("True", Some("Xid79")));
-    assert!(conds.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "other conditions kept");
+    let x = conds
+        .iter()
+        .find(|c| c.type_ == "GpuXid")
+        .expect("condition set");
+    assert_eq!(
+        (x.status.as_str(), x.reason.as_deref()),
+        ("True", Some("Xid79"))
+    );
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "other conditions kept"
+    );
     c.shutdown().await;
 }
 
@@ -399,27 +539,52 @@ async fn ascend_configmap_carries_the_fault_code() {
     .await
     .expect("start");
     let cms: Api<ConfigMap> = Api::namespaced(c.client(), ascend::NAMESPACE);
-    let healthy = cms.get("mindx-dl-deviceinfo-node-0001").await.expect("configmap per node");
+    let healthy = cms
+        .get("mindx-dl-deviceinfo-node-0001")
+        .await
+        .expect("configmap per node");
     let cfg: serde_json::Value =
-        serde_json::from_str(&healthy.data.unwrap_or_default()[ascend::DATA_KEY]).expect("DeviceInfoCfg json");
-    assert_eq!(cfg["DeviceInfo"]["DeviceList"]["huawei.com/Ascend910-Fault"], "[]");
-    c.set_ascend_fault("node-0001", 3, &["80E18402", "A8028801"]).await.expect("fault");
-    let cm = cms.get("mindx-dl-deviceinfo-node-0001").await.expect("configmap");
-    assert_eq!(cm.labels().get("mx-consumer-cim").map(String::as_str), Some("true"));
+        serde_json::from_str(&healthy.data.unwrap_or_default()[ascend::DATA_KEY])
+            .expect("DeviceInfoCfg json");
+    assert_eq!(
+        cfg["DeviceInfo"]["DeviceList"]["huawei.com/Ascend910-Fault"],
+        "[]"
+    );
+    c.set_ascend_fault("node-0001", 3, &["80E18402", "A8028801"])
+        .await
+        .expect("fault");
+    let cm = cms
+        .get("mindx-dl-deviceinfo-node-0001")
+        .await
+        .expect("configmap");
+    assert_eq!(
+        cm.labels().get("mx-consumer-cim").map(String::as_str),
+        Some("true")
+    );
     let cfg: serde_json::Value =
-        serde_json::from_str(&cm.data.unwrap_or_default()[ascend::DATA_KEY]).expect("DeviceInfoCfg json");
+        serde_json::from_str(&cm.data.unwrap_or_default()[ascend::DATA_KEY])
+            .expect("DeviceInfoCfg json");
     let list = &cfg["DeviceInfo"]["DeviceList"];
     let faults: serde_json::Value =
-        serde_json::from_str(list["huawei.com/Ascend910-Fault"].as_str().unwrap_or("")).expect("fault list");
+        serde_json::from_str(list["huawei.com/Ascend910-Fault"].as_str().unwrap_or(""))
+            .expect("fault list");
     assert_eq!(faults[0]["npu_name"], "Ascend910-3");
     assert_eq!(faults[0]["fault_code"], "80E18402,A8028801");
     assert_eq!(list["huawei.com/Ascend910-Unhealthy"], "Ascend910-3");
     assert_eq!(cfg["CheckCode"].as_str().map(str::len), Some(64));
-    c.clear_ascend_fault("node-0001", None).await.expect("clear");
-    let cm = cms.get("mindx-dl-deviceinfo-node-0001").await.expect("configmap");
+    c.clear_ascend_fault("node-0001", None)
+        .await
+        .expect("clear");
+    let cm = cms
+        .get("mindx-dl-deviceinfo-node-0001")
+        .await
+        .expect("configmap");
     let cfg: serde_json::Value =
         serde_json::from_str(&cm.data.unwrap_or_default()[ascend::DATA_KEY]).expect("json");
-    assert_eq!(cfg["DeviceInfo"]["DeviceList"]["huawei.com/Ascend910-Fault"], "[]");
+    assert_eq!(
+        cfg["DeviceInfo"]["DeviceList"]["huawei.com/Ascend910-Fault"],
+        "[]"
+    );
     // NPU nodes carry the resource, and pods asking for it are placed.
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.client());
     let n = nodes.get("node-0000").await.expect("node");
@@ -451,13 +616,20 @@ async fn jobs_validate_against_the_real_crds() {
     }
     let c = cluster(4).await;
     for t in &texts {
-        c.api().register_crds_yaml(t).await.expect("register real CRD");
+        c.api()
+            .register_crds_yaml(t)
+            .await
+            .expect("register real CRD");
     }
     c.create_pytorchjob(NS, "real", 1, &[("kcover.io/cascading-recovery", "true")])
         .await
         .expect("pytorchjob valid");
-    c.create_volcano_job(NS, "realvj", 1, &[]).await.expect("vcjob valid");
-    c.create_jobset(NS, "realjs", 1, 1, 0, &[]).await.expect("jobset valid");
+    c.create_volcano_job(NS, "realvj", 1, &[])
+        .await
+        .expect("vcjob valid");
+    c.create_jobset(NS, "realjs", 1, 1, 0, &[])
+        .await
+        .expect("jobset valid");
     c.wait_for_pods_running(NS, &format!("{}=real", kf::JOB_NAME_LABEL), 2, T)
         .await
         .expect("pytorch pods");
@@ -474,9 +646,16 @@ async fn jobs_validate_against_the_real_crds() {
     })
     .await
     .expect("status accepted by the real schema");
-    assert_eq!(pj.data["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"], 1);
+    assert_eq!(
+        pj.data["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"],
+        1
+    );
     let vj: Api<DynamicObject> = Api::namespaced_with(c.client(), NS, &vc::job_resource());
-    assert_eq!(vj.get("realvj").await.expect("vcjob").data["spec"]["maxRetry"], 3, "schema default");
+    assert_eq!(
+        vj.get("realvj").await.expect("vcjob").data["spec"]["maxRetry"],
+        3,
+        "schema default"
+    );
     c.shutdown().await;
 }
 
@@ -496,9 +675,14 @@ async fn smoke_200_nodes_2000_pods() {
     let setup = t0.elapsed();
     let t1 = Instant::now();
     for i in 0..200 {
-        c.create_pytorchjob(NS, &format!("job-{i:03}"), 9, &[("kcover.io/cascading-recovery", "true")])
-            .await
-            .expect("create job");
+        c.create_pytorchjob(
+            NS,
+            &format!("job-{i:03}"),
+            9,
+            &[("kcover.io/cascading-recovery", "true")],
+        )
+        .await
+        .expect("create job");
     }
     let pods = c
         .wait_for_pods_running(NS, kf::JOB_NAME_LABEL, 2000, Duration::from_secs(120))
@@ -512,11 +696,60 @@ async fn smoke_200_nodes_2000_pods() {
     let mut per_node: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for p in &pods {
         *per_node
-            .entry(p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default())
+            .entry(
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_default(),
+            )
             .or_default() += 1;
     }
     assert_eq!(per_node.len(), 200, "every node used");
-    assert!(per_node.values().all(|n| *n <= 20), "spread: {:?}", per_node.values().max());
+    assert!(
+        per_node.values().all(|n| *n <= 20),
+        "spread: {:?}",
+        per_node.values().max()
+    );
     assert_eq!(c.api().object_count("/pods"), 2000, "no extra pods");
     c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn scratch_progress() {
+    let c = SimCluster::start(SimConfig {
+        nodes: 200,
+        namespaces: vec![NS.into()],
+        ..SimConfig::default()
+    })
+    .await
+    .expect("start");
+    let t1 = Instant::now();
+    for i in 0..200 {
+        c.create_pytorchjob(NS, &format!("job-{i:03}"), 9, &[])
+            .await
+            .expect("create job");
+    }
+    println!("created jobs {:?}", t1.elapsed());
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let pods = api.list(&ListParams::default()).await.expect("list").items;
+        let bound = pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        let running = pods.iter().filter(|p| pod_running(p)).count();
+        println!(
+            "{:?} pods {} bound {} running {} reqs {:?}",
+            t1.elapsed(),
+            pods.len(),
+            bound,
+            running,
+            c.api().request_counts()
+        );
+        if running == 2000 {
+            break;
+        }
+    }
 }
