@@ -15,7 +15,7 @@ use rebound::sim::cluster::{
 use serde_json::json;
 
 const NS: &str = "team-a";
-const T: Duration = Duration::from_secs(20);
+const T: Duration = Duration::from_secs(30);
 
 async fn cluster(nodes: usize) -> SimCluster {
     SimCluster::start(SimConfig {
@@ -685,7 +685,7 @@ async fn smoke_200_nodes_2000_pods() {
         .expect("create job");
     }
     let pods = c
-        .wait_for_pods_running(NS, kf::JOB_NAME_LABEL, 2000, Duration::from_secs(120))
+        .wait_for_pods_running(NS, kf::JOB_NAME_LABEL, 2000, Duration::from_secs(180))
         .await
         .expect("2,000 pods running");
     let took = t1.elapsed();
@@ -712,4 +712,74 @@ async fn smoke_200_nodes_2000_pods() {
     );
     assert_eq!(c.api().object_count("/pods"), 2000, "no extra pods");
     c.shutdown().await;
+}
+
+async fn bulk_run(nodes: usize, jobs: usize, limit: Duration) {
+    let t0 = Instant::now();
+    let c = SimCluster::start(SimConfig {
+        nodes,
+        gpus_per_node: 8,
+        namespaces: vec![NS.into()],
+        ..SimConfig::default()
+    })
+    .await
+    .expect("start");
+    let opts = JobOptions::labels(&[("kcover.io/cascading-recovery", "true")]);
+    let names = c
+        .bulk_pytorchjobs(NS, "bulk", jobs, 9, &opts)
+        .expect("bulk jobs");
+    let setup = t0.elapsed();
+    let pods = c
+        .wait_for_pods_running(NS, kf::JOB_NAME_LABEL, jobs * 10, limit)
+        .await
+        .expect("all pods running");
+    println!(
+        "bulk: {nodes} nodes and {} pods created in {setup:?}; all Running after {:?}",
+        jobs * 10,
+        t0.elapsed()
+    );
+    assert_eq!(names.len(), jobs);
+    assert_eq!(pods.len(), jobs * 10);
+    assert_eq!(
+        c.api().object_count("/pods"),
+        jobs * 10,
+        "the operator adopted, made no extra pods"
+    );
+    let nodes_used: HashSet<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    assert_eq!(nodes_used.len(), nodes.min(jobs * 10));
+    // The operator owns the pods: deleting one brings it back.
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    api.delete("bulk-0-worker-3", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let again = wait_for(T * 3, "recreated", || async {
+        Ok(pod(&c, "bulk-0-worker-3").await.filter(pod_running))
+    })
+    .await
+    .expect("recreated");
+    assert_eq!(
+        again
+            .labels()
+            .get(kf::REPLICA_INDEX_LABEL)
+            .map(String::as_str),
+        Some("3")
+    );
+    c.shutdown().await;
+}
+
+/// The bulk setup path: 200 nodes and 2,000 pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_setup_200_nodes_2000_pods() {
+    bulk_run(200, 200, Duration::from_secs(180)).await;
+}
+
+/// The design's scale, 2,000 nodes and 20,000 pods (slow in debug builds:
+/// run with `--ignored`, preferably `--release`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bulk_setup_2000_nodes_20000_pods() {
+    bulk_run(2000, 2000, Duration::from_secs(600)).await;
 }

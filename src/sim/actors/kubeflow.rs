@@ -204,7 +204,8 @@ fn kf_condition(conds: &mut Vec<Value>, ctype: &str, reason: &str, message: &str
     }));
 }
 
-fn make_pod(
+/// The pod the operator makes for one replica.
+pub(crate) fn make_pod(
     kind: KubeflowKind,
     job: &DynamicObject,
     rtype: &str,
