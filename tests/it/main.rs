@@ -1,1 +1,2 @@
 mod sim_actors;
+mod sim_server;

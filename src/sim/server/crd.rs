@@ -163,6 +163,7 @@ pub fn resource_of(crd: &Value) -> Result<ResourceInfo, ApiError> {
         schemas,
         printer_columns,
         crd_name: Some(name.to_string()),
+        storage_alias: None,
     })
 }
 

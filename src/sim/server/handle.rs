@@ -81,6 +81,12 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, SimError> {
 fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener, addr: SocketAddr) -> Running {
     let (stop, rx) = oneshot::channel::<()>();
     let app = http::router(shared, addr.to_string());
+    // no Nagle delay: each watch event must leave at once
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    });
     let task = tokio::spawn(async move {
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = rx.await;
@@ -93,7 +99,7 @@ fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener, addr: SocketAdd
 }
 
 impl ApiServer {
-    /// A builder with defaults: any free loopback port, 200,000 events of
+    /// A builder with defaults: any free loopback port, 50,000 events of
     /// watch history, bookmarks every 5 s, immediate pod deletion.
     pub fn builder() -> Self {
         Self::default()

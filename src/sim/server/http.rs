@@ -15,8 +15,10 @@ use serde_json::Value;
 use super::discovery;
 use super::errors::ApiError;
 use super::log::RequestRecord;
+use super::openapi;
 use super::ops::{DeleteOpts, ListQuery, Loc, Reply, WriteOpts};
 use super::patch::PatchType;
+use super::render;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::state::Shared;
 use super::table;
@@ -39,6 +41,10 @@ pub enum Route {
     ResourceList(String, String),
     /// An object or collection.
     Resource(Loc),
+    /// `/openapi/v3`
+    OpenApiIndex,
+    /// `/openapi/v3/<gv path>`
+    OpenApi(String),
     /// Nothing served here.
     Unknown,
 }
@@ -54,6 +60,8 @@ pub fn parse_path(shared: &Shared, path: &str) -> Route {
         ["version"] => return Route::Version,
         ["healthz" | "readyz" | "livez", ..] => return Route::Health,
         ["api"] => return Route::CoreVersions,
+        ["openapi", "v3"] => return Route::OpenApiIndex,
+        ["openapi", "v3", rest @ ..] => return Route::OpenApi(rest.join("/")),
         ["apis"] => return Route::Groups,
         ["apis", g] => return Route::Group(g.to_string()),
         ["api", v] => return Route::ResourceList(String::new(), v.to_string()),
@@ -297,9 +305,17 @@ fn reply(r: Result<Reply, ApiError>) -> Response {
     }
 }
 
-fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
+/// Decodes a create/update body: JSON or YAML; protobuf and CBOR are a
+/// 415 (clients such as kubectl then fall back to JSON).
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let ct = header_str(headers, header::CONTENT_TYPE).unwrap_or_default();
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    match mime {
+        "" | "application/json" | "*/*" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}"))),
+        "application/yaml" => super::ops::parse_yaml_or_json(body),
+        _ => Err(ApiError::unsupported_media_type(&ct)),
+    }
 }
 
 async fn dispatch(
@@ -335,6 +351,13 @@ async fn dispatch(
                 None => not_found(v),
             };
         }
+        Route::OpenApiIndex => return json_response(200, &openapi::index(&reg()), &[]),
+        Route::OpenApi(gv) => {
+            return match openapi::document(&reg(), gv) {
+                Some(d) => json_response(200, &d, &[]),
+                None => not_found(gv),
+            };
+        }
         Route::Unknown => return not_found("path"),
         Route::Resource(loc) => loc,
     };
@@ -344,7 +367,9 @@ async fn dispatch(
         strict: q.get("fieldValidation") == Some("Strict"),
         dry_run: q.get("dryRun").is_some_and(|d| !d.is_empty()),
     };
-    let wants_table = header_str(headers, header::ACCEPT).is_some_and(|a| a.contains("as=Table"));
+    let accept = header_str(headers, header::ACCEPT);
+    let wants_table = accept.as_deref().is_some_and(|a| a.contains("as=Table"));
+    let wants_meta = render::wants_metadata(accept.as_deref());
     match *method {
         Method::GET if loc.sub.as_deref() == Some("log") => {
             let tail = q.get("tailLines").and_then(|t| t.parse().ok());
@@ -360,6 +385,9 @@ async fn dispatch(
             }
         }
         Method::GET if loc.name.is_some() => match shared.get(loc) {
+            Ok(r) if wants_meta && loc.sub.is_none() => {
+                json_response(200, &render::partial(&r.body), &[])
+            }
             Ok(r) if wants_table && loc.sub.is_none() => {
                 json_response(200, &table::single(loc, &r.body), &[])
             }
@@ -376,6 +404,7 @@ async fn dispatch(
                 rv: lq.rv,
                 send_initial: q.flag("sendInitialEvents"),
                 bookmarks: q.flag("allowWatchBookmarks"),
+                meta_only: wants_meta,
                 timeout: q
                     .get("timeoutSeconds")
                     .and_then(|t| t.parse().ok())
@@ -399,12 +428,15 @@ async fn dispatch(
                 Err(e) => return error_response(&e),
             };
             match shared.list(loc, &lq).await {
+                Ok(r) if wants_meta => json_response(200, &render::partial_list(&r.body), &[]),
                 Ok(r) if wants_table => json_response(200, &table::list(loc, &r.body), &[]),
                 other => reply(other),
             }
         }
-        Method::POST => reply(parse_body(body).and_then(|b| shared.create(loc, b, &wopts))),
-        Method::PUT => reply(parse_body(body).and_then(|b| shared.update(loc, b, &wopts))),
+        Method::POST => {
+            reply(parse_body(headers, body).and_then(|b| shared.create(loc, b, &wopts)))
+        }
+        Method::PUT => reply(parse_body(headers, body).and_then(|b| shared.update(loc, b, &wopts))),
         Method::PATCH => {
             let ct = header_str(headers, header::CONTENT_TYPE).unwrap_or_default();
             match PatchType::from_content_type(&ct) {

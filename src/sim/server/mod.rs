@@ -14,13 +14,19 @@
 
 pub mod apply;
 pub mod crd;
+pub mod delete;
 pub mod discovery;
 pub mod errors;
+pub mod events;
 pub mod http;
 pub mod inject;
+pub mod list;
 pub mod log;
+pub mod openapi;
 pub mod ops;
 pub mod patch;
+pub mod pods;
+pub mod render;
 pub mod resources;
 pub mod schema;
 pub mod selectors;
@@ -29,6 +35,7 @@ pub mod store;
 pub mod table;
 pub mod validate;
 pub mod watch;
+pub mod write;
 
 mod handle;
 

@@ -73,12 +73,26 @@ pub struct ResourceInfo {
     pub printer_columns: BTreeMap<String, Vec<Value>>,
     /// Name of the CRD that defined it.
     pub crd_name: Option<String>,
+    /// Storage shared with another resource (`events.k8s.io` events are
+    /// stored as core events and converted on the way in and out).
+    pub storage_alias: Option<String>,
 }
 
 impl ResourceInfo {
-    /// Storage key shared by all versions: `group/plural`.
-    pub fn key(&self) -> String {
+    /// Registry key: `group/plural`.
+    pub fn id(&self) -> String {
         key_of(&self.group, &self.plural)
+    }
+
+    /// Storage key shared by all versions (and by aliases): `group/plural`
+    /// of the storing resource.
+    pub fn key(&self) -> String {
+        self.storage_alias.clone().unwrap_or_else(|| self.id())
+    }
+
+    /// Whether objects are converted between this resource and its storage.
+    pub fn is_events_v1(&self) -> bool {
+        self.group == "events.k8s.io" && self.plural == "events"
     }
 
     /// The `apiVersion` string for a version of this resource.
@@ -140,6 +154,7 @@ impl B {
             schemas: BTreeMap::new(),
             printer_columns: BTreeMap::new(),
             crd_name: None,
+            storage_alias: None,
         })
     }
     fn short(mut self, s: &[&str]) -> Self {
@@ -182,8 +197,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
     pods.0.status_writes_metadata = true;
     let mut nodes = B::new("", "v1", "nodes", "Node", false)
         .short(&["no"])
-        .status(Keep)
-        .returns_object();
+        .status(Keep);
     nodes.0.status_writes_metadata = true;
     let deployments = {
         let mut d = B::new("apps", "v1", "deployments", "Deployment", true)
@@ -213,15 +227,18 @@ pub fn builtins() -> Vec<ResourceInfo> {
         B::new("", "v1", "secrets", "Secret", true).0,
         B::new("", "v1", "serviceaccounts", "ServiceAccount", true)
             .short(&["sa"])
+            .returns_object()
             .0,
         B::new("", "v1", "services", "Service", true)
             .short(&["svc"])
             .all()
             .status(Keep)
             .0,
-        B::new("events.k8s.io", "v1", "events", "Event", true)
-            .short(&["ev"])
-            .0,
+        {
+            let mut e = B::new("events.k8s.io", "v1", "events", "Event", true).short(&["ev"]);
+            e.0.storage_alias = Some(key_of("", "events"));
+            e.0
+        },
         B::new("coordination.k8s.io", "v1", "leases", "Lease", true)
             .conditional()
             .0,
@@ -282,7 +299,7 @@ impl Registry {
 
     /// Adds or replaces a resource.
     pub fn insert(&mut self, info: ResourceInfo) {
-        self.by_key.insert(info.key(), Arc::new(info));
+        self.by_key.insert(info.id(), Arc::new(info));
     }
 
     /// Removes a resource (a deleted CRD).
@@ -298,9 +315,9 @@ impl Registry {
             .cloned()
     }
 
-    /// By storage key.
-    pub fn get(&self, key: &str) -> Option<Arc<ResourceInfo>> {
-        self.by_key.get(key).cloned()
+    /// By registry key (`group/plural`).
+    pub fn get(&self, id: &str) -> Option<Arc<ResourceInfo>> {
+        self.by_key.get(id).cloned()
     }
 
     /// All resources.

@@ -204,6 +204,14 @@ impl FieldSelector {
                 )));
             };
             let k = k.trim();
+            // events.k8s.io events are stored in the core form
+            let stored = match (group, k) {
+                ("events.k8s.io", "reportingController") => "reportingComponent".to_string(),
+                ("events.k8s.io", k) if k.starts_with("regarding.") => {
+                    k.replacen("regarding.", "involvedObject.", 1)
+                }
+                (_, k) => k.to_string(),
+            };
             if !(k == "metadata.name"
                 || k == "metadata.namespace"
                 || supported_fields(group, plural).contains(&k))
@@ -212,7 +220,7 @@ impl FieldSelector {
                     "field label not supported: {k}"
                 )));
             }
-            reqs.push((k.to_string(), eq, v.trim().to_string()));
+            reqs.push((stored, eq, v.trim().to_string()));
         }
         Ok(Self(reqs))
     }

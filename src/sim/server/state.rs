@@ -34,7 +34,7 @@ impl Default for ServerOptions {
     fn default() -> Self {
         Self {
             port: 0,
-            history: 200_000,
+            history: 50_000,
             broadcast: 65_536,
             bookmark_interval: Duration::from_secs(5),
             hold_pod_deletion: false,

@@ -56,7 +56,9 @@ pub struct Inner {
     history: VecDeque<Arc<Change>>,
     history_cap: usize,
     owners: HashMap<String, HashSet<ObjRef>>,
-    tx: Option<broadcast::Sender<Arc<Change>>>,
+    /// One broadcast per resource, so a watcher wakes only for its resource.
+    txs: Mutex<HashMap<Arc<str>, broadcast::Sender<Arc<Change>>>>,
+    broadcast_cap: usize,
     rv_tx: Option<watch::Sender<u64>>,
 }
 
@@ -131,8 +133,12 @@ impl Inner {
     }
 
     /// Subscribes to live changes (call under the lock to not miss any).
-    pub fn subscribe(&self) -> Option<broadcast::Receiver<Arc<Change>>> {
-        self.tx.as_ref().map(broadcast::Sender::subscribe)
+    pub fn subscribe(&self, res: &Arc<str>) -> Option<broadcast::Receiver<Arc<Change>>> {
+        let mut txs = self.txs.lock().ok()?;
+        let tx = txs
+            .entry(res.clone())
+            .or_insert_with(|| broadcast::channel(self.broadcast_cap.max(16)).0);
+        Some(tx.subscribe())
     }
 
     fn index(
@@ -169,7 +175,9 @@ impl Inner {
                 self.floor = self.floor.max(c.rv);
             }
         }
-        if let Some(tx) = &self.tx {
+        if let Ok(txs) = self.txs.lock()
+            && let Some(tx) = txs.get(&change.res)
+        {
             let _ = tx.send(change.clone());
         }
         if let Some(tx) = &self.rv_tx {
@@ -254,15 +262,19 @@ impl Inner {
         }))
     }
 
-    /// Drops every stored object of a resource without events (a CRD's
-    /// objects after the CRD is gone: watchers of it are closed anyway).
+    /// Deletes every stored object of a resource, one DELETED event each
+    /// (the objects of a CRD being deleted).
     pub fn drop_resource(&mut self, res: &str) {
-        if let Some(m) = self.objects.remove(res) {
-            for ((ns, name), obj) in m {
-                let r: Arc<str> = Arc::from(res);
-                self.index(&r, &ns, &name, Some(&obj), None);
-            }
+        let r: Arc<str> = Arc::from(res);
+        let keys: Vec<ObjKey> = self
+            .objects
+            .get(res)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for (ns, name) in keys {
+            self.remove(&r, &ns, &name);
         }
+        self.objects.remove(res);
     }
 
     /// Makes every resourceVersion issued so far too old (etcd compaction).
@@ -302,12 +314,11 @@ impl Store {
     /// A store keeping `history_cap` events for resuming watches and
     /// buffering `broadcast_cap` events per slow watcher.
     pub fn new(history_cap: usize, broadcast_cap: usize) -> Self {
-        let (tx, _) = broadcast::channel(broadcast_cap.max(16));
         let (rv_tx, rv_rx) = watch::channel(0);
         Self {
             inner: RwLock::new(Inner {
                 history_cap: history_cap.max(1),
-                tx: Some(tx),
+                broadcast_cap,
                 rv_tx: Some(rv_tx),
                 ..Inner::default()
             }),

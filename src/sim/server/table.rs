@@ -93,6 +93,13 @@ fn columns(loc: &Loc) -> Vec<Column> {
             }
             let name = pc.get("name").and_then(Value::as_str).unwrap_or("");
             let ty = pc.get("type").and_then(Value::as_str).unwrap_or("string");
+            if ty == "date" {
+                cols.push((
+                    col(name, "string", ""),
+                    Box::new(move |o: &Value| json!(age(simple_path(o, &path)))),
+                ));
+                continue;
+            }
             cols.push((
                 col(name, ty, ""),
                 Box::new(move |o: &Value| simple_path(o, &path).cloned().unwrap_or(Value::Null)),
@@ -100,14 +107,30 @@ fn columns(loc: &Loc) -> Vec<Column> {
         }
     }
     cols.push((
-        col("Age", "date", ""),
-        Box::new(|o: &Value| {
-            o.pointer("/metadata/creationTimestamp")
-                .cloned()
-                .unwrap_or(Value::Null)
-        }),
+        col("Age", "string", ""),
+        Box::new(|o: &Value| json!(age(o.pointer("/metadata/creationTimestamp")))),
     ));
     cols
+}
+
+/// `kubectl`-style age of a timestamp (`42s`, `5m`, `3h`, `12d`), as the
+/// real server's printers render it.
+fn age(ts: Option<&Value>) -> String {
+    let Some(t) = ts
+        .and_then(Value::as_str)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    else {
+        return "<unknown>".into();
+    };
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 3600 * 2 => format!("{}m", s / 60),
+        s if s < 86_400 * 2 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
 }
 
 fn table(loc: &Loc, items: &[Value], rv: Value, cont: Option<Value>) -> Value {

@@ -51,6 +51,46 @@ pub fn check_name(plural: &str, name: &str) -> Option<Cause> {
     })
 }
 
+fn qualified_name_ok(n: &str) -> bool {
+    let b = n.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Label keys (`[prefix/]name`) and values, as the real server checks them.
+pub fn check_labels(obj: &Value) -> Vec<Cause> {
+    let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) else {
+        return vec![];
+    };
+    let mut causes = Vec::new();
+    for (k, v) in labels {
+        let (prefix, name) = match k.split_once('/') {
+            Some((p, n)) => (Some(p), n),
+            None => (None, k.as_str()),
+        };
+        if !qualified_name_ok(name) || prefix.is_some_and(|p| dns1123_subdomain(p).is_some()) {
+            causes.push(Cause {
+                reason: "FieldValueInvalid",
+                field: "metadata.labels".into(),
+                message: format!("Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
+            });
+        }
+        let value = v.as_str().unwrap_or("\u{0}");
+        if !value.is_empty() && !qualified_name_ok(value) {
+            causes.push(Cause {
+                reason: "FieldValueInvalid",
+                field: "metadata.labels".into(),
+                message: format!("Invalid value: \"{value}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"),
+            });
+        }
+    }
+    causes
+}
+
 /// Whether a micro-time string has exactly six fractional digits
 /// (`2026-01-01T00:00:01.000000Z`), as the real server's decoder demands.
 pub fn micro_time_ok(s: &str) -> bool {
@@ -159,6 +199,14 @@ mod tests {
         assert!(dns1123_subdomain("-a").is_some());
         assert!(dns1123_label("a.b").is_some());
         assert!(dns1123_label("ns-1").is_none());
+    }
+
+    #[test]
+    fn labels() {
+        let ok = serde_json::json!({"metadata": {"labels": {"app.kubernetes.io/name": "x", "a": "", "b": "A_b.c-1"}}});
+        assert!(check_labels(&ok).is_empty());
+        let bad = serde_json::json!({"metadata": {"labels": {"a": "-x", "bad key": "v", "c": "y".repeat(64)}}});
+        assert_eq!(check_labels(&bad).len(), 3);
     }
 
     #[test]

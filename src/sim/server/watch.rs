@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::errors::ApiError;
 use super::ops::Loc;
+use super::render;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::state::Shared;
 use super::store::{Change, ChangeKind};
@@ -35,6 +36,8 @@ pub struct WatchQuery {
     pub bookmarks: bool,
     /// `timeoutSeconds`.
     pub timeout: Option<Duration>,
+    /// Send `PartialObjectMetadata` objects (metadata-only watch).
+    pub meta_only: bool,
 }
 
 struct Filter {
@@ -71,7 +74,16 @@ impl Filter {
             ChangeKind::Deleted if before || now => ("DELETED", (*c.obj).clone()),
             _ => return None,
         };
-        Some(encode(ty, &shared.view(&self.loc, &obj)))
+        Some(encode(ty, &self.render(shared, &obj)))
+    }
+
+    fn render(&self, shared: &Shared, obj: &Value) -> Value {
+        let v = shared.view(&self.loc, obj);
+        if self.q.meta_only {
+            render::partial(&v)
+        } else {
+            v
+        }
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
@@ -119,7 +131,7 @@ pub fn start(shared: Arc<Shared>, loc: Loc, q: WatchQuery) -> Result<WatchBody, 
             };
             for (_, o) in r.iter(&filter.loc.key, ns) {
                 if filter.matches(o) {
-                    first.push(encode("ADDED", &shared.view(&filter.loc, o)));
+                    first.push(encode("ADDED", &filter.render(&shared, o)));
                 }
             }
             if filter.q.send_initial {
@@ -138,7 +150,7 @@ pub fn start(shared: Arc<Shared>, loc: Loc, q: WatchQuery) -> Result<WatchBody, 
                 }
             }
         }
-        (r.subscribe(), cur)
+        (r.subscribe(&filter.loc.key), cur)
     };
     let Some(sub) = sub else {
         return Err(ApiError::internal("watch broadcast closed"));
@@ -198,7 +210,13 @@ async fn pump(
                 Err(_) => return,
             },
             _ = tick.tick(), if filter.q.bookmarks => {
-                if tx.send(filter.bookmark(seen, false)).await.is_err() {
+                // nothing of this resource pending under the read lock: every
+                // change up to the global resourceVersion has been seen
+                let rv = {
+                    let r = shared.store.read();
+                    if sub.is_empty() { r.rv() } else { seen }
+                };
+                if tx.send(filter.bookmark(rv, false)).await.is_err() {
                     return;
                 }
             }

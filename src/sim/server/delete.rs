@@ -1,0 +1,272 @@
+//! DELETE and deletecollection: preconditions, finalizers,
+//! propagation policies, synchronous owner garbage collection, namespace
+//! and CRD cascades.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::errors::ApiError;
+use super::ops::{
+    DeleteOpts, ListQuery, Loc, NS_KEY, Reply, finalizers, meta_mut, meta_str, om_terminating,
+};
+use super::state::Shared;
+use super::store::Inner;
+
+impl Shared {
+    /// Removes an object for good and collects its dependents; returns its
+    /// last state.
+    pub(super) fn finalize_removal(
+        &self,
+        w: &mut Inner,
+        key: &Arc<str>,
+        ns: &str,
+        name: &str,
+        policy: &str,
+        last: Option<Value>,
+    ) -> Option<Arc<Value>> {
+        let change = w.remove_as(key, ns, name, last)?;
+        let uid = meta_str(&change.obj, "uid").unwrap_or("").to_string();
+        if key.as_ref() == "apiextensions.k8s.io/customresourcedefinitions" {
+            let group = change
+                .obj
+                .pointer("/spec/group")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let plural = change
+                .obj
+                .pointer("/spec/names/plural")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            w.drop_resource(&super::resources::key_of(group, plural));
+            if let Ok(mut reg) = self.registry.write() {
+                reg.remove(group, plural);
+            }
+        }
+        if key.as_ref() == NS_KEY {
+            self.empty_namespace(w, name);
+        }
+        if !uid.is_empty() && policy != "Orphan" {
+            self.collect_dependents(w, &uid);
+        }
+        Some(change.obj.clone())
+    }
+
+    pub(super) fn empty_namespace(&self, w: &mut Inner, ns: &str) {
+        let reg = self.registry_snapshot();
+        for res in reg
+            .all()
+            .filter(|r| r.namespaced && r.storage_alias.is_none())
+        {
+            let key: Arc<str> = Arc::from(res.key().as_str());
+            let names: Vec<String> = w
+                .iter(&key, Some(ns))
+                .map(|((_, n), _)| n.clone())
+                .collect();
+            for n in names {
+                let _ = self.delete_locked(w, &key, ns, &n, &DeleteOpts::default());
+            }
+        }
+    }
+
+    /// Background garbage collection: dependents whose last owner is gone are
+    /// deleted; references to the gone owner are removed otherwise.
+    pub(super) fn collect_dependents(&self, w: &mut Inner, owner_uid: &str) {
+        for (key, ns, name) in w.dependents(owner_uid) {
+            let Some(dep) = w.get(&key, &ns, &name) else {
+                continue;
+            };
+            let refs: Vec<Value> = dep
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let remaining: Vec<Value> = refs
+                .into_iter()
+                .filter(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid))
+                .collect();
+            if remaining.is_empty() {
+                let _ = self.delete_locked(w, &key, &ns, &name, &DeleteOpts::default());
+            } else {
+                let mut d = (*dep).clone();
+                meta_mut(&mut d).insert("ownerReferences".into(), Value::Array(remaining));
+                w.put(&key, d);
+            }
+        }
+    }
+
+    pub(super) fn orphan_dependents(&self, w: &mut Inner, owner_uid: &str) {
+        for (key, ns, name) in w.dependents(owner_uid) {
+            let Some(dep) = w.get(&key, &ns, &name) else {
+                continue;
+            };
+            let mut d = (*dep).clone();
+            let m = meta_mut(&mut d);
+            let refs: Vec<Value> = m
+                .get("ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid))
+                .collect();
+            if refs.is_empty() {
+                m.remove("ownerReferences");
+            } else {
+                m.insert("ownerReferences".into(), Value::Array(refs));
+            }
+            w.put(&key, d);
+        }
+    }
+
+    /// DELETE one object.
+    pub fn delete(&self, loc: &Loc, opts: &DeleteOpts) -> Result<Reply, ApiError> {
+        let name = loc.name.clone().unwrap_or_default();
+        if loc.sub.is_some() {
+            return Err(ApiError::method_not_allowed(
+                "DELETE is not supported on subresources",
+            ));
+        }
+        let mut w = self.store.write();
+        let old = w
+            .get(&loc.key, loc.ns_str(), &name)
+            .ok_or_else(|| ApiError::not_found(loc.target(&name)))?;
+        if let Some(uid) = &opts.uid
+            && Some(uid.as_str()) != meta_str(&old, "uid")
+        {
+            return Err(ApiError::conflict(
+                loc.target(&name),
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&old, "uid").unwrap_or("")
+                ),
+            ));
+        }
+        if let Some(rv) = &opts.rv
+            && Some(rv.as_str()) != meta_str(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                loc.target(&name),
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(&old, "resourceVersion").unwrap_or("")
+                ),
+            ));
+        }
+        if opts.dry_run {
+            return Ok(Reply::ok(self.deleted_body(loc, &old)));
+        }
+        let (obj, removed) = self.delete_locked(&mut w, &loc.key, loc.ns_str(), &name, opts)?;
+        if !removed || loc.res.return_deleted_object {
+            return Ok(Reply::ok(self.view(loc, &obj)));
+        }
+        Ok(Reply::ok(self.deleted_body(loc, &obj)))
+    }
+
+    pub(super) fn deleted_body(&self, loc: &Loc, obj: &Value) -> Value {
+        if loc.res.return_deleted_object {
+            return self.view(loc, obj);
+        }
+        let mut details = json!({"name": meta_str(obj, "name"), "kind": loc.res.plural, "uid": meta_str(obj, "uid")});
+        if !loc.res.group.is_empty() {
+            details["group"] = json!(loc.res.group);
+        }
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+    }
+
+    /// Deletes under the lock; returns the object and whether it is gone
+    /// (false: finalizers or a held pod keep it, with deletionTimestamp).
+    pub(super) fn delete_locked(
+        &self,
+        w: &mut Inner,
+        key: &Arc<str>,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> Result<(Arc<Value>, bool), ApiError> {
+        let Some(old) = w.get(key, ns, name) else {
+            return Err(ApiError::internal(format!("{key} {ns}/{name} vanished")));
+        };
+        let uid = meta_str(&old, "uid").unwrap_or("").to_string();
+        let policy = opts
+            .propagation
+            .clone()
+            .unwrap_or_else(|| "Background".into());
+        match policy.as_str() {
+            "Orphan" => self.orphan_dependents(w, &uid),
+            "Foreground" => self.collect_dependents(w, &uid),
+            "Background" => {}
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unsupported propagationPolicy {other:?}"
+                )));
+            }
+        }
+        let is_pod = key.as_ref() == "/pods";
+        let bound = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let hold = is_pod && self.opts.hold_pod_deletion && bound && opts.grace != Some(0);
+        if !finalizers(&old).is_empty() || hold {
+            if om_terminating(&old) {
+                return Ok((old, false));
+            }
+            let mut d = (*old).clone();
+            let grace = if hold {
+                opts.grace
+                    .or_else(|| {
+                        old.pointer("/spec/terminationGracePeriodSeconds")
+                            .and_then(Value::as_i64)
+                    })
+                    .unwrap_or(30)
+            } else {
+                0
+            };
+            let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
+            let m = meta_mut(&mut d);
+            m.insert(
+                "deletionTimestamp".into(),
+                json!(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+            );
+            m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            let change = w.put(key, d);
+            return Ok((change.obj.clone(), false));
+        }
+        let last = self
+            .finalize_removal(w, key, ns, name, &policy, None)
+            .ok_or_else(|| ApiError::internal("object vanished during delete"))?;
+        Ok((last, true))
+    }
+
+    /// DELETE on a collection, with selectors; returns the deleted objects.
+    pub fn delete_collection(
+        &self,
+        loc: &Loc,
+        q: &ListQuery,
+        opts: &DeleteOpts,
+    ) -> Result<Reply, ApiError> {
+        let mut w = self.store.write();
+        let items = self.select(&w, loc, q);
+        let mut out = Vec::new();
+        for o in items {
+            let ns = meta_str(&o, "namespace").unwrap_or("").to_string();
+            let name = meta_str(&o, "name").unwrap_or("").to_string();
+            if w.get(&loc.key, &ns, &name).is_none() {
+                continue;
+            }
+            if opts.dry_run {
+                out.push(self.view(loc, &o));
+                continue;
+            }
+            let (obj, _) = self.delete_locked(&mut w, &loc.key, &ns, &name, opts)?;
+            out.push(self.view(loc, &obj));
+        }
+        Ok(Reply::ok(json!({
+            "kind": format!("{}List", loc.res.kind),
+            "apiVersion": loc.res.api_version(&loc.version),
+            "metadata": {"resourceVersion": w.rv().to_string()},
+            "items": out,
+        })))
+    }
+}
