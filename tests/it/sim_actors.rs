@@ -783,3 +783,82 @@ async fn bulk_setup_200_nodes_2000_pods() {
 async fn bulk_setup_2000_nodes_20000_pods() {
     bulk_run(2000, 2000, Duration::from_secs(600)).await;
 }
+
+fn ready_condition(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test]
+async fn a_node_going_not_ready_marks_its_pods_not_ready() {
+    let c = cluster(1).await;
+    c.create_pytorchjob(NS, "nr", 1, &[]).await.expect("create");
+    let sel = format!("{}=nr", kf::JOB_NAME_LABEL);
+    c.wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
+    c.set_node_ready("node-0000", false)
+        .await
+        .expect("not ready");
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    let pods = wait_for(T, "pods not ready", || {
+        let api = api.clone();
+        let sel = sel.clone();
+        async move {
+            let pods = api.list(&ListParams::default().labels(&sel)).await?.items;
+            let all = pods.len() == 2
+                && pods
+                    .iter()
+                    .all(|p| ready_condition(p).as_deref() == Some("False"));
+            Ok(all.then_some(pods))
+        }
+    })
+    .await
+    .expect("marked not ready");
+    assert!(
+        pods.iter()
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubelets_finish_graceful_deletions() {
+    let c = SimCluster::start(SimConfig {
+        nodes: 2,
+        namespaces: vec![NS.into()],
+        hold_pod_deletion: true,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("start");
+    c.create_pytorchjob(NS, "gd", 1, &[]).await.expect("create");
+    let sel = format!("{}=gd", kf::JOB_NAME_LABEL);
+    let pods = c
+        .wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
+    let old = pods
+        .iter()
+        .find(|p| p.name_any() == "gd-worker-0")
+        .and_then(|p| p.uid())
+        .expect("uid");
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    api.delete("gd-worker-0", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let fresh = wait_for(T, "pod replaced", || async {
+        Ok(pod(&c, "gd-worker-0")
+            .await
+            .filter(|p| p.uid().as_deref() != Some(old.as_str()) && pod_running(p)))
+    })
+    .await
+    .expect("the kubelet finished the deletion and the operator recreated the pod");
+    assert!(fresh.metadata.deletion_timestamp.is_none());
+    c.shutdown().await;
+}
