@@ -862,3 +862,51 @@ async fn kubelets_finish_graceful_deletions() {
     assert!(fresh.metadata.deletion_timestamp.is_none());
     c.shutdown().await;
 }
+
+#[tokio::test]
+async fn volcano_pods_deleted_without_a_command_are_recreated() {
+    let c = cluster(2).await;
+    c.create_volcano_job(NS, "vd", 2, &[])
+        .await
+        .expect("create vcjob");
+    let sel = format!("{}=vd", vc::JOB_NAME);
+    let pods = c
+        .wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
+    let before = uids(&pods);
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    for p in &pods {
+        api.delete(&p.name_any(), &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    let again = wait_for(T, "2 new running pods", || {
+        let api = api.clone();
+        let sel = sel.clone();
+        let before = before.clone();
+        async move {
+            let pods = api.list(&ListParams::default().labels(&sel)).await?.items;
+            let fresh: Vec<Pod> = pods
+                .into_iter()
+                .filter(|p| pod_running(p) && !before.contains(&p.uid().unwrap_or_default()))
+                .collect();
+            Ok((fresh.len() == 2).then_some(fresh))
+        }
+    })
+    .await
+    .expect("recreated by the default SyncJob action");
+    // Same names and version: a sync, not a restart.
+    for p in &again {
+        assert_eq!(
+            p.annotations().get(vc::JOB_VERSION).map(String::as_str),
+            Some("0")
+        );
+    }
+    let names: BTreeSet<String> = again.iter().map(|p| p.name_any()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["vd-worker-0".to_owned(), "vd-worker-1".to_owned()])
+    );
+    c.shutdown().await;
+}
