@@ -432,11 +432,12 @@ impl SimCluster {
     ) -> Result<Vec<String>, ClusterError> {
         let kind = kubeflow::KubeflowKind::PyTorchJob;
         let gpus = opts.gpus_per_pod.unwrap_or(self.config.gpus_per_pod);
-        let per_node = if gpus > 0 {
-            (self.config.gpus_per_node / gpus) as usize
-        } else {
-            110
-        };
+        // Pods per node: as many as the accelerators allow, else the pod limit.
+        let per_node = self
+            .config
+            .gpus_per_node
+            .checked_div(gpus)
+            .map_or(110, |n| n as usize);
         let mut load = vec![0usize; self.config.nodes];
         let mut next = 0usize;
         let mut place = || {
