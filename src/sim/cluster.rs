@@ -393,6 +393,12 @@ impl SimCluster {
         workers: u32,
         opts: &JobOptions,
     ) -> Result<DynamicObject, ClusterError> {
+        let res = kubeflow::KubeflowKind::PyTorchJob.api_resource();
+        let obj = self.pytorchjob_object(ns, name, workers, opts);
+        self.create_custom(ns, &res, obj).await
+    }
+
+    fn pytorchjob_object(&self, ns: &str, name: &str, workers: u32, opts: &JobOptions) -> Value {
         let policy = opts
             .restart_policy
             .clone()
@@ -402,13 +408,81 @@ impl SimCluster {
         if workers > 0 {
             specs["Worker"] = replica(workers);
         }
-        let res = kubeflow::KubeflowKind::PyTorchJob.api_resource();
-        let obj = json!({
+        json!({
             "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
             "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
             "spec": {"runPolicy": {"cleanPodPolicy": "None"}, "pytorchReplicaSpecs": specs},
-        });
-        self.create_custom(ns, &res, obj).await
+        })
+    }
+
+    /// The bulk path for large simulations: creates `count` PyTorchJobs
+    /// `<prefix>-<i>` (one master, `workers` workers) and their pods,
+    /// already bound to nodes (spread, within accelerator capacity),
+    /// in-process, without HTTP. The pods are exactly what the operator
+    /// would make, so it adopts them; the kubelets then report them
+    /// running. Returns the job names. Pods that fit on no node are left
+    /// unbound for the scheduler.
+    pub fn bulk_pytorchjobs(
+        &self,
+        ns: &str,
+        prefix: &str,
+        count: usize,
+        workers: u32,
+        opts: &JobOptions,
+    ) -> Result<Vec<String>, ClusterError> {
+        let kind = kubeflow::KubeflowKind::PyTorchJob;
+        let gpus = opts.gpus_per_pod.unwrap_or(self.config.gpus_per_pod);
+        // Pods per node: as many as the accelerators allow, else the pod limit.
+        let per_node = self
+            .config
+            .gpus_per_node
+            .checked_div(gpus)
+            .map_or(110, |n| n as usize);
+        let mut load = vec![0usize; self.config.nodes];
+        let mut next = 0usize;
+        let mut place = || {
+            for _ in 0..load.len() {
+                let i = next % load.len();
+                next += 1;
+                if load[i] < per_node {
+                    load[i] += 1;
+                    return Some(node_name(i));
+                }
+            }
+            None
+        };
+        let mut names = Vec::with_capacity(count);
+        let policy = opts
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "OnFailure".into());
+        for i in 0..count {
+            let name = format!("{prefix}-{i}");
+            let created = self
+                .api
+                .create_object(self.pytorchjob_object(ns, &name, workers, opts))?;
+            let job: DynamicObject = serde_json::from_value(created)?;
+            for (rtype, replicas) in [("Master", 1), ("Worker", workers)] {
+                let spec = &job.data["spec"]["pytorchReplicaSpecs"][rtype];
+                for index in 0..replicas as usize {
+                    let mut pod = kubeflow::make_pod(
+                        kind,
+                        &job,
+                        rtype,
+                        index,
+                        spec,
+                        rtype == "Master",
+                        &policy,
+                    );
+                    if let Some(node) = place() {
+                        pod["spec"]["nodeName"] = json!(node);
+                    }
+                    self.api.create_object(pod)?;
+                }
+            }
+            names.push(name);
+        }
+        Ok(names)
     }
 
     /// Creates a Volcano Job with one task `worker` of `replicas` pods
@@ -652,6 +726,7 @@ where
 {
     let start = Instant::now();
     loop {
+        let t = Instant::now();
         if let Some(v) = check().await? {
             return Ok(v);
         }
@@ -661,6 +736,9 @@ where
                 after: timeout,
             });
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Polling must not starve the cluster it waits for: a check that
+        // costs much (listing thousands of pods) runs less often.
+        let pause = (t.elapsed() * 4).clamp(Duration::from_millis(20), Duration::from_secs(2));
+        tokio::time::sleep(pause).await;
     }
 }

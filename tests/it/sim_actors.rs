@@ -15,7 +15,7 @@ use rebound::sim::cluster::{
 use serde_json::json;
 
 const NS: &str = "team-a";
-const T: Duration = Duration::from_secs(20);
+const T: Duration = Duration::from_secs(30);
 
 async fn cluster(nodes: usize) -> SimCluster {
     SimCluster::start(SimConfig {
@@ -685,7 +685,7 @@ async fn smoke_200_nodes_2000_pods() {
         .expect("create job");
     }
     let pods = c
-        .wait_for_pods_running(NS, kf::JOB_NAME_LABEL, 2000, Duration::from_secs(120))
+        .wait_for_pods_running(NS, kf::JOB_NAME_LABEL, 2000, Duration::from_secs(180))
         .await
         .expect("2,000 pods running");
     let took = t1.elapsed();
@@ -711,5 +711,202 @@ async fn smoke_200_nodes_2000_pods() {
         per_node.values().max()
     );
     assert_eq!(c.api().object_count("/pods"), 2000, "no extra pods");
+    c.shutdown().await;
+}
+
+async fn bulk_run(nodes: usize, jobs: usize, limit: Duration) {
+    let t0 = Instant::now();
+    let c = SimCluster::start(SimConfig {
+        nodes,
+        gpus_per_node: 8,
+        namespaces: vec![NS.into()],
+        ..SimConfig::default()
+    })
+    .await
+    .expect("start");
+    let opts = JobOptions::labels(&[("kcover.io/cascading-recovery", "true")]);
+    let names = c
+        .bulk_pytorchjobs(NS, "bulk", jobs, 9, &opts)
+        .expect("bulk jobs");
+    let setup = t0.elapsed();
+    let pods = c
+        .wait_for_pods_running(NS, kf::JOB_NAME_LABEL, jobs * 10, limit)
+        .await
+        .expect("all pods running");
+    println!(
+        "bulk: {nodes} nodes and {} pods created in {setup:?}; all Running after {:?}",
+        jobs * 10,
+        t0.elapsed()
+    );
+    assert_eq!(names.len(), jobs);
+    assert_eq!(pods.len(), jobs * 10);
+    assert_eq!(
+        c.api().object_count("/pods"),
+        jobs * 10,
+        "the operator adopted, made no extra pods"
+    );
+    let nodes_used: HashSet<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    assert_eq!(nodes_used.len(), nodes.min(jobs * 10));
+    // The operator owns the pods: deleting one brings it back.
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    api.delete("bulk-0-worker-3", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let again = wait_for(T * 3, "recreated", || async {
+        Ok(pod(&c, "bulk-0-worker-3").await.filter(pod_running))
+    })
+    .await
+    .expect("recreated");
+    assert_eq!(
+        again
+            .labels()
+            .get(kf::REPLICA_INDEX_LABEL)
+            .map(String::as_str),
+        Some("3")
+    );
+    c.shutdown().await;
+}
+
+/// The bulk setup path: 200 nodes and 2,000 pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_setup_200_nodes_2000_pods() {
+    bulk_run(200, 200, Duration::from_secs(180)).await;
+}
+
+/// The design's scale, 2,000 nodes and 20,000 pods (slow in debug builds:
+/// run with `--ignored`, preferably `--release`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bulk_setup_2000_nodes_20000_pods() {
+    bulk_run(2000, 2000, Duration::from_secs(600)).await;
+}
+
+fn ready_condition(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test]
+async fn a_node_going_not_ready_marks_its_pods_not_ready() {
+    let c = cluster(1).await;
+    c.create_pytorchjob(NS, "nr", 1, &[]).await.expect("create");
+    let sel = format!("{}=nr", kf::JOB_NAME_LABEL);
+    c.wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
+    c.set_node_ready("node-0000", false)
+        .await
+        .expect("not ready");
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    let pods = wait_for(T, "pods not ready", || {
+        let api = api.clone();
+        let sel = sel.clone();
+        async move {
+            let pods = api.list(&ListParams::default().labels(&sel)).await?.items;
+            let all = pods.len() == 2
+                && pods
+                    .iter()
+                    .all(|p| ready_condition(p).as_deref() == Some("False"));
+            Ok(all.then_some(pods))
+        }
+    })
+    .await
+    .expect("marked not ready");
+    assert!(
+        pods.iter()
+            .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubelets_finish_graceful_deletions() {
+    let c = SimCluster::start(SimConfig {
+        nodes: 2,
+        namespaces: vec![NS.into()],
+        hold_pod_deletion: true,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("start");
+    c.create_pytorchjob(NS, "gd", 1, &[]).await.expect("create");
+    let sel = format!("{}=gd", kf::JOB_NAME_LABEL);
+    let pods = c
+        .wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
+    let old = pods
+        .iter()
+        .find(|p| p.name_any() == "gd-worker-0")
+        .and_then(|p| p.uid())
+        .expect("uid");
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    api.delete("gd-worker-0", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let fresh = wait_for(T, "pod replaced", || async {
+        Ok(pod(&c, "gd-worker-0")
+            .await
+            .filter(|p| p.uid().as_deref() != Some(old.as_str()) && pod_running(p)))
+    })
+    .await
+    .expect("the kubelet finished the deletion and the operator recreated the pod");
+    assert!(fresh.metadata.deletion_timestamp.is_none());
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn volcano_pods_deleted_without_a_command_are_recreated() {
+    let c = cluster(2).await;
+    c.create_volcano_job(NS, "vd", 2, &[])
+        .await
+        .expect("create vcjob");
+    let sel = format!("{}=vd", vc::JOB_NAME);
+    let pods = c
+        .wait_for_pods_running(NS, &sel, 2, T)
+        .await
+        .expect("running");
+    let before = uids(&pods);
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    for p in &pods {
+        api.delete(&p.name_any(), &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    let again = wait_for(T, "2 new running pods", || {
+        let api = api.clone();
+        let sel = sel.clone();
+        let before = before.clone();
+        async move {
+            let pods = api.list(&ListParams::default().labels(&sel)).await?.items;
+            let fresh: Vec<Pod> = pods
+                .into_iter()
+                .filter(|p| pod_running(p) && !before.contains(&p.uid().unwrap_or_default()))
+                .collect();
+            Ok((fresh.len() == 2).then_some(fresh))
+        }
+    })
+    .await
+    .expect("recreated by the default SyncJob action");
+    // Same names and version: a sync, not a restart.
+    for p in &again {
+        assert_eq!(
+            p.annotations().get(vc::JOB_VERSION).map(String::as_str),
+            Some("0")
+        );
+    }
+    let names: BTreeSet<String> = again.iter().map(|p| p.name_any()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["vd-worker-0".to_owned(), "vd-worker-1".to_owned()])
+    );
     c.shutdown().await;
 }

@@ -354,7 +354,7 @@ mod tests {
         let end = text.find(",\"SuperPodID\"").expect("SuperPodID");
         assert_eq!(
             v["CheckCode"].as_str(),
-            Some(hex(&sha256(text[start..end].as_bytes()))).as_deref()
+            Some(hex(&sha256(&text.as_bytes()[start..end]))).as_deref()
         );
     }
 }

@@ -23,7 +23,7 @@ use kube::runtime::watcher::Event;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
-use super::children::{ChildPod, InFlight, PodIndex};
+use super::children::{ChildPod, InFlight, PodIndex, observe};
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_ref, is_not_found, key, name_suffix, now_rfc3339, str_at};
 
@@ -254,16 +254,18 @@ fn plan(
         status["completionTime"] = json!(now_rfc3339());
     }
     for k in ["active", "ready", "succeeded", "failed"] {
-        if status[k] == json!(0) && old.get(k).is_none() {
-            if let Some(o) = status.as_object_mut() {
-                o.remove(k);
-            }
+        if status[k] == json!(0)
+            && old.get(k).is_none()
+            && let Some(o) = status.as_object_mut()
+        {
+            o.remove(k);
         }
     }
-    if status["conditions"] == json!([]) && old.get("conditions").is_none() {
-        if let Some(o) = status.as_object_mut() {
-            o.remove("conditions");
-        }
+    if status["conditions"] == json!([])
+        && old.get("conditions").is_none()
+        && let Some(o) = status.as_object_mut()
+    {
+        o.remove("conditions");
     }
     if status != old {
         plan.status = Some(status);
@@ -271,6 +273,9 @@ fn plan(
     plan
 }
 
+// One value per watch event, moved once into the loop: boxing the large
+// variants would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 enum Input {
     Job(Event<Job>),
     Pod(Event<Pod>),
@@ -337,6 +342,7 @@ pub async fn run(client: Client) {
                     gone.push((k, j.uid().unwrap_or_default()));
                 }
                 Input::Pod(e) => {
+                    observe(&mut in_flight, &e);
                     for owner in index.on_event(e) {
                         if let Some(k) = uid_key.get(&owner) {
                             dirty.insert(k.clone());
@@ -354,7 +360,7 @@ pub async fn run(client: Client) {
                     }
                 }
                 Input::Done(item, job) => {
-                    in_flight.remove(&item);
+                    in_flight.returned(&item, false);
                     if let Some(j) = job {
                         dirty.insert(j);
                     }
@@ -431,7 +437,7 @@ pub async fn run(client: Client) {
             }
             for name in p.deletes {
                 let k = key(&ns, &name);
-                in_flight.insert(k.clone());
+                in_flight.insert_delete(k.clone());
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let jk2 = jk.clone();
                 writer.spawn(async move {

@@ -155,30 +155,90 @@ impl PodIndex {
     }
 }
 
-/// Writes in flight, by object name, so a reconcile that runs before the
-/// watch reports a write does not repeat it. Entries also expire, so a lost
-/// event cannot wedge an object.
+/// Writes in flight, by object key, so a reconcile that runs before the
+/// watch reports a write does not repeat it (the "expectations" of real
+/// controllers). A create stays expected until the watch shows the object,
+/// a delete until the watch shows it gone; failures clear them at once, and
+/// entries expire, so a lost event cannot wedge an object.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    items: HashMap<String, Instant>,
+    creates: HashMap<String, Instant>,
+    deletes: HashMap<String, Instant>,
+    others: HashMap<String, Instant>,
 }
 
 impl InFlight {
     const TTL: Duration = Duration::from_secs(30);
 
+    /// A create of `k` was sent.
+    pub fn insert_create(&mut self, k: String) {
+        self.creates.insert(k, Instant::now());
+    }
+
+    /// A delete of `k` was sent.
+    pub fn insert_delete(&mut self, k: String) {
+        self.deletes.insert(k, Instant::now());
+    }
+
+    /// Another write (status) was sent; cleared when it returns.
     pub fn insert(&mut self, k: String) {
-        self.items.insert(k, Instant::now());
+        self.others.insert(k, Instant::now());
     }
 
+    /// Whether a write of `k` is in flight.
     pub fn contains(&self, k: &str) -> bool {
-        self.items.get(k).is_some_and(|t| t.elapsed() < Self::TTL)
+        [&self.creates, &self.deletes, &self.others]
+            .iter()
+            .any(|m| m.get(k).is_some_and(|t| t.elapsed() < Self::TTL))
     }
 
-    pub fn remove(&mut self, k: &str) {
-        self.items.remove(k);
+    /// The watch shows `k` exists.
+    pub fn observed_apply(&mut self, k: &str) {
+        self.creates.remove(k);
     }
 
+    /// The watch shows `k` is gone.
+    pub fn observed_delete(&mut self, k: &str) {
+        self.deletes.remove(k);
+        self.creates.remove(k);
+    }
+
+    /// A write of `k` returned; `failed` clears its expectation.
+    pub fn returned(&mut self, k: &str, failed: bool) {
+        self.others.remove(k);
+        if failed {
+            self.creates.remove(k);
+            self.deletes.remove(k);
+        }
+    }
+
+    /// Drops expired entries.
     pub fn expire(&mut self) {
-        self.items.retain(|_, t| t.elapsed() < Self::TTL);
+        for m in [&mut self.creates, &mut self.deletes, &mut self.others] {
+            m.retain(|_, t| t.elapsed() < Self::TTL);
+        }
+    }
+}
+
+/// The key a pod watch event is about, and whether it says the pod exists.
+pub(crate) fn event_key<K: kube::Resource>(ev: &Event<K>) -> Option<(String, bool)> {
+    match ev {
+        Event::Apply(p) | Event::InitApply(p) => {
+            Some((key(&p.namespace().unwrap_or_default(), &p.name_any()), true))
+        }
+        Event::Delete(p) => Some((
+            key(&p.namespace().unwrap_or_default(), &p.name_any()),
+            false,
+        )),
+        _ => None,
+    }
+}
+
+/// Records in `in_flight` what a watch event confirms.
+pub(crate) fn observe<K: kube::Resource>(in_flight: &mut InFlight, ev: &Event<K>) {
+    match event_key(ev) {
+        Some((k, true)) => in_flight.observed_apply(&k),
+        Some((k, false)) => in_flight.observed_delete(&k),
+        None => {}
     }
 }

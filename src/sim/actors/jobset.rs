@@ -23,7 +23,7 @@ use kube::runtime::watcher::Event;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
-use super::children::InFlight;
+use super::children::{InFlight, observe};
 use super::jobstore::JobStore;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{
@@ -271,6 +271,9 @@ fn plan(js: &DynamicObject, children: &[&ChildJob], in_flight: &InFlight) -> Pla
     plan
 }
 
+// One value per watch event, moved once into the loop: boxing the large
+// variants would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 enum Input {
     Set(Event<DynamicObject>),
     Job(Event<Job>),
@@ -318,6 +321,7 @@ pub async fn run(client: Client) {
                     }
                 }
                 Input::Job(e) => {
+                    observe(&mut in_flight, &e);
                     let (apply, job) = match e {
                         Event::Apply(j) | Event::InitApply(j) => (true, j),
                         Event::Delete(j) => (false, j),
@@ -339,7 +343,7 @@ pub async fn run(client: Client) {
                     }
                 }
                 Input::Done(item, set) => {
-                    in_flight.remove(&item);
+                    in_flight.returned(&item, false);
                     if let Some(s) = set {
                         dirty.insert(s);
                     }
@@ -368,7 +372,7 @@ pub async fn run(client: Client) {
                     .unwrap_or_default()
                     .to_owned();
                 let k = key(&ns, &name);
-                in_flight.insert(k.clone());
+                in_flight.insert_create(k.clone());
                 let api: Api<Job> = Api::namespaced(client.clone(), &ns);
                 let sk2 = sk.clone();
                 writer.spawn(async move {
@@ -387,7 +391,7 @@ pub async fn run(client: Client) {
             }
             for name in p.deletes {
                 let k = key(&ns, &name);
-                in_flight.insert(k.clone());
+                in_flight.insert_delete(k.clone());
                 let api: Api<Job> = Api::namespaced(client.clone(), &ns);
                 let sk2 = sk.clone();
                 writer.spawn(async move {

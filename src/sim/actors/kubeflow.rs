@@ -13,8 +13,8 @@
 //! Not simulated: the headless Services, the cluster-spec environment
 //! (`MASTER_ADDR`, `TF_CONFIG`, hostfiles), gang scheduling, suspend.
 
-use std::collections::{BTreeMap, HashSet};
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -22,7 +22,7 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Po
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
-use super::children::{ChildPod, InFlight, PodIndex};
+use super::children::{ChildPod, InFlight, PodIndex, observe};
 use super::jobstore::{JobStore, kind_of};
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_ref, is_conflict, is_not_found, key, now_rfc3339, str_at};
@@ -37,6 +37,9 @@ pub const REPLICA_TYPE_LABEL: &str = "training.kubeflow.org/replica-type";
 pub const REPLICA_INDEX_LABEL: &str = "training.kubeflow.org/replica-index";
 /// Label: `master` on the master-role pod.
 pub const JOB_ROLE_LABEL: &str = "training.kubeflow.org/job-role";
+
+/// Least time between two status writes of one job.
+const STATUS_INTERVAL: Duration = Duration::from_millis(250);
 
 /// One of the training-operator v1 kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,17 +138,12 @@ impl KubeflowKind {
 }
 
 /// The replica specs of a job in a stable order (master-like types first).
-fn replica_specs(kind: KubeflowKind, job: &Value) -> Vec<(String, Value)> {
-    let mut v: Vec<(String, Value)> = job["spec"][kind.replica_specs_field()]
+fn replica_specs(kind: KubeflowKind, job: &Value) -> Vec<(&String, &Value)> {
+    let mut v: Vec<(&String, &Value)> = job["spec"][kind.replica_specs_field()]
         .as_object()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .map(|m| m.iter().collect())
         .unwrap_or_default();
-    v.sort_by_key(|(t, _)| {
-        (
-            !matches!(t.as_str(), "Master" | "Chief" | "Launcher"),
-            t.clone(),
-        )
-    });
+    v.sort_by_key(|(t, _)| (!matches!(t.as_str(), "Master" | "Chief" | "Launcher"), *t));
     v
 }
 
@@ -206,7 +204,8 @@ fn kf_condition(conds: &mut Vec<Value>, ctype: &str, reason: &str, message: &str
     }));
 }
 
-fn make_pod(
+/// The pod the operator makes for one replica.
+pub(crate) fn make_pod(
     kind: KubeflowKind,
     job: &DynamicObject,
     rtype: &str,
@@ -277,7 +276,7 @@ fn plan(kind: KubeflowKind, job: &DynamicObject, pods: &[&ChildPod], in_flight: 
         return plan;
     }
     let specs = replica_specs(kind, &job.data);
-    let types: Vec<String> = specs.iter().map(|(t, _)| t.clone()).collect();
+    let types: Vec<String> = specs.iter().map(|(t, _)| (*t).clone()).collect();
     let master_type = kind.master_type(&types);
     let mut status = old_status.clone();
     if !status.is_object() {
@@ -299,7 +298,7 @@ fn plan(kind: KubeflowKind, job: &DynamicObject, pods: &[&ChildPod], in_flight: 
     let mut master_succeeded = None::<bool>;
     let mut workers_all_succeeded = true;
     let mut restarts_counted = 0i64;
-    for (rtype, spec) in &specs {
+    for &(rtype, spec) in &specs {
         let rt = rtype.to_lowercase();
         let replicas = spec["replicas"].as_u64().unwrap_or(1) as usize;
         let policy = str_at(spec, &["restartPolicy"]).unwrap_or(kind.default_restart_policy());
@@ -391,7 +390,7 @@ fn plan(kind: KubeflowKind, job: &DynamicObject, pods: &[&ChildPod], in_flight: 
             .collect::<Vec<_>>()
             .join(",");
         replica_statuses.insert(
-            rtype.clone(),
+            rtype.to_owned(),
             json!({
                 "active": active,
                 "succeeded": succeeded,
@@ -454,10 +453,13 @@ fn plan(kind: KubeflowKind, job: &DynamicObject, pods: &[&ChildPod], in_flight: 
     plan
 }
 
+// One value per watch event, moved once into the loop: boxing the large
+// variants would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 enum Input {
     Job(&'static str, kube::runtime::watcher::Event<DynamicObject>),
     Pod(kube::runtime::watcher::Event<Pod>),
-    Done(String, Option<String>),
+    Done(String, Option<String>, bool),
     Tick,
 }
 
@@ -481,11 +483,15 @@ pub async fn run(client: Client) {
     );
     let (writer, results) = Writer::new(32);
     streams.push(results.boxed());
-    streams.push(ticks(Duration::from_secs(1)).map(|_| Input::Tick).boxed());
+    streams.push(ticks(STATUS_INTERVAL).map(|_| Input::Tick).boxed());
     let mut input = futures::stream::select_all(streams);
     let mut jobs = JobStore::default();
     let mut index = PodIndex::default();
     let mut in_flight = InFlight::default();
+    // Status writes per job are spaced by STATUS_INTERVAL (a burst of pod
+    // events makes one write, not one per event); the rest wait for a tick.
+    let mut last_status: HashMap<String, Instant> = HashMap::new();
+    let mut deferred: HashSet<String> = HashSet::new();
     while let Some(batch) = next_batch(&mut input, 2048).await {
         let mut dirty: HashSet<String> = HashSet::new();
         for ev in batch {
@@ -504,25 +510,29 @@ pub async fn run(client: Client) {
                             let name = p.name.clone();
                             writer.spawn(async move {
                                 let _ = api.delete(&name, &DeleteParams::background()).await;
-                                Input::Done(String::new(), None)
+                                Input::Done(String::new(), None, false)
                             });
                         }
                     }
                 }
                 Input::Pod(e) => {
+                    observe(&mut in_flight, &e);
                     for owner in index.on_event(e) {
                         if let Some(k) = jobs.key_of_uid(&owner) {
                             dirty.insert(k.clone());
                         }
                     }
                 }
-                Input::Done(item, job) => {
-                    in_flight.remove(&item);
+                Input::Done(item, job, failed) => {
+                    in_flight.returned(&item, failed);
                     if let Some(j) = job {
                         dirty.insert(j);
                     }
                 }
-                Input::Tick => in_flight.expire(),
+                Input::Tick => {
+                    in_flight.expire();
+                    dirty.extend(deferred.drain());
+                }
             }
         }
         for jk in dirty {
@@ -545,35 +555,42 @@ pub async fn run(client: Client) {
                     .unwrap_or_default()
                     .to_owned();
                 let k = key(&ns, &name);
-                in_flight.insert(k.clone());
+                in_flight.insert_create(k.clone());
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let jk2 = jk.clone();
                 writer.spawn(async move {
-                    match serde_json::from_value::<Pod>(pod) {
-                        Ok(p) => {
-                            if let Err(e) = api.create(&PostParams::default(), &p).await
-                                && !is_conflict(&e)
-                            {
+                    let failed = match serde_json::from_value::<Pod>(pod) {
+                        Ok(p) => match api.create(&PostParams::default(), &p).await {
+                            Ok(_) => false,
+                            Err(e) if is_conflict(&e) => false,
+                            Err(e) => {
                                 tracing::debug!(pod = %name, error = %e, "create pod");
+                                true
                             }
+                        },
+                        Err(e) => {
+                            tracing::warn!(pod = %name, error = %e, "pod template does not make a pod");
+                            true
                         }
-                        Err(e) => tracing::warn!(pod = %name, error = %e, "pod template does not make a pod"),
-                    }
-                    Input::Done(k, Some(jk2))
+                    };
+                    Input::Done(k, Some(jk2), failed)
                 });
             }
             for name in plan.deletes {
                 let k = key(&ns, &name);
-                in_flight.insert(k.clone());
+                in_flight.insert_delete(k.clone());
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let jk2 = jk.clone();
                 writer.spawn(async move {
-                    if let Err(e) = api.delete(&name, &DeleteParams::default()).await
-                        && !is_not_found(&e)
-                    {
-                        tracing::debug!(pod = %name, error = %e, "delete pod");
-                    }
-                    Input::Done(k, Some(jk2))
+                    let failed = match api.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => false,
+                        Err(e) if is_not_found(&e) => true,
+                        Err(e) => {
+                            tracing::debug!(pod = %name, error = %e, "delete pod");
+                            true
+                        }
+                    };
+                    Input::Done(k, Some(jk2), failed)
                 });
             }
             if let Some(status) = plan.status {
@@ -581,6 +598,14 @@ pub async fn run(client: Client) {
                 if in_flight.contains(&sk) {
                     continue;
                 }
+                if last_status
+                    .get(&jk)
+                    .is_some_and(|t| t.elapsed() < STATUS_INTERVAL)
+                {
+                    deferred.insert(jk.clone());
+                    continue;
+                }
+                last_status.insert(jk.clone(), Instant::now());
                 in_flight.insert(sk.clone());
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &ns, &kind.api_resource());
@@ -594,7 +619,7 @@ pub async fn run(client: Client) {
                     {
                         tracing::debug!(job = %name, error = %e, "job status");
                     }
-                    Input::Done(sk, Some(jk2))
+                    Input::Done(sk, Some(jk2), false)
                 });
             }
         }

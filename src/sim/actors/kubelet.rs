@@ -56,6 +56,8 @@ struct PodView {
     deleting: bool,
     /// Containers waiting for an in-place restart.
     to_restart: Vec<String>,
+    /// Container names and images, to report them running.
+    containers: Vec<(String, String)>,
 }
 
 fn pod_view(pod: &Pod) -> PodView {
@@ -96,6 +98,14 @@ fn pod_view(pod: &Pod) -> PodView {
             .is_some_and(|c| !c.is_empty()),
         deleting: pod.metadata.deletion_timestamp.is_some(),
         to_restart,
+        containers: spec
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -105,6 +115,9 @@ struct NodeView {
     ip: String,
 }
 
+// One value per watch event, moved once into the loop: boxing the large
+// variants would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 enum Input {
     Node(Event<Node>),
     Pod(Event<Pod>),
@@ -120,20 +133,15 @@ fn next_pod_ip() -> String {
     Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 244, 0, 2)) + n).to_string()
 }
 
-/// The status a kubelet reports once all containers of `pod` run.
-fn running_status(pod: &Pod, host_ip: &str) -> Value {
+/// The status a kubelet reports once all containers of a pod run.
+fn running_status(containers: &[(String, String)], host_ip: &str) -> Value {
     let now = now_rfc3339();
     let ip = next_pod_ip();
-    let containers: Vec<Value> = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or_default()
+    let containers: Vec<Value> = containers
         .iter()
-        .map(|c| {
-            let image = c.image.clone().unwrap_or_default();
+        .map(|(name, image)| {
             json!({
-                "name": c.name,
+                "name": name,
                 "image": image,
                 "imageID": format!("{image}@sha256:{:016x}", super::util::rand_u64()),
                 "containerID": container_id(),
@@ -453,6 +461,9 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
     let mut pods: HashMap<String, PodView> = HashMap::new();
     let mut by_node: HashMap<String, HashSet<String>> = HashMap::new();
     let mut in_flight: HashSet<String> = HashSet::new();
+    // Pods (by uid) reported running, until the watch shows it: a status
+    // write is not repeated because the watch lags behind.
+    let mut started: HashMap<String, std::time::Instant> = HashMap::new();
     let mut snapshot: Option<HashSet<String>> = None;
     while let Some(batch) = next_batch(&mut input, 2048).await {
         let mut dirty: HashSet<String> = HashSet::new();
@@ -508,6 +519,9 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
                         s.insert(k.clone());
                     }
                     let view = pod_view(&p);
+                    if view.has_statuses {
+                        started.remove(&view.uid);
+                    }
                     if let Some(n) = &view.node {
                         by_node.entry(n.clone()).or_default().insert(k.clone());
                     }
@@ -516,11 +530,13 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
                 }
                 Input::Pod(Event::Delete(p)) => {
                     let k = key(&p.namespace().unwrap_or_default(), &p.name_any());
-                    if let Some(v) = pods.remove(&k)
-                        && let Some(n) = v.node
-                        && let Some(set) = by_node.get_mut(&n)
-                    {
-                        set.remove(&k);
+                    if let Some(v) = pods.remove(&k) {
+                        started.remove(&v.uid);
+                        if let Some(n) = v.node
+                            && let Some(set) = by_node.get_mut(&n)
+                        {
+                            set.remove(&k);
+                        }
                     }
                 }
                 Input::Done(k) => {
@@ -605,26 +621,26 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
                 continue;
             }
             if !view.has_statuses {
-                let host_ip = node.ip.clone();
+                if started
+                    .get(&view.uid)
+                    .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+                {
+                    continue;
+                }
+                started.insert(view.uid.clone(), std::time::Instant::now());
+                // Built from the watched pod: one PATCH, no GET.
+                let status = running_status(&view.containers, &node.ip);
                 let delay = cfg.start_delay;
                 in_flight.insert(k.clone());
                 writer.spawn(async move {
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
                     }
-                    let r = edit_pod_status(&api, &name, |p, st| {
-                        let already = st["containerStatuses"]
-                            .as_array()
-                            .is_some_and(|a| !a.is_empty());
-                        if already || p.metadata.deletion_timestamp.is_some() {
-                            return Ok(false);
-                        }
-                        *st = running_status(p, &host_ip);
-                        Ok(true)
-                    })
-                    .await;
-                    if let Err(e) = r
-                        && !matches!(e, ActorError::NotFound { .. })
+                    let patch = json!({"status": status});
+                    if let Err(e) = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        && !is_not_found(&e)
                     {
                         tracing::debug!(pod = %name, error = %e, "start pod");
                     }

@@ -28,7 +28,7 @@ use kube::runtime::watcher::Event;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
-use super::children::{ChildPod, InFlight, PodIndex};
+use super::children::{ChildPod, InFlight, PodIndex, observe};
 use super::jobstore::JobStore;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_ref, is_conflict, is_not_found, key, now_rfc3339, str_at};
@@ -385,6 +385,9 @@ fn plan(
     plan
 }
 
+// One value per watch event, moved once into the loop: boxing the large
+// variants would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 enum Input {
     Job(Event<DynamicObject>),
     Command(Event<DynamicObject>),
@@ -491,6 +494,7 @@ pub async fn run(client: Client) {
                     }
                 }
                 Input::Pod(e) => {
+                    observe(&mut in_flight, &e);
                     let deleted = match &e {
                         Event::Delete(p) => Some(p.clone()),
                         _ => None,
@@ -530,7 +534,7 @@ pub async fn run(client: Client) {
                     }
                 }
                 Input::Done(item, job) => {
-                    in_flight.remove(&item);
+                    in_flight.returned(&item, false);
                     if let Some(j) = job {
                         dirty.insert(j);
                     }
@@ -574,7 +578,7 @@ pub async fn run(client: Client) {
                     .unwrap_or_default()
                     .to_owned();
                 let k = key(&ns, &name);
-                in_flight.insert(k.clone());
+                in_flight.insert_create(k.clone());
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let jk2 = jk.clone();
                 writer.spawn(async move {
@@ -593,7 +597,7 @@ pub async fn run(client: Client) {
             }
             for name in p.deletes {
                 let k = key(&ns, &name);
-                in_flight.insert(k.clone());
+                in_flight.insert_delete(k.clone());
                 own_deletes.insert(k.clone());
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let jk2 = jk.clone();
