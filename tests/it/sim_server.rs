@@ -73,13 +73,8 @@ async fn raw_with(
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nUser-Agent: rawtest/1.0\r\nContent-Length: {}\r\n",
         body.len()
     );
-<<<<<<< HEAD
-    if let Some(ct) = ct {
-        req.push_str(&format!("Content-Type: {ct}\r\n"));
-=======
     for (k, v) in extra {
         req.push_str(&format!("{k}: {v}\r\n"));
->>>>>>> sim-server
     }
     req.push_str("\r\n");
     req.push_str(body);
@@ -678,8 +673,6 @@ async fn patch_types_merge_json_strategic() -> TestResult {
         .patch("p", &PatchParams::default(), &Patch::<()>::Json(jp))
         .await
         .err();
-<<<<<<< HEAD
-=======
     assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(422));
     // pod spec is immutable but for images and a few fields: nodeName needs pods/binding
     let e = pods
@@ -690,7 +683,6 @@ async fn patch_types_merge_json_strategic() -> TestResult {
         )
         .await
         .err();
->>>>>>> sim-server
     assert_eq!(e.as_ref().and_then(api_status).map(|s| s.code), Some(422));
     Ok(())
 }
@@ -1323,8 +1315,6 @@ async fn injected_failures_and_restart_keep_data() -> TestResult {
         .status,
         200
     );
-<<<<<<< HEAD
-=======
     // a rule limited to one verb and resource lets other requests through
     h.inject()
         .fail_next_matching(1, 503, Some("delete"), Some("configmaps"));
@@ -1333,7 +1323,6 @@ async fn injected_failures_and_restart_keep_data() -> TestResult {
     assert_eq!(raw(&h, "GET", keep, None, "").await.status, 200);
     assert_eq!(raw(&h, "DELETE", nothing, None, "").await.status, 503);
     assert_eq!(raw(&h, "DELETE", nothing, None, "").await.status, 404);
->>>>>>> sim-server
     let url = h.url();
     h.restart().await?;
     assert_eq!(h.url(), url, "same port after restart");
@@ -1524,37 +1513,28 @@ async fn kubectl_reads_the_server() -> TestResult {
     widgets(&h)
         .create(&PostParams::default(), &widget("kw", 3))
         .await?;
-<<<<<<< HEAD
-=======
     let ev = raw(&h, "POST", "/api/v1/namespaces/default/events", Some("application/json"),
         r#"{"metadata":{"name":"ev1"},"involvedObject":{"kind":"Node","name":"n7"},"reason":"XidError","message":"Xid 79","type":"Warning","lastTimestamp":"2026-01-01T00:00:00Z"}"#).await;
     assert_eq!(ev.status, 201, "{}", ev.body);
->>>>>>> sim-server
     let dir = std::env::temp_dir().join(format!("rebound-kubeconfig-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let kc = dir.join("config");
     h.write_kubeconfig(&kc)?;
-<<<<<<< HEAD
-=======
     let manifest = dir.join("cm.yaml");
     std::fs::write(
         &manifest,
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-kubectl}\ndata: {a: \"1\"}\n",
     )?;
     let manifest = manifest.to_string_lossy().into_owned();
->>>>>>> sim-server
     for args in [
         vec!["get", "pods"],
         vec!["get", "widgets"],
         vec!["get", "wd", "kw", "-o", "json"],
         vec!["get", "nodes"],
-<<<<<<< HEAD
-=======
         vec!["apply", "-f", manifest.as_str()],
         vec!["apply", "--server-side", "-f", manifest.as_str()],
         vec!["label", "pod", "kp", "k=v"],
         vec!["get", "events"],
->>>>>>> sim-server
     ] {
         let kc = kc.clone();
         let kubectl = kubectl.clone();
