@@ -178,7 +178,10 @@ mod tests {
 
     #[test]
     fn reasons_match_case_insensitively_and_negative_codes_are_exact() {
-        let s = set(&["OOMKilled", "-1", "kcover.io/need-recovery"], FaultSource::PodExit);
+        let s = set(
+            &["OOMKilled", "-1", "kcover.io/need-recovery"],
+            FaultSource::PodExit,
+        );
         assert!(s.matches(FaultSource::PodExit, "kcover.io/need-recovery", None));
         assert!(s.matches(FaultSource::PodExit, "137", Some("OOMKilled")));
         assert!(s.matches(FaultSource::PodExit, "-1", None));

@@ -9,7 +9,7 @@ pub use codes::{CodeError, CodeKey, CodeSet};
 pub use history::{History, HistoryKey};
 
 use crate::api::{FaultClassification, duration};
-use crate::expr::{CLASSIFY_VARS, CompileError, Expr, NodeView, Vars};
+use crate::expr::{CLASSIFY_VARS, CompileError, Expr, NodeView, Scope, VarSet};
 use crate::fault::{Classified, Fault, FaultSource, Level};
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
@@ -74,6 +74,8 @@ pub struct Compiled {
     default_level: Option<Level>,
     /// Faults classified by this object (for its status).
     pub classified: std::sync::atomic::AtomicU64,
+    /// Variables its rules' CEL reads.
+    needs: VarSet,
 }
 
 impl Compiled {
@@ -150,6 +152,10 @@ impl Compiled {
                 level: e.level,
             });
         }
+        let needs = rules
+            .iter()
+            .filter_map(|r: &Rule| r.when.as_ref().map(|w| w.vars()))
+            .fold(VarSet::default(), VarSet::union);
         Ok(Compiled {
             name: obj.name_any(),
             generation: obj.metadata.generation,
@@ -159,6 +165,7 @@ impl Compiled {
             escalations,
             default_level: spec.default_level,
             classified: Default::default(),
+            needs,
         })
     }
 
@@ -298,10 +305,7 @@ impl Classifier {
         let window = list
             .iter()
             .flat_map(|c| c.escalations.iter())
-            .filter(|e| {
-                e.codes
-                    .matches_key(&ck)
-            })
+            .filter(|e| e.codes.matches_key(&ck))
             .filter_map(|e| e.times.map(|(_, w)| w))
             .max()
             .unwrap_or_else(|| {
@@ -310,19 +314,20 @@ impl Classifier {
             });
         fault.count = self.history.count_within(&key, at, window).max(1);
 
-        let mut vars: Option<Vars> = None;
+        let mut scope: Option<Scope> = None;
         let mut found: Option<(Level, String, &Arc<Compiled>)> = None;
         'objects: for c in &list {
             for r in &c.rules {
-                let code_ok = r.codes.is_empty()
-                    || r.codes
-                        .matches_key(&ck);
+                let code_ok = r.codes.is_empty() || r.codes.matches_key(&ck);
                 if !code_ok {
                     continue;
                 }
                 if let Some(w) = &r.when {
-                    let v = vars.get_or_insert_with(|| Vars::new(&fault, None, None, node, now));
-                    match w.eval_bool(v) {
+                    let sc = scope.get_or_insert_with(|| {
+                        let needed = list.iter().fold(VarSet::default(), |a, c| a.union(c.needs));
+                        Scope::build(needed, &fault, None, None, node, now)
+                    });
+                    match w.eval_bool_in(sc) {
                         Ok(true) => {}
                         Ok(false) => continue,
                         Err(_) => {

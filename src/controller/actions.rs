@@ -193,7 +193,9 @@ pub fn restart(ctx: &ActionCtx, plan: JobPlan) {
                 } else {
                     reasons::JOB_RESTARTED
                 };
-                if let Err(e) = recover::record_restart(
+                // A bare pod is gone after its restart: nothing to record it on.
+                if plan.job.kind == crate::api::WorkloadKind::Pod {
+                } else if let Err(e) = recover::record_restart(
                     &ctx.client,
                     &plan.job,
                     &plan.record,

@@ -19,6 +19,11 @@ pub enum Change<K> {
 }
 
 /// One input of the reactor.
+///
+/// Watch events carry the objects unboxed: they are moved through the
+/// channel once and compacted at once; boxing would add an allocation per
+/// event on the hot path for no gain.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Input {
     Pod(Change<Pod>, Instant),

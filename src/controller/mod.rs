@@ -299,10 +299,24 @@ async fn spawn_watches(
     tasks
 }
 
+/// The User-Agent of the controller's requests (`rebound-controller/0.1.0`):
+/// the API server's default field manager, and what audit logs show.
+pub const USER_AGENT: &str = concat!("rebound-controller/", env!("CARGO_PKG_VERSION"));
+
+/// Make a client configuration identify itself as the controller.
+pub fn identify(cfg: &mut kube::Config) {
+    cfg.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(USER_AGENT),
+    ));
+}
+
 /// `rebound controller`: run against the cluster of the environment
 /// (in-cluster config or kubeconfig) until SIGTERM/SIGINT.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await?;
+    let mut cfg = kube::Config::infer().await?;
+    identify(&mut cfg);
+    let client = kube::Client::try_from(cfg)?;
     let handle = start(client, args).await?;
     tracing::info!(listen = %handle.listen, "rebound controller started");
     shutdown_signal().await;

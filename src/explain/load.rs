@@ -1,6 +1,11 @@
 //! Load FaultClassification and RecoveryPolicy objects from YAML files or
 //! folders, with errors that name the file, the object and the field.
 
+// Load errors name the file, the object and the field for a person reading
+// a CLI message; they are rare and never on a hot path, so their size does
+// not matter.
+#![allow(clippy::result_large_err)]
+
 use crate::api::{FaultClassification, RecoveryPolicy};
 use std::path::{Path, PathBuf};
 

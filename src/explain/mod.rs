@@ -16,6 +16,7 @@ use kube::ResourceExt;
 
 /// Build an engine from loaded objects; an object that does not compile is
 /// an error naming its file, object and field (nothing is silently dropped).
+#[allow(clippy::result_large_err)] // a CLI error naming file, object and field
 pub fn engine_from(
     loaded: &Loaded,
     root_namespace: &str,
@@ -24,13 +25,16 @@ pub fn engine_from(
     let mut engine = Engine::new(root_namespace, NodeConfig::default(), total_nodes);
     let mut warnings = Vec::new();
     for (path, fc) in &loaded.classifications {
-        engine.classifier.upsert(fc).map_err(|e| LoadError::Invalid {
-            path: path.clone(),
-            kind: "FaultClassification".into(),
-            name: fc.name_any(),
-            field: e.field.clone(),
-            message: format!("{} ({})", e.message, e.reason),
-        })?;
+        engine
+            .classifier
+            .upsert(fc)
+            .map_err(|e| LoadError::Invalid {
+                path: path.clone(),
+                kind: "FaultClassification".into(),
+                name: fc.name_any(),
+                field: e.field.clone(),
+                message: format!("{} ({})", e.message, e.reason),
+            })?;
     }
     for (path, p) in &loaded.policies {
         let mut p = p.clone();

@@ -50,6 +50,30 @@ pub enum EvalError {
 pub struct Expr {
     source: Arc<str>,
     program: Arc<cel::Program>,
+    vars: VarSet,
+}
+
+/// Which of the four variables an expression reads: only those are bound
+/// (binding converts every value into the interpreter's representation,
+/// the largest cost of an evaluation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VarSet {
+    pub fault: bool,
+    pub job: bool,
+    pub node: bool,
+    pub now: bool,
+}
+
+impl VarSet {
+    /// Both sets.
+    pub fn union(self, o: VarSet) -> VarSet {
+        VarSet {
+            fault: self.fault || o.fault,
+            job: self.job || o.job,
+            node: self.node || o.node,
+            now: self.now || o.now,
+        }
+    }
 }
 
 impl std::fmt::Debug for Expr {
@@ -79,17 +103,29 @@ impl Expr {
         let program = ENV
             .compile(source)
             .map_err(|e| CompileError::Syntax(e.to_string().replace('\n', "; ")))?;
-        let unknown = free_vars::free_vars(program.expression());
-        if let Some(name) = unknown.iter().find(|v| !allowed.contains(&v.as_str())) {
+        let free = free_vars::free_vars(program.expression());
+        if let Some(name) = free.iter().find(|v| !allowed.contains(&v.as_str())) {
             return Err(CompileError::UnknownVariable {
                 name: name.to_string(),
                 allowed: allowed.join(", "),
             });
         }
+        let vars = VarSet {
+            fault: free.contains("fault"),
+            job: free.contains("job"),
+            node: free.contains("node"),
+            now: free.contains("now"),
+        };
         Ok(Expr {
             source: source.into(),
             program: Arc::new(program),
+            vars,
         })
+    }
+
+    /// The variables the expression reads.
+    pub fn vars(&self) -> VarSet {
+        self.vars
     }
 
     /// The expression as written.
@@ -97,20 +133,26 @@ impl Expr {
         &self.source
     }
 
-    fn eval(&self, vars: &Vars) -> Result<cel::Value, EvalError> {
-        let mut ctx = cel::Context::with_env(ENV.clone());
-        ctx.add_variable_from_value("fault", vars.fault.clone());
-        ctx.add_variable_from_value("job", vars.job.clone());
-        ctx.add_variable_from_value("node", vars.node.clone());
-        ctx.add_variable_from_value("now", vars.now.clone());
+    fn eval(&self, scope: &Scope) -> Result<cel::Value, EvalError> {
         self.program
-            .execute(&ctx)
+            .execute(&scope.ctx)
             .map_err(|e| EvalError::Execution(e.to_string()))
     }
 
     /// Evaluate as a condition.
     pub fn eval_bool(&self, vars: &Vars) -> Result<bool, EvalError> {
-        match self.eval(vars)? {
+        self.eval_bool_in(&Scope::new(vars))
+    }
+
+    /// Evaluate as a duration.
+    pub fn eval_duration(&self, vars: &Vars) -> Result<Duration, EvalError> {
+        self.eval_duration_in(&Scope::new(vars))
+    }
+
+    /// Evaluate as a condition in a prepared scope (the hot path: one
+    /// scope per fault, shared by every expression evaluated for it).
+    pub fn eval_bool_in(&self, scope: &Scope) -> Result<bool, EvalError> {
+        match self.eval(scope)? {
             cel::Value::Bool(b) => Ok(b),
             other => Err(EvalError::WrongType {
                 got: type_name(&other),
@@ -119,10 +161,10 @@ impl Expr {
         }
     }
 
-    /// Evaluate as a duration (`duration("30s")`, or a string in Go
-    /// duration syntax, or an int of seconds).
-    pub fn eval_duration(&self, vars: &Vars) -> Result<Duration, EvalError> {
-        match self.eval(vars)? {
+    /// Evaluate as a duration in a prepared scope (`duration("30s")`, a
+    /// string in humantime syntax, or an int of seconds).
+    pub fn eval_duration_in(&self, scope: &Scope) -> Result<Duration, EvalError> {
+        match self.eval(scope)? {
             cel::Value::Duration(d) => d.to_std().map_err(|_| EvalError::WrongType {
                 got: "negative duration".into(),
                 expected: "duration",
@@ -139,6 +181,51 @@ impl Expr {
                 expected: "duration",
             }),
         }
+    }
+}
+
+/// The variables of one evaluation bound into a CEL context once.
+/// Binding converts every value into the interpreter's representation, so
+/// building it per expression would cost more than evaluating.
+pub struct Scope {
+    ctx: cel::Context<'static, 'static>,
+}
+
+impl Scope {
+    /// Bind all of `vars`.
+    pub fn new(vars: &Vars) -> Scope {
+        let mut ctx = cel::Context::with_env(ENV.clone());
+        ctx.add_variable_from_value("fault", vars.fault.clone());
+        ctx.add_variable_from_value("job", vars.job.clone());
+        ctx.add_variable_from_value("node", vars.node.clone());
+        ctx.add_variable_from_value("now", vars.now.clone());
+        Scope { ctx }
+    }
+
+    /// Bind only the variables in `needed`, building each from the core's
+    /// types: the hot path.
+    pub fn build(
+        needed: VarSet,
+        fault: &crate::fault::Fault,
+        level: Option<crate::fault::Level>,
+        job: Option<&JobView>,
+        node: Option<&NodeView>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Scope {
+        let mut ctx = cel::Context::with_env(ENV.clone());
+        if needed.fault {
+            ctx.add_variable_from_value("fault", fault_value(fault, level));
+        }
+        if needed.job {
+            ctx.add_variable_from_value("job", values::job_value(job));
+        }
+        if needed.node {
+            ctx.add_variable_from_value("node", values::node_value(node));
+        }
+        if needed.now {
+            ctx.add_variable_from_value("now", cel::Value::Timestamp(now.fixed_offset()));
+        }
+        Scope { ctx }
     }
 }
 

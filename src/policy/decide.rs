@@ -5,7 +5,7 @@ use super::breaker::Breaker;
 use super::compile::{CompiledPolicy, Cooldown, NodeConfig};
 use super::select::{PolicySet, WorkloadRef};
 use crate::api::{PolicyAction, WorkloadKind};
-use crate::expr::{JobView, Vars};
+use crate::expr::JobView;
 use crate::fault::{Classified, Level};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -313,12 +313,28 @@ pub fn decide_job(
     };
     d.policy = Some(p.id());
     d.reasons.push(format!("policy {} covers it", p.id()));
-    let mut view = job.view.clone();
-    view.restarts = job.history.iter().filter(|r| !r.pod_only).count() as i64;
-    view.last_restart = job.history.last().map(|r| r.at);
-    let vars = Vars::new(&c.fault, Some(c.level), Some(&view), None, now);
-    if let Some(w) = &p.when {
-        match w.eval_bool(&vars) {
+    // CEL variables are bound only when the policy has CEL to evaluate, and
+    // only those its expressions read.
+    let needed = p
+        .when
+        .as_ref()
+        .map(|w| w.vars())
+        .unwrap_or_default()
+        .union(match &p.cooldown {
+            Cooldown::Cel(e) => e.vars(),
+            Cooldown::Fixed(_) => Default::default(),
+        });
+    let scope = (needed != Default::default()).then(|| {
+        let view = needed.job.then(|| {
+            let mut view = job.view.clone();
+            view.restarts = job.history.iter().filter(|r| !r.pod_only).count() as i64;
+            view.last_restart = job.history.last().map(|r| r.at);
+            view
+        });
+        crate::expr::Scope::build(needed, &c.fault, Some(c.level), view.as_ref(), None, now)
+    });
+    if let (Some(w), Some(scope)) = (&p.when, &scope) {
+        match w.eval_bool_in(scope) {
             Ok(true) => d.reasons.push(format!("when `{}` is true", w.source())),
             Ok(false) => {
                 let why = format!("when `{}` is false", w.source());
@@ -351,7 +367,7 @@ pub fn decide_job(
         );
     }
     if let Some(last) = job.history.last() {
-        let cooldown = match cooldown_of(&p, &vars) {
+        let cooldown = match cooldown_of(&p, scope.as_ref()) {
             Ok(cd) => cd,
             Err(e) => {
                 let why = format!("cooldown failed to evaluate ({e}); not restarting");
@@ -472,9 +488,10 @@ pub fn decide_job(
     d
 }
 
-fn cooldown_of(p: &CompiledPolicy, vars: &Vars) -> Result<Duration, String> {
-    match &p.cooldown {
-        Cooldown::Fixed(d) => Ok(*d),
-        Cooldown::Cel(e) => e.eval_duration(vars).map_err(|e| e.to_string()),
+fn cooldown_of(p: &CompiledPolicy, scope: Option<&crate::expr::Scope>) -> Result<Duration, String> {
+    match (&p.cooldown, scope) {
+        (Cooldown::Fixed(d), _) => Ok(*d),
+        (Cooldown::Cel(e), Some(scope)) => e.eval_duration_in(scope).map_err(|e| e.to_string()),
+        (Cooldown::Cel(_), None) => Err("no CEL scope".into()),
     }
 }

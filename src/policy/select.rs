@@ -139,7 +139,7 @@ impl PolicySet {
             .get(w.namespace)
             .map(|l| l.as_slice())
             .unwrap_or(&[]);
-        let mut candidates: Vec<(&Arc<CompiledPolicy>, (bool, usize, bool))> = local
+        let mut candidates: Vec<(&Arc<CompiledPolicy>, Specificity)> = local
             .iter()
             .filter(|p| matches(p, w))
             .map(|p| (p, (true, p.match_labels.len(), !p.kinds.is_empty())))
@@ -174,6 +174,10 @@ impl PolicySet {
         }
     }
 }
+
+/// How specific a matching policy is: (in the workload's own namespace,
+/// number of labels, names kinds). Higher wins.
+type Specificity = (bool, usize, bool);
 
 fn matches(p: &CompiledPolicy, w: WorkloadRef<'_>) -> bool {
     if !p.kinds.is_empty() && !p.kinds.contains(&w.kind) {

@@ -122,18 +122,15 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     bed.apply_samples().await?;
     let opt = [("kcover.io/cascading-recovery", "true")];
     let c = &bed.cluster;
-    futures::stream::iter(0..jobs)
-        .map(|i| async move {
-            c.create_pytorchjob("team-a", &format!("job-{i:05}"), workers, &opt)
-                .await
-        })
-        .buffer_unordered(32)
-        .for_each(|r| async {
-            if let Err(e) = r {
-                eprintln!("sim: creating a job failed: {e}");
-            }
-        })
-        .await;
+    // The bulk path: jobs and their pods written in-process, already bound,
+    // exactly as the operator would make them; the kubelets then run them.
+    c.bulk_pytorchjobs(
+        "team-a",
+        "job",
+        jobs,
+        workers,
+        &super::cluster::JobOptions::labels(&opt),
+    )?;
     let pods: Api<Pod> = Api::namespaced(bed.client(), "team-a");
     let want = jobs * args.job_size;
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -174,7 +171,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     match args.scenario.as_str() {
         "pod-exit" => {
             for i in 0..faults.min(jobs) {
-                let job = format!("job-{:05}", (i * 7919) % jobs);
+                let job = format!("job-{}", (i * 7919) % jobs);
                 let pod = if workers > 0 {
                     format!("{job}-worker-0")
                 } else {
@@ -363,7 +360,7 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
 fn action_target(r: &RequestRecord) -> Option<Target> {
     match (r.verb, r.resource.as_str(), r.subresource.as_str()) {
         ("deletecollection", "pods", "") => {
-            let q = urlish_decode(&r.query);
+            let q = decode_query(&r.query);
             let job = q.split(['&', ',']).find_map(|kv| {
                 kv.split_once('=')
                     .filter(|(k, _)| k.ends_with("job-name"))
@@ -377,22 +374,25 @@ fn action_target(r: &RequestRecord) -> Option<Target> {
     }
 }
 
-fn urlish_decode(s: &str) -> String {
-    let mut out = String::new();
+/// Percent-decode a query string as the request log records it (for
+/// matching label selectors in it).
+pub fn decode_query(s: &str) -> String {
     let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() + 0 && i + 2 <= b.len() - 1 {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v as char);
-                i += 3;
-                continue;
-            }
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
         }
-        out.push(if b[i] == b'+' { ' ' } else { b[i] as char });
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
         i += 1;
     }
-    out
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -729,6 +729,8 @@ fn chart_templates_are_balanced_and_use_existing_values_includes_and_files() {
     let values_re = regex::Regex::new(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)").unwrap();
     let include_re = regex::Regex::new(r#"include "([^"]+)""#).unwrap();
     let files_re = regex::Regex::new(r#"\.Files\.(Get|Glob) "([^"]+)""#).unwrap();
+    let open_re = regex::Regex::new(r"\{\{-?\s*(if|range|with|define)\b").unwrap();
+    let end_re = regex::Regex::new(r"\{\{-?\s*end\s*-?\}\}").unwrap();
     let templates = files_under("chart/rebound/templates");
     assert!(templates.len() >= 10, "{templates:?}");
     let mut used_values = 0;
@@ -752,14 +754,8 @@ fn chart_templates_are_balanced_and_use_existing_values_includes_and_files() {
         }
         assert!(!rest.contains("}}"), "{t}: `}}}}` without `{{{{`");
         // Control blocks balance.
-        let opens = regex::Regex::new(r"\{\{-?\s*(if|range|with|define)\b")
-            .unwrap()
-            .find_iter(&text)
-            .count();
-        let ends = regex::Regex::new(r"\{\{-?\s*end\s*-?\}\}")
-            .unwrap()
-            .find_iter(&text)
-            .count();
+        let opens = open_re.find_iter(&text).count();
+        let ends = end_re.find_iter(&text).count();
         assert_eq!(
             opens, ends,
             "{t}: {opens} if/range/with/define but {ends} end"
@@ -848,10 +844,10 @@ fn covers(schema: &Value, v: &Value, path: &str, problems: &mut Vec<String>) {
             }
         }
     }
-    if let Some(e) = schema["enum"].as_array() {
-        if !e.contains(v) {
-            problems.push(format!("{path}: {v} not in {e:?}"));
-        }
+    if let Some(e) = schema["enum"].as_array()
+        && !e.contains(v)
+    {
+        problems.push(format!("{path}: {v} not in {e:?}"));
     }
 }
 

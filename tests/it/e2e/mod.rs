@@ -5,6 +5,7 @@
 mod jobs;
 mod nodes;
 mod policies;
+mod rbac;
 mod resilience;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -121,21 +122,7 @@ pub fn restarts_of(bed: &Testbed, label: &str, job: &str) -> usize {
 }
 
 pub fn urldecode(s: &str) -> String {
-    let mut out = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() + 1 && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    rebound::sim::bench::decode_query(s)
 }
 
 /// Running pods of a selector in a namespace.
