@@ -120,12 +120,25 @@ impl Testbed {
         a
     }
 
+    /// A client that identifies itself as the controller does
+    /// (User-Agent `rebound-controller/<version>`), so the request log tells
+    /// its requests from the simulated actors'.
+    pub async fn controller_client(&self) -> Result<kube::Client, TestbedError> {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.cluster.api().kubeconfig_yaml())
+            .map_err(|e| TestbedError::Other(e.to_string()))?;
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .map_err(|e| TestbedError::Other(e.to_string()))?;
+        crate::controller::identify(&mut cfg);
+        kube::Client::try_from(cfg).map_err(TestbedError::Kube)
+    }
+
     /// Start a controller and wait until it leads and its caches are filled.
     pub async fn start_controller(
         &self,
         args: ControllerArgs,
     ) -> Result<ControllerHandle, TestbedError> {
-        let h = crate::controller::start(self.client(), args).await?;
+        let h = crate::controller::start(self.controller_client().await?, args).await?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !(h.health.ready.load(std::sync::atomic::Ordering::Relaxed) && h.leader.is_leader()) {
             if tokio::time::Instant::now() > deadline {
