@@ -16,6 +16,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+const SIM_POLICY: &str = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: sim, namespace: sim}
+spec:
+  selector: {matchLabels: {kcover.io/cascading-recovery: "true"}}
+  cooldown: 1m
+"#;
+
 /// `rebound sim` flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SimArgs {
@@ -120,18 +129,22 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     })
     .await?;
     bed.apply_samples().await?;
+    // Jobs run in namespace `sim` under a plain policy (no saved logs, no
+    // graded step), so the figures measure the restart path itself.
+    bed.cluster.api().ensure_namespace("sim")?;
+    bed.apply_yaml(SIM_POLICY).await?;
     let opt = [("kcover.io/cascading-recovery", "true")];
     let c = &bed.cluster;
     // The bulk path: jobs and their pods written in-process, already bound,
     // exactly as the operator would make them; the kubelets then run them.
     c.bulk_pytorchjobs(
-        "team-a",
+        "sim",
         "job",
         jobs,
         workers,
         &super::cluster::JobOptions::labels(&opt),
     )?;
-    let pods: Api<Pod> = Api::namespaced(bed.client(), "team-a");
+    let pods: Api<Pod> = Api::namespaced(bed.client(), "sim");
     let want = jobs * args.job_size;
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
@@ -179,7 +192,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
                 };
                 let t = Instant::now();
                 bed.cluster
-                    .fail_container("team-a", &pod, "pytorch", 1, "Error")
+                    .fail_container("sim", &pod, "pytorch", 1, "Error")
                     .await?;
                 injected.push((t, Target::Job(job)));
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -361,7 +374,10 @@ fn action_target(r: &RequestRecord) -> Option<Target> {
     match (r.verb, r.resource.as_str(), r.subresource.as_str()) {
         ("deletecollection", "pods", "") => {
             let q = decode_query(&r.query);
-            let job = q.split(['&', ',']).find_map(|kv| {
+            let sel = q
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("labelSelector="))?;
+            let job = sel.split(',').find_map(|kv| {
                 kv.split_once('=')
                     .filter(|(k, _)| k.ends_with("job-name"))
                     .map(|(_, v)| v.to_string())
@@ -456,10 +472,10 @@ async fn analyse(
         let controller_write = matches!(
             r.verb,
             "deletecollection" | "create" | "patch" | "update" | "delete"
-        ) && !(r.resource == "pods" && r.subresource == "status")
-            && !(r.resource == "nodes" && r.subresource == "status")
-            && !(r.resource == "pods" && r.verb == "create")
-            && !(r.resource == "pods" && r.subresource == "binding");
+        ) && r
+            .user_agent
+            .as_deref()
+            .is_some_and(|u| u.starts_with("rebound-controller/"));
         if controller_write {
             *by_verb
                 .entry(format!(
