@@ -884,25 +884,29 @@ impl Reactor {
             .set(i64::from(self.ctx.leader.is_leader()));
     }
 
+    /// The policy covering a known job (by its own labels).
+    fn policy_of(
+        &self,
+        key: &super::state::JobKey,
+    ) -> Option<std::sync::Arc<crate::policy::CompiledPolicy>> {
+        let kind = key.1.parse::<WorkloadKind>().ok()?;
+        let empty = BTreeMap::new();
+        let labels = self.cache.jobs.get(key).map_or(&empty, |j| &j.labels);
+        self.engine
+            .policies
+            .select(crate::policy::WorkloadRef {
+                kind,
+                namespace: &key.0,
+                labels,
+                pod_labels: None,
+            })
+            .chosen
+    }
+
     fn workload_counts(&self) -> HashMap<String, u32> {
         let mut counts: HashMap<String, u32> = HashMap::new();
         for key in self.cache.pods_by_job.keys() {
-            let Ok(kind) = key.1.parse::<WorkloadKind>() else {
-                continue;
-            };
-            let labels = self
-                .cache
-                .jobs
-                .get(key)
-                .map(|j| j.labels.clone())
-                .unwrap_or_default();
-            let sel = self.engine.policies.select(crate::policy::WorkloadRef {
-                kind,
-                namespace: &key.0,
-                labels: &labels,
-                pod_labels: None,
-            });
-            if let Some(p) = sel.chosen {
+            if let Some(p) = self.policy_of(key) {
                 *counts.entry(p.id()).or_default() += 1;
             }
         }
@@ -915,19 +919,7 @@ impl Reactor {
             let Ok(kind) = key.1.parse::<WorkloadKind>() else {
                 continue;
             };
-            let labels = self
-                .cache
-                .jobs
-                .get(key)
-                .map(|j| j.labels.clone())
-                .unwrap_or_default();
-            let sel = self.engine.policies.select(crate::policy::WorkloadRef {
-                kind,
-                namespace: &key.0,
-                labels: &labels,
-                pod_labels: None,
-            });
-            let Some((limit, _)) = sel.chosen.and_then(|p| p.hang.clone()) else {
+            let Some((limit, _)) = self.policy_of(key).and_then(|p| p.hang.clone()) else {
                 continue;
             };
             let idle = (now - *changed).to_std().unwrap_or(Duration::ZERO);
