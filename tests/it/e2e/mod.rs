@@ -134,6 +134,22 @@ pub async fn running(bed: &Testbed, ns: &str, selector: &str) -> Vec<Pod> {
         .unwrap_or_default()
 }
 
+/// Create an opted-in PyTorchJob (one master, `workers` workers), wait
+/// until all its pods run, and return its pod selector.
+pub async fn running_pytorchjob(bed: &Testbed, ns: &str, name: &str, workers: u32) -> String {
+    bed.cluster
+        .create_pytorchjob(ns, name, workers, &[OPT_IN])
+        .await
+        .expect("create PyTorchJob");
+    let sel = format!("{PT}={name}");
+    let n = workers as usize + 1;
+    wait(&format!("{ns}/{name} running"), T, || async {
+        (running(bed, ns, &sel).await.len() >= n).then_some(())
+    })
+    .await;
+    sel
+}
+
 /// The node a pod of the selector runs on.
 pub async fn node_of(bed: &Testbed, ns: &str, selector: &str) -> String {
     running(bed, ns, selector)

@@ -10,15 +10,7 @@ use std::collections::BTreeMap;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xid_condition_cordons_taints_and_restarts_the_jobs_on_the_node() {
     let (bed, ctl) = bed_with(4, "", None).await;
-    bed.cluster
-        .create_pytorchjob("ml", "pt", 1, &[OPT_IN])
-        .await
-        .unwrap();
-    let sel = format!("{PT}=pt");
-    wait("pt running", T, || async {
-        (running(&bed, "ml", &sel).await.len() >= 2).then_some(())
-    })
-    .await;
+    let sel = running_pytorchjob(&bed, "ml", "pt", 1).await;
     let n = node_of(&bed, "ml", &sel).await;
     xid_condition(&bed, &n, "79").await;
     let nd = wait("node cordoned and tainted", T, || async {
@@ -65,15 +57,7 @@ async fn xid_condition_cordons_taints_and_restarts_the_jobs_on_the_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preseparate_cordons_only() {
     let (bed, ctl) = bed_with(4, "", None).await;
-    bed.cluster
-        .create_pytorchjob("ml", "pt", 1, &[OPT_IN])
-        .await
-        .unwrap();
-    let sel = format!("{PT}=pt");
-    wait("pt running", T, || async {
-        (running(&bed, "ml", &sel).await.len() >= 2).then_some(())
-    })
-    .await;
+    let sel = running_pytorchjob(&bed, "ml", "pt", 1).await;
     let n = node_of(&bed, "ml", &sel).await;
     xid_condition(&bed, &n, "999").await;
     let nd = wait("node cordoned", T, || async {

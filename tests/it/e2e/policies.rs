@@ -106,15 +106,7 @@ spec:
     assert!(cond.message.contains("spec.when"), "{}", cond.message);
     // Not used: the root default covers team-a's job and restarts it
     // (the broken policy would have said action None).
-    bed.cluster
-        .create_pytorchjob("team-a", "pt", 1, &[OPT_IN])
-        .await
-        .unwrap();
-    let sel = format!("{PT}=pt");
-    wait("pt running", T, || async {
-        (running(&bed, "team-a", &sel).await.len() >= 2).then_some(())
-    })
-    .await;
+    running_pytorchjob(&bed, "team-a", "pt", 1).await;
     bed.cluster
         .fail_container("team-a", "pt-worker-0", "pytorch", 1, "Error")
         .await
