@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod ascend;
 pub mod classify;
 pub mod controller;
 pub mod explain;

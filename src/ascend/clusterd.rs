@@ -1,0 +1,2 @@
+//! ClusterD's fault view (`cluster-info-node-cm`, `cluster-info-device-<m>`,
+//! `fault-job-info`). Not yet implemented.

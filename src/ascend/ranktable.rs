@@ -1,0 +1,2 @@
+//! HCCL-Controller's rank tables (`rings-config-<job>` / `hccl.json`).
+//! Not yet implemented.
