@@ -54,7 +54,9 @@ impl History {
         first_seen: DateTime<Utc>,
     ) -> DateTime<Utc> {
         self.clock += 1;
-        if !self.lines.contains_key(&key) && self.lines.len() >= self.max_keys {
+        // The length test first: below the bound (the common case) the key
+        // is hashed once, by `entry`.
+        if self.lines.len() >= self.max_keys && !self.lines.contains_key(&key) {
             self.evict();
         }
         let clock = self.clock;
@@ -65,8 +67,9 @@ impl History {
         while line.times.front().is_some_and(|t| *t < horizon) {
             line.times.pop_front();
         }
-        if !line.times.contains(&at) {
-            let pos = line.times.partition_point(|t| *t <= at);
+        // Times are kept sorted: find the place by bisection.
+        let pos = line.times.partition_point(|t| *t < at);
+        if line.times.get(pos) != Some(&at) {
             line.times.insert(pos, at);
             if line.times.len() > max_times {
                 line.times.pop_front();
@@ -88,10 +91,10 @@ impl History {
         within: chrono::Duration,
     ) -> u32 {
         self.lines.get(key).map_or(0, |l| {
-            l.times
-                .iter()
-                .filter(|t| **t > now - within && **t <= now)
-                .count() as u32
+            let from = now - within;
+            let lo = l.times.partition_point(|t| *t <= from);
+            let hi = l.times.partition_point(|t| *t <= now);
+            hi.saturating_sub(lo) as u32
         })
     }
 
@@ -151,5 +154,26 @@ mod tests {
             h.record(key(&i.to_string()), t0, t0);
         }
         assert!(h.len() <= 10);
+    }
+
+    #[test]
+    fn windows_are_open_below_closed_above_and_order_free() {
+        let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let m = |n: i64| t0 + chrono::Duration::minutes(n);
+        let mut h = History::new(10, 8, std::time::Duration::from_secs(86400 * 7));
+        // Recorded out of order, with one replay.
+        for n in [5, 1, 3, 3, 10] {
+            h.record(key("0"), m(n), m(n));
+        }
+        let k = key("0");
+        assert_eq!(h.count_within(&k, m(10), chrono::Duration::minutes(100)), 4);
+        // (m(5), m(10)]: 10 only; m(5) itself is outside.
+        assert_eq!(h.count_within(&k, m(10), chrono::Duration::minutes(5)), 1);
+        // (m(0), m(5)]: 1, 3, 5; 10 is after `now`.
+        assert_eq!(h.count_within(&k, m(5), chrono::Duration::minutes(5)), 3);
+        assert_eq!(
+            h.count_within(&key("1"), m(5), chrono::Duration::minutes(5)),
+            0
+        );
     }
 }

@@ -47,7 +47,8 @@ impl InvalidObject {
 
 #[derive(Debug)]
 struct Rule {
-    name: String,
+    /// `classification/rule`, as decisions name it (formatted once).
+    id: String,
     codes: CodeSet,
     when: Option<Expr>,
     level: Level,
@@ -104,7 +105,7 @@ impl Compiled {
                 });
             }
             rules.push(Rule {
-                name: r.name.clone(),
+                id: format!("{}/{}", obj.name_any(), r.name),
                 codes,
                 when,
                 level: r.level,
@@ -336,10 +337,11 @@ impl Classifier {
                         }
                     }
                 }
-                found = Some((r.level, format!("{}/{}", c.name, r.name), c));
+                found = Some((r.level, r.id.clone(), c));
                 break 'objects;
             }
         }
+        drop(scope);
         let (mut level, rule, object) = match found {
             Some((l, r, o)) => (l, r, Some(o)),
             None => match list.iter().find(|c| c.default_level.is_some()) {

@@ -2,12 +2,13 @@
 //! with the instant they arrived, for reaction-time metrics), action
 //! results and timers.
 
+use super::state::PodInfo;
 use crate::api::{FaultClassification, RecoveryPolicy};
 use crate::fault::Fault;
 use crate::workload::JobRef;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use kube::api::DynamicObject;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A watch event of one kind.
 #[derive(Debug)]
@@ -26,7 +27,7 @@ pub enum Change<K> {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Input {
-    Pod(Change<Pod>, Instant),
+    Pod(Change<PodSeen>, Instant),
     Node(Change<Node>, Instant),
     Event(Change<Event>, Instant),
     ConfigMap(Change<ConfigMap>, Instant),
@@ -62,4 +63,49 @@ pub enum ActionKind {
     RestartPod(JobRef, String),
     Cordon(String),
     Uncordon(String),
+}
+
+/// A pod as the reactor needs it, read in its watch task: the full object
+/// never waits in the reactor's queue (memory during the initial list of
+/// 20,000 pods), and parsing runs beside the reactor, not in it.
+#[derive(Debug)]
+pub struct PodSeen {
+    pub info: PodInfo,
+    /// Its faults (none for a pod being deleted), younger than the
+    /// controller's `--fault-max-age`.
+    pub faults: Vec<Fault>,
+}
+
+impl PodSeen {
+    /// Compact `p` and read its faults as of now.
+    pub fn read(p: &Pod, max_age: Duration) -> PodSeen {
+        let info = PodInfo::from_pod(p);
+        let now = chrono::Utc::now();
+        let faults = if info.deleting {
+            Vec::new()
+        } else {
+            crate::fault::pod::pod_faults(p, now)
+                .into_iter()
+                .filter(|f| (now - f.last_seen).to_std().unwrap_or(Duration::ZERO) <= max_age)
+                .map(|mut f| {
+                    f.uid = p.metadata.uid.clone();
+                    f
+                })
+                .collect()
+        };
+        PodSeen { info, faults }
+    }
+
+    /// Wrap a watch event of the pods' watch.
+    pub fn input(c: Change<Pod>, at: Instant, max_age: Duration) -> Input {
+        let c = match c {
+            Change::Apply(p) => Change::Apply(PodSeen::read(&p, max_age)),
+            Change::Delete(p) => Change::Delete(PodSeen {
+                info: PodInfo::from_pod(&p),
+                faults: Vec::new(),
+            }),
+            Change::Synced => Change::Synced,
+        };
+        Input::Pod(c, at)
+    }
 }

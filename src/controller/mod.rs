@@ -231,11 +231,12 @@ async fn spawn_watches(
     if let Some(sel) = &args.pod_selector {
         pod_cfg = pod_cfg.labels(sel);
     }
+    let max_age = args.fault_max_age;
     tasks.push(watch::spawn(
         "pods",
         watcher(Api::<Pod>::all(client.clone()), pod_cfg),
         tx.clone(),
-        Input::Pod,
+        move |c, at| inputs::PodSeen::input(c, at, max_age),
     ));
     tasks.push(watch::spawn(
         "nodes",

@@ -5,8 +5,8 @@
 
 use super::actions::{self, ActionCtx, JobPlan};
 use super::config::ControllerArgs;
-use super::inputs::{ActionKind, ActionResult, Change, Input};
-use super::state::{Cache, JobInfo, NodeInfo, PodInfo, job_key};
+use super::inputs::{ActionKind, ActionResult, Change, Input, PodSeen};
+use super::state::{Cache, JobInfo, NodeInfo, job_key};
 use super::status::StatusBook;
 use crate::api::WorkloadKind;
 use crate::expr::{JobView, NodeView};
@@ -14,7 +14,7 @@ use crate::fault::{Fault, FaultSource, Level};
 use crate::policy::{Engine, JobInput, NodeInput, Skip};
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -203,30 +203,12 @@ impl Reactor {
         }
     }
 
-    fn on_pod(&mut self, c: Change<Pod>, at: Instant) {
+    fn on_pod(&mut self, c: Change<PodSeen>, at: Instant) {
         match c {
-            Change::Apply(p) => {
-                let info = PodInfo::from_pod(&p);
+            Change::Apply(PodSeen { info, faults }) => {
                 let job = info.job.clone();
-                let deleting = info.deleting;
                 let key = (info.namespace.clone(), info.name.clone());
                 self.cache.upsert_pod(info);
-                let now = Utc::now();
-                let max_age = self.args.fault_max_age;
-                let faults: Vec<Fault> = if deleting {
-                    Vec::new()
-                } else {
-                    crate::fault::pod::pod_faults(&p, now)
-                        .into_iter()
-                        .map(|mut f| {
-                            f.uid = p.metadata.uid.clone();
-                            f
-                        })
-                        .filter(|f| {
-                            (now - f.last_seen).to_std().unwrap_or(Duration::ZERO) <= max_age
-                        })
-                        .collect()
-                };
                 if faults.is_empty() {
                     self.pod_faults.remove(&key);
                     return;
@@ -236,8 +218,8 @@ impl Reactor {
                     self.on_fault(f, at, Affected::Pod(job.clone()));
                 }
             }
-            Change::Delete(p) => {
-                let key = (p.namespace().unwrap_or_default(), p.name_any());
+            Change::Delete(PodSeen { info, .. }) => {
+                let key = (info.namespace, info.name);
                 self.pod_faults.remove(&key);
                 self.cache.remove_pod(&key.0, &key.1);
             }

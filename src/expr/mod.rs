@@ -12,8 +12,10 @@
 
 mod free_vars;
 mod values;
+mod views;
 
 pub use values::{JobView, NodeView, Vars, fault_value, json_to_value};
+pub use views::View;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -133,7 +135,7 @@ impl Expr {
         &self.source
     }
 
-    fn eval(&self, scope: &Scope) -> Result<cel::Value, EvalError> {
+    fn eval(&self, scope: &Scope<'_>) -> Result<cel::Value, EvalError> {
         self.program
             .execute(&scope.ctx)
             .map_err(|e| EvalError::Execution(e.to_string()))
@@ -151,7 +153,7 @@ impl Expr {
 
     /// Evaluate as a condition in a prepared scope (the hot path: one
     /// scope per fault, shared by every expression evaluated for it).
-    pub fn eval_bool_in(&self, scope: &Scope) -> Result<bool, EvalError> {
+    pub fn eval_bool_in(&self, scope: &Scope<'_>) -> Result<bool, EvalError> {
         match self.eval(scope)? {
             cel::Value::Bool(b) => Ok(b),
             other => Err(EvalError::WrongType {
@@ -163,7 +165,7 @@ impl Expr {
 
     /// Evaluate as a duration in a prepared scope (`duration("30s")`, a
     /// string in humantime syntax, or an int of seconds).
-    pub fn eval_duration_in(&self, scope: &Scope) -> Result<Duration, EvalError> {
+    pub fn eval_duration_in(&self, scope: &Scope<'_>) -> Result<Duration, EvalError> {
         match self.eval(scope)? {
             cel::Value::Duration(d) => d.to_std().map_err(|_| EvalError::WrongType {
                 got: "negative duration".into(),
@@ -184,16 +186,15 @@ impl Expr {
     }
 }
 
-/// The variables of one evaluation bound into a CEL context once.
-/// Binding converts every value into the interpreter's representation, so
-/// building it per expression would cost more than evaluating.
-pub struct Scope {
-    ctx: cel::Context<'static, 'static>,
+/// The variables of one evaluation bound into a CEL context once, shared
+/// by every expression evaluated for the same fault.
+pub struct Scope<'v> {
+    ctx: cel::Context<'v, 'v>,
 }
 
-impl Scope {
-    /// Bind all of `vars`.
-    pub fn new(vars: &Vars) -> Scope {
+impl Scope<'static> {
+    /// Bind all of `vars` (eager values: `rebound explain` and tests).
+    pub fn new(vars: &Vars) -> Scope<'static> {
         let mut ctx = cel::Context::with_env(ENV.clone());
         ctx.add_variable_from_value("fault", vars.fault.clone());
         ctx.add_variable_from_value("job", vars.job.clone());
@@ -201,29 +202,34 @@ impl Scope {
         ctx.add_variable_from_value("now", vars.now.clone());
         Scope { ctx }
     }
+}
 
-    /// Bind only the variables in `needed`, building each from the core's
-    /// types: the hot path.
+impl<'v> Scope<'v> {
+    /// Bind only the variables in `needed`, as [`View`]s of the core's
+    /// values that build a field when an expression reads it: the hot path.
     pub fn build(
         needed: VarSet,
-        fault: &crate::fault::Fault,
+        fault: &'v crate::fault::Fault,
         level: Option<crate::fault::Level>,
-        job: Option<&JobView>,
-        node: Option<&NodeView>,
+        job: Option<&'v JobView>,
+        node: Option<&'v NodeView>,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Scope {
+    ) -> Scope<'v> {
         let mut ctx = cel::Context::with_env(ENV.clone());
         if needed.fault {
-            ctx.add_variable_from_value("fault", fault_value(fault, level));
+            ctx.add_variable_as_val("fault", Box::new(View::Fault(fault, level)));
         }
         if needed.job {
-            ctx.add_variable_from_value("job", values::job_value(job));
+            ctx.add_variable_as_val("job", Box::new(View::job(job)));
         }
         if needed.node {
-            ctx.add_variable_from_value("node", values::node_value(node));
+            ctx.add_variable_as_val("node", Box::new(View::node(node)));
         }
         if needed.now {
-            ctx.add_variable_from_value("now", cel::Value::Timestamp(now.fixed_offset()));
+            ctx.add_variable_as_val(
+                "now",
+                Box::new(cel::common::types::CelTimestamp::from(now.fixed_offset())),
+            );
         }
         Scope { ctx }
     }

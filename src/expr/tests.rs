@@ -86,3 +86,88 @@ fn evaluation_errors_are_errors_not_panics() {
         Err(EvalError::WrongType { .. })
     ));
 }
+
+/// The lazy views of the hot path answer every expression as the eager
+/// maps do: same values, same errors, same map behaviour.
+#[test]
+fn views_answer_as_eager_maps_do() {
+    let now = Utc.with_ymd_and_hms(2026, 11, 28, 10, 0, 0).unwrap();
+    let mut f = Fault::new(FaultSource::PodExit, "137", now);
+    f.count = 2;
+    f.exit_code = Some(137);
+    f.reason = Some("OOMKilled".into());
+    f.node = Some("gpu-7".into());
+    let job = JobView {
+        kind: "PyTorchJob".into(),
+        name: "llm".into(),
+        namespace: "team-a".into(),
+        labels: [("team".to_string(), "a".to_string())].into(),
+        restarts: 4,
+        last_restart: Some(now - chrono::Duration::minutes(10)),
+        replicas: 8,
+        ..Default::default()
+    };
+    let node = NodeView {
+        name: "gpu-7".into(),
+        level: Some(Level::PreSeparate),
+        faults: vec!["79".into(), "48".into()],
+        ..Default::default()
+    };
+    let level = Some(Level::RestartJob);
+    let eager = Scope::new(&Vars::new(&f, level, Some(&job), Some(&node), now));
+    let all = VarSet {
+        fault: true,
+        job: true,
+        node: true,
+        now: true,
+    };
+    let lazy = Scope::build(all, &f, level, Some(&job), Some(&node), now);
+    let empty_lazy = Scope::build(all, &f, None, None, None, now);
+    let empty_eager = Scope::new(&Vars::new(&f, None, None, None, now));
+    let exprs = [
+        r#"fault.code == "137" && fault.exitCode == 137 && fault.reason == "OOMKilled""#,
+        r#"fault.level == "RestartJob" && fault.count + 1 == 3"#,
+        r#"fault.source == "PodExit" && fault.device == "" && fault.pod == """#,
+        r#"now - fault.firstSeen < duration("1m") && fault.lastSeen <= now"#,
+        r#"job.restarts >= 4 && job.replicas == 8 && job.labels["team"] == "a""#,
+        r#"has(job.labels.team) && !has(job.labels.other) && "team" in job.labels"#,
+        r#"now - job.lastRestart > duration("5m")"#,
+        r#"job.kind == "PyTorchJob" && size(job.annotations) == 0"#,
+        r#"node.level == "PreSeparate" && "79" in node.faults && size(node.faults) == 2"#,
+        r#"node.faults.exists(c, c == "48") && node.faults.all(c, c != "13")"#,
+        r#"has(fault.code) && !has(fault.nosuch) && "code" in fault && !("x" in fault)"#,
+        r#"size(fault) == 14 && size(job) == 8 && size(node) == 4"#,
+        r#"fault.exists(k, k == "exitCode") && job.all(k, k != "")"#,
+        r#"job.labels.exists(k, k == "team")"#,
+        r#"fault.nosuch == 1"#,
+        r#"job.labels["missing"] == "x""#,
+        r#"fault[1] == 1"#,
+        r#"job.name"#,
+    ];
+    for src in exprs {
+        let e = Expr::compile(src, POLICY_VARS).unwrap();
+        let (a, b) = (e.eval_bool_in(&eager), e.eval_bool_in(&lazy));
+        assert_eq!(a.is_ok(), b.is_ok(), "{src}: eager {a:?}, lazy {b:?}");
+        assert_eq!(a.as_ref().ok(), b.as_ref().ok(), "{src}");
+        let (a, b) = (e.eval_bool_in(&empty_eager), e.eval_bool_in(&empty_lazy));
+        assert_eq!(a.as_ref().ok(), b.as_ref().ok(), "{src} (no job, no node)");
+    }
+    // The answers are not all the same, so the comparison means something.
+    let truthy = |src: &str| {
+        Expr::compile(src, POLICY_VARS)
+            .unwrap()
+            .eval_bool_in(&lazy)
+            .unwrap()
+    };
+    assert!(truthy(exprs[0]) && truthy(exprs[5]) && truthy(exprs[12]));
+    assert!(!truthy(r#"job.restarts > 4"#));
+    let cd = Expr::compile(r#"job.restarts > 3 ? duration("5m") : 30"#, POLICY_VARS).unwrap();
+    assert_eq!(
+        cd.eval_duration_in(&lazy).unwrap(),
+        Duration::from_secs(300)
+    );
+    assert_eq!(
+        cd.eval_duration_in(&empty_lazy).unwrap(),
+        Duration::from_secs(30)
+    );
+}

@@ -175,19 +175,3 @@ pub fn json_to_value(v: &serde_json::Value) -> Value {
         }
     }
 }
-
-/// `job.*` (defaults when no job is known).
-pub fn job_value(job: Option<&JobView>) -> Value {
-    match job {
-        Some(j) => j.to_value(),
-        None => JobView::default().to_value(),
-    }
-}
-
-/// `node.*` (defaults when no node is known).
-pub fn node_value(node: Option<&NodeView>) -> Value {
-    match node {
-        Some(n) => n.to_value(),
-        None => NodeView::default().to_value(),
-    }
-}

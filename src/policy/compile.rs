@@ -112,12 +112,14 @@ pub struct CompiledPolicy {
     pub dry_run: bool,
     /// Node behaviour this policy asks for (used only for the root policy).
     pub node: Option<NodeConfig>,
+    /// `namespace/name`, formatted once: records name the policy per decision.
+    id: String,
 }
 
 impl CompiledPolicy {
     /// `namespace/name`, the policy's identity in records.
     pub fn id(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        self.id.clone()
     }
 
     /// Compile; every error names the field.
@@ -236,6 +238,7 @@ impl CompiledPolicy {
                 .map(|l| (l.tail_lines, l.max_bytes.unwrap_or(DEFAULT_LOG_BYTES))),
             dry_run: s.dry_run,
             node,
+            id: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
         })
     }
 }

@@ -118,7 +118,7 @@ impl Skip {
 }
 
 /// The decision for one job.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobDecision {
     pub job: String,
@@ -268,7 +268,7 @@ pub fn decide_job(
     fn skip(d: &mut JobDecision, s: Skip, why: String) -> JobDecision {
         d.reasons.push(why);
         d.skip = Some(s);
-        d.clone()
+        std::mem::take(d)
     }
     if !c.level.restarts_jobs() {
         let why = format!("level {} does not restart jobs", c.level);
@@ -324,13 +324,13 @@ pub fn decide_job(
             Cooldown::Cel(e) => e.vars(),
             Cooldown::Fixed(_) => Default::default(),
         });
+    let view = needed.job.then(|| {
+        let mut view = job.view.clone();
+        view.restarts = job.history.iter().filter(|r| !r.pod_only).count() as i64;
+        view.last_restart = job.history.last().map(|r| r.at);
+        view
+    });
     let scope = (needed != Default::default()).then(|| {
-        let view = needed.job.then(|| {
-            let mut view = job.view.clone();
-            view.restarts = job.history.iter().filter(|r| !r.pod_only).count() as i64;
-            view.last_restart = job.history.last().map(|r| r.at);
-            view
-        });
         crate::expr::Scope::build(needed, &c.fault, Some(c.level), view.as_ref(), None, now)
     });
     if let (Some(w), Some(scope)) = (&p.when, &scope) {
