@@ -185,7 +185,11 @@ pub fn device_entry(n: &NodeState) -> Option<serde_json::Value> {
 
 /// One node's entry of `cluster-info-node-cm`: its faulty devices with the
 /// node-level names, grouped per (type, id, level), and `NodeStatus`.
-/// A fault without a device has `DeviceId` -1.
+/// A fault without a device has `DeviceId` -1. NPU chips are listed only at
+/// PreSeparate and above (the chips rebound takes out of service): codes
+/// of lower levels stay in the device shards alone, which keeps this single
+/// ConfigMap small on large clusters (ClusterD's node view carries NodeD's
+/// node-level devices only).
 pub fn node_entry(name: &str, n: &NodeState) -> serde_json::Value {
     let mut groups: BTreeMap<(&'static str, i64, &'static str), BTreeSet<String>> = BTreeMap::new();
     let mut worst: Option<Level> = None;
@@ -194,7 +198,9 @@ pub fn node_entry(name: &str, n: &NodeState) -> serde_json::Value {
             for chip in &r.faults {
                 let id = chip.device().and_then(|d| d.parse().ok()).unwrap_or(-1);
                 for c in &chip.codes {
-                    let Some(l) = code_level(n, chip, &c.code, c.level.as_deref()) else {
+                    let Some(l) = code_level(n, chip, &c.code, c.level.as_deref())
+                        .filter(|l| l.cordons_node())
+                    else {
                         continue;
                     };
                     worst = worst.max(Some(l));
