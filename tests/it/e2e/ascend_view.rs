@@ -316,7 +316,7 @@ async fn a_burst_of_faults_is_written_in_few_rate_limited_batches() {
     let burst = writes.len() - before;
     // One write per fault per ConfigMap would be 16 (a device shard and the
     // node view for each of 8 faults); batching makes it a few.
-    assert!(burst >= 2 && burst < 8, "{burst} writes for 8 faults");
+    assert!((2..8).contains(&burst), "{burst} writes for 8 faults");
     // At most 5 writes a second: writes are spaced by 200 ms (the log's
     // arrival times; a little slack for scheduling).
     for w in writes.windows(2) {
