@@ -97,6 +97,7 @@ impl ClusterdView {
             id: job_id(job),
             nodes: node.map(|n| vec![n.to_string()]).unwrap_or_default(),
             fault_time: at,
+            started_at: Utc::now(),
             done_at: None,
         };
         self.update(|s| s.set_recovering_job(j));

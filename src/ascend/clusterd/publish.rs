@@ -186,7 +186,9 @@ impl Publisher {
                 Err(e) => return self.failed(&e),
             }
         }
-        let r = view.read(|s| render::render(s, &self.assignment, self.cfg.max_bytes));
+        // Render a copy: the reactor is not held up while it renders.
+        let state = view.read(|s| s.clone());
+        let r = render::render(&state, &self.assignment, self.cfg.max_bytes);
         self.assignment = r.assignment.clone();
         if !r.assignment.too_big.is_empty() || r.node_cm_dropped > 0 {
             tracing::warn!(

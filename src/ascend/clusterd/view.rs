@@ -14,6 +14,10 @@ use std::time::Duration;
 /// mislead consumers once the job runs again.
 pub const JOB_LINGER: Duration = Duration::from_secs(10);
 
+/// A restart whose end was never reported (a lost action result) stops
+/// being listed after this long.
+pub const JOB_MAX_AGE: Duration = Duration::from_secs(600);
+
 /// A node-level fault (from a Node condition or an Event) with where it
 /// points, as listed in `cluster-info-node-cm`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -61,6 +65,8 @@ pub struct RecoveringJob {
     pub nodes: Vec<String>,
     /// When the fault happened.
     pub fault_time: DateTime<Utc>,
+    /// When the restart was decided.
+    pub started_at: DateTime<Utc>,
     /// When the restart finished (`None`: still in progress).
     pub done_at: Option<DateTime<Utc>>,
 }
@@ -160,12 +166,15 @@ impl ViewState {
         }
     }
 
-    /// Drop jobs finished more than [`JOB_LINGER`] before `now`.
+    /// Drop jobs finished more than [`JOB_LINGER`] before `now`, and those
+    /// started more than [`JOB_MAX_AGE`] before.
     pub fn expire_jobs(&mut self, now: DateTime<Utc>) -> bool {
         let before = self.jobs.len();
         let linger = chrono::Duration::from_std(JOB_LINGER).unwrap_or_default();
-        self.jobs
-            .retain(|_, j| j.done_at.is_none_or(|d| now - d < linger));
+        let max_age = chrono::Duration::from_std(JOB_MAX_AGE).unwrap_or_default();
+        self.jobs.retain(|_, j| {
+            j.done_at.is_none_or(|d| now - d < linger) && now - j.started_at < max_age
+        });
         self.jobs.len() != before
     }
 
@@ -279,6 +288,7 @@ mod tests {
             id: "uid-1".into(),
             nodes: vec!["n1".into()],
             fault_time: t0,
+            started_at: t0,
             done_at: None,
         };
         assert!(v.set_recovering_job(job.clone()));
@@ -287,5 +297,9 @@ mod tests {
         assert!(!v.expire_jobs(t0 + chrono::Duration::seconds(1)));
         assert!(v.expire_jobs(t0 + chrono::Duration::seconds(11)));
         assert!(v.jobs.is_empty());
+        // A restart never reported done goes after JOB_MAX_AGE.
+        assert!(v.set_recovering_job(job));
+        assert!(!v.expire_jobs(t0 + chrono::Duration::seconds(599)));
+        assert!(v.expire_jobs(t0 + chrono::Duration::seconds(600)));
     }
 }

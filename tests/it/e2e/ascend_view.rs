@@ -33,6 +33,13 @@ spec:
 "#;
 
 async fn ascend_bed(nodes: usize) -> (Testbed, ControllerHandle) {
+    let bed = ascend_cluster(nodes).await;
+    let ctl = start_view(&bed).await;
+    (bed, ctl)
+}
+
+/// An Ascend cluster with the view's namespaces and the classifications.
+async fn ascend_cluster(nodes: usize) -> Testbed {
     let bed = Testbed::start(SimConfig {
         nodes,
         accelerator: Accelerator::Ascend,
@@ -46,11 +53,14 @@ async fn ascend_bed(nodes: usize) -> (Testbed, ControllerHandle) {
     }
     bed.apply_yaml(BASE).await.expect("base objects");
     bed.apply_yaml(NPU).await.expect("npu classification");
-    let ctl = bed
-        .start_controller(args(&bed, |a| a.clusterd_view = true))
+    bed
+}
+
+/// A leading controller publishing the view.
+async fn start_view(bed: &Testbed) -> ControllerHandle {
+    bed.start_controller(args(bed, |a| a.clusterd_view = true))
         .await
-        .expect("controller");
-    (bed, ctl)
+        .expect("controller")
 }
 
 /// The view's ConfigMaps, by name.
@@ -456,5 +466,74 @@ async fn twenty_five_hundred_nodes_shard_within_the_bound() {
     );
     assert_granted(&bed);
     eprintln!("2,500-node view test took {:?}", started.elapsed());
+    ctl.shutdown().await;
+}
+
+/// What a previous writer (ClusterD, or an earlier leader) left is
+/// reconciled when the controller leads: the existing shard is updated in
+/// place, a surplus shard deleted, ConfigMaps that are not the view's are
+/// left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_takeover_what_exists_is_reconciled() {
+    let bed = ascend_cluster(2).await;
+    let api: Api<ConfigMap> = Api::namespaced(bed.client(), VIEW_NS);
+    for (name, data) in [
+        (
+            "cluster-info-device-0",
+            r#"{"mindx-dl-deviceinfo-gone":{}}"#,
+        ),
+        ("cluster-info-device-5", r#"{"mindx-dl-deviceinfo-old":{}}"#),
+        ("cluster-info-node-cm", "{}"),
+        ("cluster-info-switch-0", "{}"),
+    ] {
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([(
+                    "mx-consumer-volcano".to_string(),
+                    "true".to_string(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(name.to_string(), data.to_string())])),
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let ctl = start_view(&bed).await;
+    let nodes = bed.cluster.node_names();
+    let cms = wait("the view reconciled", T, || async {
+        let cms = view_cms(&bed, VIEW_NS).await;
+        (!cms.contains_key("cluster-info-device-5")
+            && nodes.iter().all(|n| {
+                device_entry(&cms, n).is_some_and(|(s, _)| s == "cluster-info-device-0")
+                    && node_entry(&cms, n).is_some()
+            }))
+        .then_some(cms)
+    })
+    .await;
+    assert!(device_entry(&cms, "gone").is_none(), "stale entry removed");
+    assert_eq!(
+        cms["cluster-info-switch-0"].data.as_ref().unwrap()["cluster-info-switch-0"],
+        "{}",
+        "not the view's: untouched"
+    );
+    let writes = view_writes(&bed, VIEW_NS);
+    let verbs_on = |name: &str| -> Vec<&str> {
+        writes
+            .iter()
+            .filter(|r| r.path.ends_with(&format!("/configmaps/{name}")))
+            .map(|r| r.verb)
+            .collect()
+    };
+    assert_eq!(verbs_on("cluster-info-device-0"), ["update"]);
+    assert_eq!(verbs_on("cluster-info-node-cm"), ["update"]);
+    assert_eq!(verbs_on("cluster-info-device-5"), ["delete"]);
+    assert!(verbs_on("cluster-info-switch-0").is_empty());
+    assert!(
+        !writes.iter().any(|r| r.verb == "create"),
+        "nothing recreated in {VIEW_NS}"
+    );
+    assert_granted(&bed);
     ctl.shutdown().await;
 }

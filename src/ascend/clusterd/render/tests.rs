@@ -227,6 +227,7 @@ fn fault_jobs_group_nodes_by_superpod() {
         id: "uid-9".into(),
         nodes: vec!["node-00000".into(), "gone".into()],
         fault_time: Utc.timestamp_opt(1_736_900_000, 0).single().unwrap(),
+        started_at: Utc::now(),
         done_at: None,
     });
     let j = fault_jobs(&v);
