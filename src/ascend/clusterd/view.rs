@@ -292,7 +292,7 @@ mod tests {
             done_at: None,
         };
         assert!(v.set_recovering_job(job.clone()));
-        assert!(!v.set_recovering_job(job));
+        assert!(!v.set_recovering_job(job.clone()));
         assert!(v.job_done("uid-1", t0));
         assert!(!v.expire_jobs(t0 + chrono::Duration::seconds(1)));
         assert!(v.expire_jobs(t0 + chrono::Duration::seconds(11)));
