@@ -94,7 +94,16 @@ struct Publisher {
     last_sync: Instant,
     last_write: Option<Instant>,
     assignment: render::Assignment,
+    /// After a failure, no round before this (doubling up to 30 s), so a
+    /// missing namespace or a down API server is not hammered.
+    retry_at: Option<Instant>,
+    backoff: Duration,
 }
+
+/// First wait after a failed round; it doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest wait between failed rounds.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Start the publisher; it stops when `shutdown` turns true.
 pub fn spawn(
@@ -117,6 +126,8 @@ pub fn spawn(
             last_sync: Instant::now(),
             last_write: None,
             assignment: render::Assignment::default(),
+            retry_at: None,
+            backoff: MIN_BACKOFF,
         };
         loop {
             let timer = tokio::select! {
@@ -138,6 +149,9 @@ pub fn spawn(
             view.expire_jobs(chrono::Utc::now());
             if timer && p.synced && p.last_sync.elapsed() < p.cfg.resync {
                 continue;
+            }
+            if p.retry_at.is_some_and(|t| Instant::now() < t) {
+                continue; // the timer brings us back
             }
             tokio::time::sleep(p.cfg.debounce).await;
             p.round(&view).await;
@@ -171,12 +185,24 @@ fn is_ours(name: &str) -> bool {
 impl Publisher {
     fn failed(&mut self, e: &PublishError) {
         let PublishError::Api { verb, .. } = e;
-        tracing::warn!(error = %e, "ClusterD view: write failed; retrying next round");
+        tracing::warn!(error = %e, retry_in = ?self.backoff, "ClusterD view: request failed; will retry");
         self.metrics.clusterd_error(verb);
+        self.synced = false;
+        self.retry_at = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
 
-    /// One round: reconcile if needed, render, write what changed.
+    /// One round: reconcile if needed, render, write what changed; a round
+    /// without failure resets the backoff.
     async fn round(&mut self, view: &ClusterdView) {
+        self.retry_at = None;
+        self.write_round(view).await;
+        if self.retry_at.is_none() {
+            self.backoff = MIN_BACKOFF;
+        }
+    }
+
+    async fn write_round(&mut self, view: &ClusterdView) {
         if !self.synced || self.last_sync.elapsed() >= self.cfg.resync {
             match self.reconcile().await {
                 Ok(()) => {
@@ -234,8 +260,6 @@ impl Publisher {
             }
             if let Err(e) = self.write(&key, data, consumer).await {
                 self.failed(&e);
-                self.synced = false;
-                view.inner.changed.notify_one(); // retry soon
             }
         }
         for key in surplus {

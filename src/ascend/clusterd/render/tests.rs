@@ -237,3 +237,23 @@ fn fault_jobs_group_nodes_by_superpod() {
     assert_eq!(val["3"]["FaultTimes"], 1_736_900_000_000i64);
     assert_eq!(val["3"]["JobId"], "uid-9");
 }
+
+#[test]
+fn an_oversized_node_view_leaves_out_healthy_nodes_first() {
+    let mut v = cluster(400);
+    let mut f = Fault::new(FaultSource::AscendNpu, "80E18402", Utc::now());
+    f.node = Some("node-00399".into());
+    f.device = Some("2".into());
+    assert!(v.note_level(&f, Level::Separate));
+    let full = render(&v, &Assignment::default(), MAX_BYTES);
+    assert_eq!(full.node_cm_dropped, 0);
+    let bound = full.node_cm.len() / 2;
+    let r = render(&v, &Assignment::default(), bound);
+    assert!(r.node_cm.len() + NODE_CM.len() <= bound);
+    assert!(r.node_cm_dropped > 0);
+    let kept: serde_json::Value = serde_json::from_str(&r.node_cm).unwrap();
+    assert_eq!(
+        kept["mindx-dl-nodeinfo-node-00399"]["NodeStatus"],
+        "UnHealthy"
+    );
+}
