@@ -537,3 +537,48 @@ async fn on_takeover_what_exists_is_reconciled() {
     assert_granted(&bed);
     ctl.shutdown().await;
 }
+
+/// A request that fails (here: `cluster-system` does not exist yet) is
+/// counted and retried; the rest of the view is published meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_write_is_counted_and_retried() {
+    let bed = Testbed::start(SimConfig {
+        nodes: 2,
+        accelerator: Accelerator::Ascend,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("test bed");
+    bed.cluster
+        .api()
+        .ensure_namespace(VIEW_NS)
+        .expect("namespace");
+    bed.apply_yaml(BASE).await.expect("base objects");
+    let ctl = start_view(&bed).await;
+    let nodes = bed.cluster.node_names();
+    wait("the view published and the failure counted", T, || async {
+        let cms = view_cms(&bed, VIEW_NS).await;
+        let errors = ctl
+            .metrics
+            .encode()
+            .contains("rebound_clusterd_view_errors_total{verb=\"create\"}");
+        (errors && nodes.iter().all(|n| node_entry(&cms, n).is_some())).then_some(())
+    })
+    .await;
+    bed.cluster
+        .api()
+        .ensure_namespace(JOB_NS)
+        .expect("namespace");
+    wait(
+        "fault-job-info created once possible",
+        Duration::from_secs(40),
+        || async {
+            view_cms(&bed, JOB_NS)
+                .await
+                .contains_key("fault-job-info")
+                .then_some(())
+        },
+    )
+    .await;
+    ctl.shutdown().await;
+}
