@@ -29,6 +29,8 @@ pub struct ActionCtx {
     /// Every decision, for in-process observers (demo, tests); cheap when
     /// nobody listens.
     pub decisions: tokio::sync::broadcast::Sender<Arc<crate::policy::Decision>>,
+    /// The ClusterD fault view, when `--clusterd-view` publishes it.
+    pub clusterd: Option<crate::ascend::clusterd::ClusterdView>,
 }
 
 /// A job restart to carry out.

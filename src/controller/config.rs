@@ -85,6 +85,22 @@ pub struct ControllerArgs {
     /// How often policy and classification status is written (batched).
     #[arg(long, env = "REBOUND_STATUS_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub status_interval: Duration,
+    /// Publish MindCluster ClusterD's cluster fault view
+    /// (`cluster-info-node-cm`, `cluster-info-device-<m>`, `fault-job-info`)
+    /// for the Ascend Volcano scheduler plugin, in place of ClusterD.
+    #[arg(long, env = "REBOUND_CLUSTERD_VIEW", default_value_t = false, action = clap::ArgAction::Set)]
+    pub clusterd_view: bool,
+    /// Namespace of the `cluster-info-*` ConfigMaps (ClusterD's `mindx-dl`;
+    /// the namespace must exist).
+    #[arg(long, env = "REBOUND_CLUSTERD_NAMESPACE", default_value = "mindx-dl")]
+    pub clusterd_namespace: String,
+    /// Namespace of `fault-job-info` (ClusterD's `cluster-system`; must exist).
+    #[arg(
+        long,
+        env = "REBOUND_CLUSTERD_JOB_NAMESPACE",
+        default_value = "cluster-system"
+    )]
+    pub clusterd_job_namespace: String,
 }
 
 impl ControllerArgs {

@@ -51,6 +51,8 @@ pub struct Metrics {
     pub leader: Gauge,
     pub watch_restarts: Family<KindLabels, Counter>,
     pub cordoned_nodes: Gauge,
+    pub clusterd_writes: Family<VerbLabels, Counter>,
+    pub clusterd_errors: Family<VerbLabels, Counter>,
 }
 
 /// Metric names, for the docs check.
@@ -67,6 +69,8 @@ pub const NAMES: &[&str] = &[
     "rebound_leader",
     "rebound_watch_restarts_total",
     "rebound_cordoned_nodes",
+    "rebound_clusterd_view_writes_total",
+    "rebound_clusterd_view_errors_total",
 ];
 
 impl Default for Metrics {
@@ -150,6 +154,18 @@ impl Metrics {
             "Nodes currently cordoned by rebound",
             cordoned_nodes.clone(),
         );
+        let clusterd_writes = Family::<VerbLabels, Counter>::default();
+        r.register(
+            "rebound_clusterd_view_writes",
+            "ClusterD fault view ConfigMaps written, by verb (create, update, delete)",
+            clusterd_writes.clone(),
+        );
+        let clusterd_errors = Family::<VerbLabels, Counter>::default();
+        r.register(
+            "rebound_clusterd_view_errors",
+            "ClusterD fault view requests that failed (retried next round), by verb",
+            clusterd_errors.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             faults,
@@ -164,7 +180,23 @@ impl Metrics {
             leader,
             watch_restarts,
             cordoned_nodes,
+            clusterd_writes,
+            clusterd_errors,
         }
+    }
+
+    /// Count one ClusterD view write.
+    pub fn clusterd_write(&self, verb: &str) {
+        self.clusterd_writes
+            .get_or_create(&VerbLabels { verb: verb.into() })
+            .inc();
+    }
+
+    /// Count one failed ClusterD view request.
+    pub fn clusterd_error(&self, verb: &str) {
+        self.clusterd_errors
+            .get_or_create(&VerbLabels { verb: verb.into() })
+            .inc();
     }
 
     /// Count one decision.

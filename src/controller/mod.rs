@@ -125,8 +125,26 @@ pub async fn start(
         tx: tx.clone(),
         health: health.clone(),
         decisions: decisions.clone(),
+        clusterd: args
+            .clusterd_view
+            .then(crate::ascend::clusterd::ClusterdView::new),
     };
     let mut aborts = vec![http_task.abort_handle()];
+    if let Some(view) = &ctx.clusterd {
+        let cfg = crate::ascend::clusterd::publish::PublishConfig::new(
+            &args.clusterd_namespace,
+            &args.clusterd_job_namespace,
+        );
+        let t = crate::ascend::clusterd::publish::spawn(
+            client.clone(),
+            view.clone(),
+            leadership.clone(),
+            metrics.clone(),
+            cfg,
+            shutdown_rx.clone(),
+        );
+        aborts.push(t.abort_handle());
+    }
     if let Some(t) = &lease_task {
         aborts.push(t.abort_handle());
     }

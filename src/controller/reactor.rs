@@ -239,6 +239,9 @@ impl Reactor {
                 let healthy = crate::fault::node::node_healthy(&n, &self.args.condition_types);
                 let was_faulty = self.node_faults.get(&name).is_some_and(|v| !v.is_empty());
                 self.node_faults.insert(name.clone(), faults.clone());
+                if let Some(v) = &self.ctx.clusterd {
+                    v.set_node_faults(&name, &faults);
+                }
                 for f in faults {
                     self.on_fault(f, at, Affected::Node);
                 }
@@ -252,6 +255,9 @@ impl Reactor {
                 let name = n.name_any();
                 self.cache.nodes.remove(&name);
                 self.node_faults.remove(&name);
+                if let Some(v) = &self.ctx.clusterd {
+                    v.remove_node(&name);
+                }
                 self.held.remove(&name);
             }
             Change::Synced => self.mark_synced("nodes"),
@@ -305,6 +311,9 @@ impl Reactor {
         };
         if deleted {
             self.ascend_faults.remove(&node);
+            if let Some(v) = &self.ctx.clusterd {
+                v.set_device_info(&node, None);
+            }
             return;
         }
         match crate::fault::ascend::deviceinfo_faults(&cm, Utc::now()) {
@@ -315,6 +324,9 @@ impl Reactor {
                 let now_clear = faults.is_empty()
                     || crate::fault::ascend::parse_deviceinfo(&cm).is_ok_and(|d| d.healthy());
                 self.ascend_faults.insert(node.clone(), faults.clone());
+                if let Some(v) = &self.ctx.clusterd {
+                    v.set_device_info(&node, crate::fault::ascend::parse_deviceinfo(&cm).ok());
+                }
                 for f in faults {
                     self.on_fault(f, at, Affected::Node);
                 }
@@ -486,6 +498,9 @@ impl Reactor {
             .engine
             .classifier
             .classify(fault, node_view.as_ref(), Utc::now());
+        if let Some(v) = &self.ctx.clusterd {
+            v.note_level(&c.fault, c.level);
+        }
         if !self.ctx.leader.is_leader() {
             // Hot standby: the history stays warm, nothing is acted on.
             return;
@@ -697,6 +712,9 @@ impl Reactor {
                 .and_then(|p| self.cache.pods.get(&(job.namespace.clone(), p.clone())))
                 .map(|p| p.uid.clone());
             m.decision(action_name, "acted");
+            if let Some(v) = &self.ctx.clusterd {
+                v.set_recovering_job(&jref, fault.node.as_deref(), occurred_at(fault));
+            }
             actions::restart(
                 &self.ctx,
                 JobPlan {
@@ -800,6 +818,11 @@ impl Reactor {
 
     fn on_done(&mut self, r: ActionResult) {
         self.ctx.metrics.request("action", r.ok);
+        if let (Some(v), ActionKind::RestartJob(j) | ActionKind::RestartPod(j, _)) =
+            (&self.ctx.clusterd, &r.kind)
+        {
+            v.job_done(j);
+        }
         if r.ok {
             if let (Some(p), ActionKind::RestartJob(_) | ActionKind::RestartPod(..)) =
                 (&r.policy, &r.kind)

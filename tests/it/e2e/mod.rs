@@ -2,6 +2,7 @@
 //! test per behaviour of issue #4. Assertions read the cluster (objects and
 //! the API server's request log), never the controller's internals.
 
+mod ascend_view;
 mod jobs;
 mod nodes;
 mod policies;
