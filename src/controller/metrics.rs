@@ -35,6 +35,12 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// Label `status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub status: String,
+}
+
 /// Every metric, registered once.
 #[derive(Clone)]
 pub struct Metrics {
@@ -51,6 +57,8 @@ pub struct Metrics {
     pub leader: Gauge,
     pub watch_restarts: Family<KindLabels, Counter>,
     pub cordoned_nodes: Gauge,
+    pub rank_table_writes: Family<StatusLabels, Counter>,
+    pub recovery: Histogram,
 }
 
 /// Metric names, for the docs check.
@@ -67,6 +75,8 @@ pub const NAMES: &[&str] = &[
     "rebound_leader",
     "rebound_watch_restarts_total",
     "rebound_cordoned_nodes",
+    "rebound_rank_table_writes_total",
+    "rebound_recovery_seconds",
 ];
 
 impl Default for Metrics {
@@ -150,6 +160,21 @@ impl Metrics {
             "Nodes currently cordoned by rebound",
             cordoned_nodes.clone(),
         );
+        let rank_table_writes = Family::<StatusLabels, Counter>::default();
+        r.register(
+            "rebound_rank_table_writes",
+            "hccl.json rank tables written, by status (initializing, completed)",
+            rank_table_writes.clone(),
+        );
+        // 0.1 s .. 30 min
+        let recovery = Histogram::new([
+            0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+        ]);
+        r.register(
+            "rebound_recovery_seconds",
+            "Time from a job restart to its rank table completed again",
+            recovery.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             faults,
@@ -164,6 +189,8 @@ impl Metrics {
             leader,
             watch_restarts,
             cordoned_nodes,
+            rank_table_writes,
+            recovery,
         }
     }
 
