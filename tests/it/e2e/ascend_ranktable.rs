@@ -396,3 +396,31 @@ async fn jobs_without_the_label_or_configmap_get_no_table() {
     );
     ctl.shutdown().await;
 }
+
+/// A one-pod labelled Volcano Job whose template already carries the device
+/// plugin's annotation, with its ConfigMap: a rank table on any cluster
+/// (the RBAC scenario runs on GPU nodes). Returns when the table is complete.
+pub async fn preset_ranktable_job(bed: &Testbed, ns: &str, name: &str) {
+    rings_config(bed, ns, name).await;
+    let device = r#"{"pod_name":"p","server_id":"10.1.0.0","devices":[{"device_id":"0","device_ip":"192.168.0.0"}]}"#;
+    let job: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {LABEL_KEY: LABEL_VALUE}},
+        "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": 1,
+            "tasks": [{"name": "worker", "replicas": 1, "template": {
+                "metadata": {"labels": {LABEL_KEY: LABEL_VALUE},
+                             "annotations": {DEVICE_ANNOTATION: device}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "t",
+                    "resources": {"limits": {"huawei.com/Ascend910": "1"}}}]}}}]},
+    }))
+    .unwrap();
+    let ar = rebound::sim::actors::volcano::job_resource();
+    Api::<DynamicObject>::namespaced_with(bed.client(), ns, &ar)
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap();
+    wait(&format!("{ns}/{name} rank table"), T, || async {
+        (table(bed, ns, name).await["status"] == "completed").then_some(())
+    })
+    .await;
+}
