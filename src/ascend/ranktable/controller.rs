@@ -62,9 +62,9 @@ enum In {
 pub fn spawn(deps: Deps, mut shutdown: tw::Receiver<bool>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let (tx, mut rx) = mpsc::channel::<In>(1024);
-        let mut tasks = watches(&deps.client, &tx).await;
+        let mut tasks = Tasks(watches(&deps.client, &deps.metrics, &tx).await);
         let ttx = tx.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.0.push(tokio::spawn(async move {
             let mut iv = tokio::time::interval(Duration::from_secs(1));
             loop {
                 iv.tick().await;
@@ -75,7 +75,7 @@ pub fn spawn(deps: Deps, mut shutdown: tw::Receiver<bool>) -> tokio::task::JoinH
         }));
         let mut lead = deps.leader.subscribe();
         let ltx = tx.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.0.push(tokio::spawn(async move {
             while lead.changed().await.is_ok() {
                 let now = *lead.borrow();
                 if ltx.send(In::Leader(now)).await.is_err() {
@@ -100,24 +100,40 @@ pub fn spawn(deps: Deps, mut shutdown: tw::Receiver<bool>) -> tokio::task::JoinH
             }
             state.reconcile().await;
         }
-        for t in tasks {
-            t.abort();
-        }
+        drop(tasks);
     })
 }
 
-async fn watches(client: &Client, tx: &mpsc::Sender<In>) -> Vec<tokio::task::JoinHandle<()>> {
+/// The task's watches and timers, stopped with it (also when it is aborted,
+/// as a killed controller is in tests).
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+async fn watches(
+    client: &Client,
+    metrics: &Metrics,
+    tx: &mpsc::Sender<In>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let labelled =
         || crate::controller::watch::config().labels(&format!("{LABEL_KEY}={LABEL_VALUE}"));
     let mut tasks = vec![
         forward(
+            "rank-table pods",
             watcher(Api::<Pod>::all(client.clone()), labelled()),
-            tx.clone(),
+            (tx.clone(), metrics.clone()),
             In::Pod,
         ),
         forward(
+            "rank-table configmaps",
             watcher(Api::<ConfigMap>::all(client.clone()), labelled()),
-            tx.clone(),
+            (tx.clone(), metrics.clone()),
             In::ConfigMap,
         ),
     ];
@@ -138,16 +154,22 @@ async fn watches(client: &Client, tx: &mpsc::Sender<In>) -> Vec<tokio::task::Joi
     }
     for (kind, ar) in kinds {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        tasks.push(forward(watcher(api, labelled()), tx.clone(), move |e| {
-            In::Job(kind, e)
-        }));
+        tasks.push(forward(
+            "rank-table jobs",
+            watcher(api, labelled()),
+            (tx.clone(), metrics.clone()),
+            move |e| In::Job(kind, e),
+        ));
     }
     tasks
 }
 
+/// Forward one watch into the task; failures are logged, counted in
+/// `rebound_watch_restarts_total` and retried with the watcher's backoff.
 fn forward<K, S>(
+    name: &'static str,
     stream: S,
-    tx: mpsc::Sender<In>,
+    (tx, metrics): (mpsc::Sender<In>, Metrics),
     wrap: impl Fn(Event<K>) -> In + Send + 'static,
 ) -> tokio::task::JoinHandle<()>
 where
@@ -164,7 +186,13 @@ where
                         return;
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "rank-table watch failed; retrying"),
+                Err(e) => {
+                    metrics
+                        .watch_restarts
+                        .get_or_create(&KindLabels { kind: name.into() })
+                        .inc();
+                    tracing::warn!(watch = name, error = %e, "watch failed; retrying with backoff");
+                }
             }
         }
     })
