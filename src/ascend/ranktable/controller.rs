@@ -404,6 +404,9 @@ impl State {
 
     /// A pod of the job went (deleted or being deleted).
     fn went(&mut self, job: &JobKey) {
+        if !self.jobs.contains_key(job) {
+            return;
+        }
         self.last_reset.insert(job.clone(), Utc::now());
         if self.status(job) == Some(Status::Completed) {
             self.needs_reset.insert(job.clone());

@@ -335,6 +335,55 @@ mod tests {
     }
 
     #[test]
+    fn batch_jobs_and_deployments_are_one_group_named_after_them() {
+        let dep: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "ml"},
+            "spec": {"replicas": 3, "template": {"spec": {"containers": [
+                {"name": "c", "resources": {"limits": {"huawei.com/Ascend910": 2}}}]}}},
+        }))
+        .expect("deployment");
+        let d = job_entry(JobKind::Deployment, &dep).expect("entry");
+        assert_eq!(
+            d.groups,
+            vec![Group {
+                name: "d".into(),
+                replicas: 3,
+                npus_per_pod: 2
+            }]
+        );
+        let bj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "b", "namespace": "ml"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "c", "resources": {"limits": {"huawei.com/Ascend910": "8"}}}]}}},
+        }))
+        .expect("job");
+        let b = job_entry(JobKind::Batch, &bj).expect("entry");
+        assert_eq!(
+            (b.groups[0].replicas, b.groups[0].npus_per_pod),
+            (1, 8),
+            "parallelism defaults to 1"
+        );
+        let p: Pod = serde_json::from_value(json!({"metadata": {"name": "d-x", "namespace": "ml",
+            "labels": {"deploy-name": "d"}}}))
+        .expect("pod");
+        assert_eq!(
+            pod_entry(&p).expect("entry").job.to_string(),
+            "Deployment/ml/d"
+        );
+        let p: Pod = serde_json::from_value(json!({"metadata": {"name": "b-0", "namespace": "ml",
+            "labels": {"batch.kubernetes.io/job-name": "b"},
+            "annotations": {"batch.kubernetes.io/job-completion-index": "0"}}}))
+        .expect("pod");
+        let e = pod_entry(&p).expect("entry");
+        assert_eq!(
+            (e.job.to_string(), e.completion_index.as_deref()),
+            ("Job/ml/b".to_string(), Some("0"))
+        );
+    }
+
+    #[test]
     fn pods_of_no_known_job_kind_are_skipped() {
         let p: Pod = serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "ml"}}))
             .expect("pod");
