@@ -1,25 +1,22 @@
-//! The rank-table task: its own watches (labelled pods, jobs, Deployments
-//! and `rings-config-*` ConfigMaps), a state kept in memory, and writes of
-//! the `hccl.json` key. Events arriving together are applied together and
+//! The rank-table task: the state of its watches (`inputs.rs`) kept in
+//! memory, and writes of the `hccl.json` key. Events arriving together are
+//! applied together and
 //! each job is then reconciled once, so a restart that deletes 64 pods
 //! costs one write, not 64. Only the leader writes; errors are logged,
 //! counted and retried on the next second's tick.
 
+use super::inputs::{In, Tasks, watches};
 use super::objects::{self, JobEntry, JobKey, JobKind, PodEntry};
 use super::recovery::{self, RECOVERED_AT_ANNOTATION, RECOVERED_RESTART_ANNOTATION, TableState};
-use super::table::{self, CONFIGMAP_PREFIX, DATA_KEY, Format, LABEL_KEY, LABEL_VALUE, Status};
+use super::table::{self, CONFIGMAP_PREFIX, DATA_KEY, Format, Status};
 use crate::controller::leader::Leadership;
 use crate::controller::metrics::{KindLabels, Metrics, StatusLabels};
 use crate::recover::{Events, Notice, reasons};
 use crate::workload::JobRef;
 use chrono::{DateTime, SecondsFormat, Utc};
-use futures::{Stream, StreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::watcher::Event;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -47,15 +44,6 @@ enum WriteError {
     },
     #[error("cannot record the recovery on {job}: {source}")]
     Job { job: String, source: kube::Error },
-}
-
-#[allow(clippy::large_enum_variant)]
-enum In {
-    Pod(Event<Pod>),
-    ConfigMap(Event<ConfigMap>),
-    Job(JobKind, Event<DynamicObject>),
-    Leader(bool),
-    Tick,
 }
 
 /// Start the task; it stops when `shutdown` turns true (its watches with it).
@@ -101,100 +89,6 @@ pub fn spawn(deps: Deps, mut shutdown: tw::Receiver<bool>) -> tokio::task::JoinH
             state.reconcile().await;
         }
         drop(tasks);
-    })
-}
-
-/// The task's watches and timers, stopped with it (also when it is aborted,
-/// as a killed controller is in tests).
-struct Tasks(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
-    }
-}
-
-async fn watches(
-    client: &Client,
-    metrics: &Metrics,
-    tx: &mpsc::Sender<In>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let labelled =
-        || crate::controller::watch::config().labels(&format!("{LABEL_KEY}={LABEL_VALUE}"));
-    let mut tasks = vec![
-        forward(
-            "rank-table pods",
-            watcher(Api::<Pod>::all(client.clone()), labelled()),
-            (tx.clone(), metrics.clone()),
-            In::Pod,
-        ),
-        forward(
-            "rank-table configmaps",
-            watcher(Api::<ConfigMap>::all(client.clone()), labelled()),
-            (tx.clone(), metrics.clone()),
-            In::ConfigMap,
-        ),
-    ];
-    let mut kinds = vec![
-        (JobKind::Batch, ApiResource::erase::<Job>(&())),
-        (JobKind::Deployment, ApiResource::erase::<Deployment>(&())),
-    ];
-    match crate::controller::discover::job_kinds(client).await {
-        Ok(found) => kinds.extend(
-            found
-                .into_iter()
-                .filter(|ar| ar.group == "batch.volcano.sh")
-                .map(|ar| (JobKind::Volcano, ar)),
-        ),
-        Err(e) => {
-            tracing::warn!(error = %e, "discovery failed; rank tables are built for batch Jobs and Deployments only")
-        }
-    }
-    for (kind, ar) in kinds {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        tasks.push(forward(
-            "rank-table jobs",
-            watcher(api, labelled()),
-            (tx.clone(), metrics.clone()),
-            move |e| In::Job(kind, e),
-        ));
-    }
-    tasks
-}
-
-/// Forward one watch into the task; failures are logged, counted in
-/// `rebound_watch_restarts_total` and retried with the watcher's backoff.
-fn forward<K, S>(
-    name: &'static str,
-    stream: S,
-    (tx, metrics): (mpsc::Sender<In>, Metrics),
-    wrap: impl Fn(Event<K>) -> In + Send + 'static,
-) -> tokio::task::JoinHandle<()>
-where
-    K: Send + 'static,
-    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-{
-    tokio::spawn(async move {
-        let stream = stream.default_backoff();
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(e) => {
-                    if tx.send(wrap(e)).await.is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    metrics
-                        .watch_restarts
-                        .get_or_create(&KindLabels { kind: name.into() })
-                        .inc();
-                    tracing::warn!(watch = name, error = %e, "watch failed; retrying with backoff");
-                }
-            }
-        }
     })
 }
 

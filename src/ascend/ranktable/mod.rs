@@ -7,9 +7,10 @@
 //! reported recovered only once its table is complete again.
 //!
 //! `table` and `recovery` are pure; `objects` trims watched objects;
-//! `controller` is the task with the watches and the writes.
+//! `inputs` runs the watches; `controller` is the task and its writes.
 
 pub mod controller;
+mod inputs;
 pub mod objects;
 pub mod recovery;
 pub mod table;
