@@ -1,9 +1,8 @@
 //! The rank-table task: the state of its watches (`inputs.rs`) kept in
 //! memory, and writes of the `hccl.json` key. Events arriving together are
-//! applied together and
-//! each job is then reconciled once, so a restart that deletes 64 pods
-//! costs one write, not 64. Only the leader writes; errors are logged,
-//! counted and retried on the next second's tick.
+//! applied together and each job is then reconciled once, so a restart that
+//! deletes 64 pods costs one reset write, not 64. Only the leader writes;
+//! errors are logged, counted and retried on the next second's tick.
 
 use super::inputs::{In, Tasks, watches};
 use super::objects::{self, JobEntry, JobKey, JobKind, PodEntry};
