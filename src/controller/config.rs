@@ -101,6 +101,19 @@ pub struct ControllerArgs {
         default_value = "cluster-system"
     )]
     pub clusterd_job_namespace: String,
+    /// Build HCCL rank tables (`hccl.json` in `rings-config-<job>`) for jobs
+    /// labelled `ring-controller.atlas=ascend-910`, as HCCL-Controller does
+    /// (run one or the other, not both).
+    #[arg(long, env = "REBOUND_RANK_TABLES", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub rank_tables: bool,
+    /// Layout of the rank tables (HCCL-Controller's `-json`).
+    #[arg(
+        long,
+        env = "REBOUND_RANK_TABLE_FORMAT",
+        value_enum,
+        default_value = "v2"
+    )]
+    pub rank_table_format: crate::ascend::ranktable::Format,
 }
 
 impl ControllerArgs {

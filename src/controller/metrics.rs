@@ -35,6 +35,12 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// Label `status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub status: String,
+}
+
 /// Every metric, registered once.
 #[derive(Clone)]
 pub struct Metrics {
@@ -53,6 +59,8 @@ pub struct Metrics {
     pub cordoned_nodes: Gauge,
     pub clusterd_writes: Family<VerbLabels, Counter>,
     pub clusterd_errors: Family<VerbLabels, Counter>,
+    pub rank_table_writes: Family<StatusLabels, Counter>,
+    pub recovery: Histogram,
 }
 
 /// Metric names, for the docs check.
@@ -71,6 +79,8 @@ pub const NAMES: &[&str] = &[
     "rebound_cordoned_nodes",
     "rebound_clusterd_view_writes_total",
     "rebound_clusterd_view_errors_total",
+    "rebound_rank_table_writes_total",
+    "rebound_recovery_seconds",
 ];
 
 impl Default for Metrics {
@@ -166,6 +176,21 @@ impl Metrics {
             "ClusterD fault view requests that failed (retried next round), by verb",
             clusterd_errors.clone(),
         );
+        let rank_table_writes = Family::<StatusLabels, Counter>::default();
+        r.register(
+            "rebound_rank_table_writes",
+            "hccl.json rank tables written, by status (initializing, completed)",
+            rank_table_writes.clone(),
+        );
+        // 0.1 s .. 30 min
+        let recovery = Histogram::new([
+            0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+        ]);
+        r.register(
+            "rebound_recovery_seconds",
+            "Time from a job restart to its rank table completed again",
+            recovery.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             faults,
@@ -182,6 +207,8 @@ impl Metrics {
             cordoned_nodes,
             clusterd_writes,
             clusterd_errors,
+            rank_table_writes,
+            recovery,
         }
     }
 

@@ -145,6 +145,17 @@ pub async fn start(
         );
         aborts.push(t.abort_handle());
     }
+    if args.rank_tables {
+        let deps = crate::ascend::ranktable::Deps {
+            client: client.clone(),
+            format: args.rank_table_format,
+            leader: leadership.clone(),
+            metrics: metrics.clone(),
+            events: ctx.events.clone(),
+        };
+        let t = crate::ascend::ranktable::spawn(deps, shutdown_rx.clone());
+        aborts.push(t.abort_handle());
+    }
     if let Some(t) = &lease_task {
         aborts.push(t.abort_handle());
     }

@@ -34,9 +34,11 @@ pub mod reasons {
     pub const INVALID_POLICY: &str = "InvalidPolicy";
     /// A CEL expression failed to evaluate.
     pub const CEL_ERROR: &str = "CelError";
+    /// A restarted job's rank table (`hccl.json`) is complete again.
+    pub const RECOVERY_COMPLETE: &str = "RecoveryComplete";
 
     /// Every reason, for docs and tests.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         FAULT_DETECTED,
         JOB_RESTARTED,
         POD_RESTARTED,
@@ -49,6 +51,7 @@ pub mod reasons {
         LOGS_PRESERVED,
         INVALID_POLICY,
         CEL_ERROR,
+        RECOVERY_COMPLETE,
     ];
 }
 

@@ -23,8 +23,9 @@ pub const ROOT_CAUSE_ANNOTATION: &str = "rebound.dev/root-cause";
 /// practice, small enough for the 256 KiB annotation limit.
 pub const HISTORY_LEN: usize = 20;
 
-/// Attempts of the resourceVersion-guarded patch before giving up.
-const ATTEMPTS: u32 = 3;
+/// Attempts of the resourceVersion-guarded patch before giving up (a job
+/// operator rewriting the job's status during its restart conflicts often).
+const ATTEMPTS: u32 = 6;
 
 /// The restart history in the job's annotations, oldest first. Anyone can
 /// edit annotations: garbage (not JSON, not a list, bad entries) is
@@ -56,8 +57,8 @@ pub struct RecordOutcome {
 /// last `HISTORY_LEN`), root cause, in one JSON merge patch of the job's
 /// annotations. The patch carries the resourceVersion of `current` (the
 /// job's metadata as last seen) so a concurrent writer is not overwritten;
-/// on a conflict, or without `current`, the job is read again (up to three
-/// attempts). One request when `current` is fresh.
+/// on a conflict, or without `current`, the job is read again (up to six
+/// attempts, with a short growing pause). One request when `current` is fresh.
 pub async fn record_restart(
     client: &Client,
     job: &JobRef,
@@ -93,7 +94,11 @@ pub async fn record_restart(
                     requests,
                 });
             }
-            Err(e) if api_code(&e) == Some(409) => continue,
+            Err(e) if api_code(&e) == Some(409) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10 * u64::from(requests)))
+                    .await;
+                continue;
+            }
             Err(e) => {
                 return Err(api_error(
                     &id,

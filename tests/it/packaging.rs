@@ -577,6 +577,8 @@ const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
     ),
     ("batch", &["jobs"], &["get", "list", "watch", "patch"]),
     ("bus.volcano.sh", &["commands"], &["create"]),
+    ("", &["configmaps"], &["list", "watch", "patch"]),
+    ("apps", &["deployments"], &["list", "watch"]),
 ];
 const CONTROLLER_KUBE_SYSTEM: &[(&str, &[&str], &[&str])] =
     &[("", &["configmaps"], &["list", "watch"])];

@@ -25,6 +25,44 @@ pub const DATA_KEY: &str = "DeviceInfoCfg";
 /// The resource name of the chips.
 pub const RESOURCE: &str = "huawei.com/Ascend910";
 
+/// The pod annotation the plugin writes at Allocate (read by rank-table
+/// builders): `{"pod_name","server_id","devices":[{"device_id","device_ip"}]}`.
+pub const DEVICE_ANNOTATION: &str = "ascend.kubectl.kubernetes.io/ascend-910-configuration";
+
+/// A chip's NIC address (hccn.conf's `address_<chip>`): one per chip and
+/// node, derived from the node address `10.a.b.c` as `192.(168+chip).b.c`.
+pub fn device_ip(server_id: &str, chip: u32) -> String {
+    let o: Vec<u32> = server_id
+        .split('.')
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let (b, c) = match o.as_slice() {
+        [_, _, b, c] => (*b, *c),
+        _ => (0, 0),
+    };
+    format!("192.{}.{b}.{c}", 168 + chip.min(87))
+}
+
+/// The [`DEVICE_ANNOTATION`] value for a pod given `chips` on the node at
+/// `server_id` (its InternalIP), as the plugin writes it at Allocate.
+pub fn device_annotation(pod: &str, server_id: &str, chips: &[u32]) -> String {
+    let devices: Vec<serde_json::Value> = chips
+        .iter()
+        .map(|c| json!({"device_id": c.to_string(), "device_ip": device_ip(server_id, *c)}))
+        .collect();
+    json!({"pod_name": pod, "server_id": server_id, "devices": devices}).to_string()
+}
+
+/// The lowest `n` free chips of a node with `total` chips (`used` taken),
+/// or `None` when too few are free.
+pub fn pick_chips(total: u32, used: &[u32], n: u32) -> Option<Vec<u32>> {
+    let free: Vec<u32> = (0..total)
+        .filter(|c| !used.contains(c))
+        .take(n as usize)
+        .collect();
+    (free.len() == n as usize).then_some(free)
+}
+
 /// The ConfigMap name for a node.
 pub fn configmap_name(node: &str) -> String {
     format!("mindx-dl-deviceinfo-{node}")
@@ -293,6 +331,21 @@ impl AscendPlugin {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allocation_annotation_is_what_rank_tables_read() {
+        assert_eq!(pick_chips(8, &[0, 2], 3), Some(vec![1, 3, 4]));
+        assert_eq!(pick_chips(2, &[0], 2), None);
+        let a = device_annotation("p-0", "10.1.0.7", &[1, 3]);
+        let i = crate::ascend::ranktable::table::parse_instance(&a).expect("valid for rank tables");
+        assert_eq!(i.server_id, "10.1.0.7");
+        assert_eq!(i.devices[1].device_id, "3");
+        assert_eq!(i.devices[1].device_ip, "192.171.0.7");
+        assert_eq!(
+            DEVICE_ANNOTATION,
+            crate::ascend::ranktable::table::DEVICE_ANNOTATION
+        );
+    }
 
     #[test]
     fn sha256_known_vector() {

@@ -4,7 +4,10 @@
 //! when the pod's `restartPolicy` says so (`restartCount + 1`, the failure
 //! kept in `lastState.terminated`), finish graceful deletions, and mark the
 //! pods of a node that goes NotReady as not ready, as the node lifecycle
-//! controller does.
+//! controller does. On Ascend nodes they also play the device plugin's
+//! Allocate: a pod asking for `huawei.com/Ascend910` gets free chips and
+//! the `ascend.kubectl.kubernetes.io/ascend-910-configuration` annotation
+//! (one patch) before it is reported running.
 //!
 //! Faults are injected through [`Kubelet`]: a container terminates with an
 //! exit code and reason, a node gets a condition or goes NotReady.
@@ -21,6 +24,7 @@ use kube::runtime::watcher::Event;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
+use super::ascend;
 use super::runtime::{ActorError, Writer, next_batch, ticks, watch_stream};
 use super::util::{
     container_id, is_conflict, is_not_found, key, now_rfc3339, set_condition, str_at,
@@ -58,6 +62,10 @@ struct PodView {
     to_restart: Vec<String>,
     /// Container names and images, to report them running.
     containers: Vec<(String, String)>,
+    /// Ascend chips asked for (limits of all containers).
+    npus: u32,
+    /// Already carries the device plugin's annotation.
+    annotated: bool,
 }
 
 fn pod_view(pod: &Pod) -> PodView {
@@ -106,6 +114,16 @@ fn pod_view(pod: &Pod) -> PodView {
                     .collect()
             })
             .unwrap_or_default(),
+        npus: spec
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get(ascend::RESOURCE))
+                    .filter_map(|q| q.0.parse::<u32>().ok())
+                    .sum()
+            })
+            .unwrap_or(0),
+        annotated: pod.annotations().contains_key(ascend::DEVICE_ANNOTATION),
     }
 }
 
@@ -113,6 +131,8 @@ fn pod_view(pod: &Pod) -> PodView {
 struct NodeView {
     ready: bool,
     ip: String,
+    /// Ascend chips of the node (0: not an Ascend node).
+    npus: u32,
 }
 
 // One value per watch event, moved once into the loop: boxing the large
@@ -465,6 +485,8 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
     // write is not repeated because the watch lags behind.
     let mut started: HashMap<String, std::time::Instant> = HashMap::new();
     let mut snapshot: Option<HashSet<String>> = None;
+    // The Ascend device plugin's allocations: node -> chip -> pod key.
+    let mut chips: HashMap<String, HashMap<u32, String>> = HashMap::new();
     while let Some(batch) = next_batch(&mut input, 2048).await {
         let mut dirty: HashSet<String> = HashSet::new();
         let mut went_unready: Vec<String> = Vec::new();
@@ -485,7 +507,14 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
                         .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
                         .map(|a| a.address.clone())
                         .unwrap_or_else(|| "10.0.0.1".into());
-                    let was = nodes.insert(name.clone(), NodeView { ready, ip });
+                    let npus = n
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.capacity.as_ref())
+                        .and_then(|c| c.get(ascend::RESOURCE))
+                        .and_then(|q| q.0.parse::<u32>().ok())
+                        .unwrap_or(0);
+                    let was = nodes.insert(name.clone(), NodeView { ready, ip, npus });
                     let was_ready = was.is_some_and(|w| w.ready);
                     if ready && !was_ready {
                         dirty.extend(by_node.get(&name).into_iter().flatten().cloned());
@@ -501,6 +530,9 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
                 Input::Pod(Event::Init) => snapshot = Some(HashSet::new()),
                 Input::Pod(Event::InitDone) => {
                     if let Some(seen) = snapshot.take() {
+                        for set in chips.values_mut() {
+                            set.retain(|_, k| seen.contains(k));
+                        }
                         pods.retain(|k, v| {
                             let keep = seen.contains(k);
                             if !keep
@@ -532,6 +564,11 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
                     let k = key(&p.namespace().unwrap_or_default(), &p.name_any());
                     if let Some(v) = pods.remove(&k) {
                         started.remove(&v.uid);
+                        if let Some(n) = &v.node
+                            && let Some(set) = chips.get_mut(n)
+                        {
+                            set.retain(|_, p| p != &k);
+                        }
                         if let Some(n) = v.node
                             && let Some(set) = by_node.get_mut(&n)
                         {
@@ -631,10 +668,40 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
                 // Built from the watched pod: one PATCH, no GET.
                 let status = running_status(&view.containers, &node.ip);
                 let delay = cfg.start_delay;
+                // The device plugin's Allocate: chips for the pod, written
+                // in its annotation before the containers start.
+                let mut device = None;
+                if view.npus > 0 && node.npus > 0 && !view.annotated {
+                    let node_name = view.node.clone().unwrap_or_default();
+                    let taken = chips.entry(node_name).or_default();
+                    taken.retain(|_, p| p != &k);
+                    let used: Vec<u32> = taken.keys().copied().collect();
+                    match ascend::pick_chips(node.npus, &used, view.npus) {
+                        Some(picked) => {
+                            for c in &picked {
+                                taken.insert(*c, k.clone());
+                            }
+                            device = Some(ascend::device_annotation(&name, &node.ip, &picked));
+                        }
+                        None => {
+                            tracing::debug!(pod = %name, "not enough free Ascend chips for the annotation");
+                        }
+                    }
+                }
                 in_flight.insert(k.clone());
                 writer.spawn(async move {
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
+                    }
+                    if let Some(d) = device {
+                        let patch =
+                            json!({"metadata": {"annotations": {ascend::DEVICE_ANNOTATION: d}}});
+                        if let Err(e) = api
+                            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                        {
+                            tracing::debug!(pod = %name, error = %e, "device plugin annotation");
+                        }
                     }
                     let patch = json!({"status": status});
                     if let Err(e) = api

@@ -3,6 +3,7 @@
 //! the API server's request log), never the controller's internals.
 
 mod ascend_view;
+mod ascend_ranktable;
 mod jobs;
 mod nodes;
 mod policies;
@@ -64,6 +65,16 @@ pub async fn bed_with(
     extra: &str,
     cfg: Option<SimConfig>,
 ) -> (Testbed, ControllerHandle) {
+    bed_with_args(nodes, extra, cfg, |_| {}).await
+}
+
+/// [`bed_with`] with controller flags changed by `f`.
+pub async fn bed_with_args(
+    nodes: usize,
+    extra: &str,
+    cfg: Option<SimConfig>,
+    f: impl FnOnce(&mut ControllerArgs),
+) -> (Testbed, ControllerHandle) {
     let cfg = cfg.unwrap_or(SimConfig {
         nodes,
         ..SimConfig::default()
@@ -79,7 +90,7 @@ pub async fn bed_with(
         bed.apply_yaml(extra).await.expect("extra objects");
     }
     let ctl = bed
-        .start_controller(bed.controller_args())
+        .start_controller(args(&bed, f))
         .await
         .expect("controller");
     (bed, ctl)

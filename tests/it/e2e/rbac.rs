@@ -77,8 +77,9 @@ spec:
   action: RestartPod
   cooldown: 0s
 "#;
-    let (bed, ctl) = bed_with(4, logs, None).await;
+    let (bed, ctl) = bed_with_args(4, logs, None, |a| a.rank_tables = true).await;
     let c = &bed.cluster;
+    super::ascend_ranktable::preset_ranktable_job(&bed, "ml", "hc").await;
     c.create_pytorchjob("ml", "pt", 1, &[OPT_IN]).await.unwrap();
     c.create_volcano_job("ml", "vc", 2, &[OPT_IN])
         .await
