@@ -157,7 +157,20 @@ fn fits(node: &NodeView, pod: &PendingPod) -> bool {
     })
 }
 
+/// What the scheduler serves on a shared cluster: only pods that ask for it
+/// by `spec.schedulerName`, only on the simulated nodes, so it never races
+/// the real kube-scheduler nor places pods on real nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The `spec.schedulerName` served.
+    pub scheduler_name: String,
+    /// Nodes whose names start with this are the simulated ones.
+    pub node_prefix: String,
+}
+
 struct State {
+    /// `None`: every pod and node (the embedded cluster).
+    scope: Option<Scope>,
     nodes: HashMap<String, NodeView>,
     /// Nodes by (pods placed, name): the least loaded first, so choosing a
     /// node usually looks at one node, not all 2,000.
@@ -217,6 +230,12 @@ impl State {
                     return;
                 }
                 let spec = pod.spec.as_ref();
+                if let Some(scope) = &self.scope
+                    && spec.and_then(|s| s.scheduler_name.as_deref())
+                        != Some(scope.scheduler_name.as_str())
+                {
+                    return;
+                }
                 self.pending.insert(
                     k,
                     PendingPod {
@@ -235,6 +254,11 @@ impl State {
 
     fn on_node(&mut self, node: &Node) {
         let name = node.name_any();
+        if let Some(scope) = &self.scope
+            && !name.starts_with(&scope.node_prefix)
+        {
+            return;
+        }
         let mut view = node_view(node);
         if let Some(old) = self.nodes.get(&name) {
             view.used = old.used.clone();
@@ -262,6 +286,12 @@ impl State {
 
 /// Runs the scheduler until the task is aborted.
 pub async fn run(client: Client) {
+    run_scoped(client, None).await;
+}
+
+/// Runs the scheduler limited to `scope` (`None`: every pod and node)
+/// until the task is aborted.
+pub async fn run_scoped(client: Client, scope: Option<Scope>) {
     let pods: Api<Pod> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let (writer, results) = Writer::new(64);
@@ -279,6 +309,7 @@ pub async fn run(client: Client) {
     ]);
     let use_patch = Arc::new(AtomicBool::new(false));
     let mut st = State {
+        scope,
         nodes: HashMap::new(),
         order: BTreeSet::new(),
         pending: HashMap::new(),
