@@ -223,13 +223,19 @@ impl Testbed {
         Ok(ns)
     }
 
-    /// Removes what a shared-cluster bed made (namespaces, fake nodes and
-    /// their Leases, classifications) and lets the next bed have its turn.
-    /// Dropping the bed does the same; the embedded bed has nothing to do.
-    pub async fn cleanup(mut self) {
-        if let Some(r) = self.shared.as_mut() {
-            let client = self.cluster.client();
-            remove_shared(&client, &Made::of(r)).await;
+    /// Removes what a shared-cluster bed made (namespaces and their pods,
+    /// fake nodes and their Leases, classifications) and lets the next bed
+    /// have its turn; the simulated actors stop first, so nothing is
+    /// recreated. Dropping the bed does the same; the embedded bed has
+    /// nothing to remove.
+    pub async fn cleanup(self) {
+        let Testbed {
+            cluster, shared, ..
+        } = self;
+        let client = cluster.client();
+        cluster.shutdown().await;
+        if let Some(mut r) = shared {
+            remove_shared(&client, &Made::of(&r)).await;
             r.cleaned = true;
         }
     }
@@ -390,13 +396,31 @@ impl Made {
 /// Deletes what a run made; failures are logged (a clean-up must go on).
 async fn remove_shared(client: &kube::Client, made: &Made) {
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::{Namespace, Node};
+    use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
     let dp = kube::api::DeleteParams::default();
     let (namespaces, classifications) = (&made.namespaces, &made.classifications);
+    // No kubelet confirms the deletion of a pod on a fake node: pods are
+    // deleted at once (grace 0), before and after their namespace (a real
+    // Job controller may have made new ones meanwhile).
+    let force = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
     let ns_api: Api<Namespace> = Api::all(client.clone());
-    for ns in namespaces {
-        if let Err(e) = ns_api.delete(ns, &dp).await {
-            tracing::debug!(namespace = %ns, error = %e, "test bed clean-up");
+    for round in 0..2 {
+        for ns in namespaces {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+            if let Err(e) = pods
+                .delete_collection(&force, &kube::api::ListParams::default())
+                .await
+            {
+                tracing::debug!(namespace = %ns, error = %e, "test bed clean-up: pods");
+            }
+            if round == 0
+                && let Err(e) = ns_api.delete(ns, &dp).await
+            {
+                tracing::debug!(namespace = %ns, error = %e, "test bed clean-up");
+            }
         }
     }
     let node_api: Api<Node> = Api::all(client.clone());

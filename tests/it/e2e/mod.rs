@@ -153,6 +153,17 @@ pub async fn restart_count(bed: &Testbed, ns: &str, job: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Restarts of PyTorchJob `ns/job`: on the embedded server the
+/// deletecollection requests (exactly one per restart), on a shared cluster
+/// the job's restart count (no request log there).
+pub async fn job_restarts(bed: &Testbed, ns: &str, job: &str) -> usize {
+    if bed.is_shared() {
+        restart_count(bed, ns, job).await as usize
+    } else {
+        restarts_of(bed, PT, job)
+    }
+}
+
 /// Job restarts by deletecollection for a job-name label value.
 pub fn restarts_of(bed: &Testbed, label: &str, job: &str) -> usize {
     requests(bed, "deletecollection", "pods", &format!("{label}={job}")).len()
