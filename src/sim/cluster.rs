@@ -265,10 +265,14 @@ fn node_object(i: usize, cfg: &SimConfig) -> Value {
         json!({"type": t, "status": s, "reason": r, "message": m,
                "lastHeartbeatTime": now, "lastTransitionTime": now})
     };
-    let mut spec = json!({"podCIDR": format!("10.244.{}.0/24", i % 256)});
-    if let Some(sh) = &cfg.shared {
-        spec["taints"] = json!([{"key": sh.taint_key, "value": "true", "effect": "NoSchedule"}]);
-    }
+    let spec = match &cfg.shared {
+        None => json!({"podCIDR": format!("10.244.{}.0/24", i % 256)}),
+        // On a real cluster the node IPAM controller hands out pod CIDRs; a
+        // made-up one could collide with a real node's.
+        Some(sh) => {
+            json!({"taints": [{"key": sh.taint_key, "value": "true", "effect": "NoSchedule"}]})
+        }
+    };
     json!({
         "apiVersion": "v1",
         "kind": "Node",

@@ -41,6 +41,8 @@ struct SharedRun {
     classifications: Mutex<Vec<String>>,
     /// The fake nodes (their Leases have the same names).
     nodes: Vec<String>,
+    /// The server is the bare embedded one (no controller-manager).
+    bare_embedded: bool,
     cleaned: bool,
     _turn: tokio::sync::OwnedMutexGuard<()>,
 }
@@ -154,6 +156,7 @@ impl Testbed {
             config,
             namespaces: Mutex::new(Vec::new()),
             classifications: Mutex::new(Vec::new()),
+            bare_embedded,
             nodes: (0..cfg.nodes)
                 .map(|i| format!("{}{i:04}", cfg.node_prefix))
                 .collect(),
@@ -220,6 +223,21 @@ impl Testbed {
             push_unique(&r.namespaces, &ns);
         }
         super::cluster::ensure_namespace(&self.client(), &ns).await?;
+        if self.shared.as_ref().is_some_and(|r| !r.bare_embedded) {
+            // A real cluster refuses pods until the ServiceAccount
+            // controller has made the namespace's `default` account.
+            let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                Api::namespaced(self.client(), &ns);
+            super::cluster::wait_for(
+                Duration::from_secs(30),
+                &format!("{ns}/default ServiceAccount"),
+                || {
+                    let sa = sa.clone();
+                    async move { Ok(sa.get_opt("default").await?.map(|_| ())) }
+                },
+            )
+            .await?;
+        }
         Ok(ns)
     }
 

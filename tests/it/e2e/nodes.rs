@@ -168,7 +168,12 @@ async fn auto_uncordon_when_the_fault_clears_but_not_a_node_cordoned_by_a_person
     ctl.shutdown().await;
 }
 
-async fn fault_event(bed: &Testbed, ns: &str, node: &str, code: &str) {
+/// Creates a core/v1 Event about a node, with a fault annotation.
+///
+/// A real API server accepts an Event about a cluster-scoped object only in
+/// `default` (or `kube-system` with `eventTime`); the embedded one does
+/// not check, so there this helper's Events in other namespaces go through.
+async fn fault_event(bed: &Testbed, ns: &str, node: &str, code: &str) -> Result<(), kube::Error> {
     let api: Api<CoreEvent> = Api::namespaced(bed.client(), ns);
     let f = WireFault {
         source: "NvidiaXid".into(),
@@ -201,9 +206,7 @@ async fn fault_event(bed: &Testbed, ns: &str, node: &str, code: &str) {
         last_timestamp: Some(now),
         ..Default::default()
     };
-    api.create(&PostParams::default(), &ev)
-        .await
-        .expect("event");
+    api.create(&PostParams::default(), &ev).await.map(|_| ())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +220,18 @@ spec:
 "#;
     let (bed, ctl) = bed_with(4, greedy, None).await;
     let names = bed.cluster.node_names();
-    fault_event(&bed, &bed.ns("team-a"), &names[0], "79").await;
+    match fault_event(&bed, &bed.ns("team-a"), &names[0], "79").await {
+        Err(kube::Error::Api(e)) if bed.is_shared() && e.code == 422 => {
+            eprintln!(
+                "SKIPPED on this cluster: tenant_event_and_tenant_policy_cannot_cordon_but_root_event_can \
+                 needs Node Events outside `default`, which its API server refuses: {}",
+                e.message
+            );
+            ctl.shutdown().await;
+            return;
+        }
+        r => r.expect("event"),
+    }
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(
         !cordoned(&node(&bed, &names[0]).await),
@@ -235,7 +249,9 @@ spec:
     })
     .await;
     // The same Event in the root namespace is trusted.
-    fault_event(&bed, &bed.root(), &names[1], "79").await;
+    fault_event(&bed, &bed.root(), &names[1], "79")
+        .await
+        .expect("event");
     wait("root Event cordons", T, || async {
         cordoned(&node(&bed, &names[1]).await).then_some(())
     })
