@@ -451,6 +451,17 @@ async fn remove_shared(client: &kube::Client, made: &Made) {
             tracing::debug!(lease = %n, error = %e, "test bed clean-up");
         }
     }
+    // The Ascend device plugin's ConfigMaps of the fake nodes, if any.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), super::actors::ascend::NAMESPACE);
+    for n in &made.nodes {
+        let name = super::actors::ascend::configmap_name(n);
+        if let Err(e) = cms.delete(&name, &dp).await
+            && !super::actors::util::is_not_found(&e)
+        {
+            tracing::debug!(configmap = %name, error = %e, "test bed clean-up");
+        }
+    }
     let fc_api: Api<FaultClassification> = Api::all(client.clone());
     for fc in classifications {
         if let Err(e) = fc_api.delete(fc, &dp).await {

@@ -472,6 +472,59 @@ mod tests {
         }
     }
 
+    fn state(scope: Option<Scope>) -> State {
+        State {
+            scope,
+            nodes: HashMap::new(),
+            order: BTreeSet::new(),
+            pending: HashMap::new(),
+            bound: HashMap::new(),
+            in_flight: HashMap::new(),
+            parked: HashSet::new(),
+        }
+    }
+
+    fn node(name: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("node")
+    }
+
+    fn pod(name: &str, scheduler: Option<&str>) -> Pod {
+        let mut spec = json!({"containers": [{"name": "c"}]});
+        if let Some(s) = scheduler {
+            spec["schedulerName"] = json!(s);
+        }
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ml"}, "spec": spec}))
+            .expect("pod")
+    }
+
+    #[test]
+    fn a_scoped_scheduler_serves_only_its_pods_on_its_nodes() {
+        let scope = Scope {
+            scheduler_name: "sim".into(),
+            node_prefix: "rb-x-".into(),
+        };
+        let mut st = state(Some(scope));
+        st.on_node(&node("rb-x-0000"));
+        st.on_node(&node("kind-control-plane"));
+        assert_eq!(st.nodes.len(), 1, "real nodes are not the simulation's");
+        st.on_pod(&pod("mine", Some("sim")));
+        st.on_pod(&pod("default-scheduler", None));
+        st.on_pod(&pod("other", Some("volcano")));
+        assert_eq!(st.pending.keys().collect::<Vec<_>>(), vec!["ml/mine"]);
+        let p = st.pending.get("ml/mine").cloned().expect("pending");
+        assert_eq!(st.choose(&p).as_deref(), Some("rb-x-0000"));
+        // Unscoped (the embedded cluster): every pod, every node.
+        let mut all = state(None);
+        all.on_node(&node("kind-control-plane"));
+        all.on_pod(&pod("default-scheduler", None));
+        all.on_pod(&pod("other", Some("volcano")));
+        assert_eq!((all.nodes.len(), all.pending.len()), (1, 2));
+    }
+
     #[test]
     fn tolerations_match_like_the_real_scheduler() {
         let t = taint("rebound.dev/fault", "NoSchedule");

@@ -125,3 +125,44 @@ async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cl
     server.shutdown().await;
     let _ = std::fs::remove_file(&path);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crds_are_installed_once_updated_after_and_a_real_operators_are_refused() {
+    use rebound::sim::cluster::{ClusterError, JOB_CRDS, TESTBED_LABEL, install_crds};
+    let server = rebound::sim::ApiServer::builder()
+        .start()
+        .await
+        .expect("server");
+    let client = server.client();
+    // Installed by the bed: labelled, and a second run replaces it.
+    let names = install_crds(&client, JOB_CRDS[0]).await.expect("install");
+    assert_eq!(names, vec!["pytorchjobs.kubeflow.org".to_string()]);
+    install_crds(&client, JOB_CRDS[0])
+        .await
+        .expect("a second run updates its own CRD");
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(client.clone());
+    let crd = crds.get(&names[0]).await.expect("crd");
+    assert_eq!(
+        crd.metadata
+            .labels
+            .unwrap_or_default()
+            .get(TESTBED_LABEL.0)
+            .map(String::as_str),
+        Some(TESTBED_LABEL.1)
+    );
+    // One the bed did not install (a real Volcano's, say) is left alone.
+    server
+        .register_crds_yaml(JOB_CRDS[3])
+        .await
+        .expect("someone else's CRD");
+    let err = install_crds(&client, JOB_CRDS[3])
+        .await
+        .expect_err("must refuse");
+    assert!(
+        matches!(&err, ClusterError::Unsupported(m) if m.contains("jobs.batch.volcano.sh")),
+        "{err}"
+    );
+    server.shutdown().await;
+}
