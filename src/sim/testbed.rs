@@ -181,17 +181,20 @@ impl Testbed {
         }
         cfg.namespaces = namespaces;
         cfg.shared.get_or_insert_with(SharedCluster::default);
-        cfg.operators.batch = bare_embedded;
-        // A bed that fails half-way still removes what it made (Drop).
+        cfg.operators.batch = cfg.operators.batch && bare_embedded;
         let config = run.config.clone();
-        // `run` removes the nodes and namespaces made so far if this fails.
+        // If this fails, dropping `run` removes what was made so far.
         let cluster = SimCluster::connect(client, cfg).await?;
-        tracing::info!(run = %run.id, bare_embedded, "shared-cluster test bed ready");
-        Ok(Testbed {
+        let bed = Testbed {
             cluster,
             config,
             shared: Some(run),
-        })
+        };
+        for ns in bed.shared.iter().flat_map(|r| lock(&r.namespaces).clone()) {
+            bed.wait_for_service_account(&ns).await?;
+        }
+        tracing::info!(run = %id, bare_embedded, "shared-cluster test bed ready");
+        Ok(bed)
     }
 
     /// Whether the bed shares a cluster it does not own (no request log,
@@ -223,11 +226,17 @@ impl Testbed {
             push_unique(&r.namespaces, &ns);
         }
         super::cluster::ensure_namespace(&self.client(), &ns).await?;
+        self.wait_for_service_account(&ns).await?;
+        Ok(ns)
+    }
+
+    /// On a real cluster, waits for the `default` ServiceAccount of `ns`:
+    /// ServiceAccount admission refuses pods until the ServiceAccount
+    /// controller has made it. The bare embedded server has neither.
+    async fn wait_for_service_account(&self, ns: &str) -> Result<(), TestbedError> {
         if self.shared.as_ref().is_some_and(|r| !r.bare_embedded) {
-            // A real cluster refuses pods until the ServiceAccount
-            // controller has made the namespace's `default` account.
             let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-                Api::namespaced(self.client(), &ns);
+                Api::namespaced(self.client(), ns);
             super::cluster::wait_for(
                 Duration::from_secs(30),
                 &format!("{ns}/default ServiceAccount"),
@@ -238,7 +247,7 @@ impl Testbed {
             )
             .await?;
         }
-        Ok(ns)
+        Ok(())
     }
 
     /// Removes what a shared-cluster bed made (namespaces and their pods,

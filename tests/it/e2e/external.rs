@@ -67,10 +67,16 @@ async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cl
     // A node fault cordons the fake node and restarts the job on it.
     let n = node_of(&bed, &ml, &sel).await;
     xid_condition(&bed, &n, "79").await;
-    wait("fake node cordoned", T, || async {
-        cordoned(&node(&bed, &n).await).then_some(())
+    let nd = wait("fake node cordoned", T, || async {
+        let nd = node(&bed, &n).await;
+        cordoned(&nd).then_some(nd)
     })
     .await;
+    let taints = nd.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints.iter().any(|t| t.key == shared.taint_key),
+        "rebound's cordon keeps the taints it found: {taints:?}"
+    );
     wait("job restarted after the node fault", T, || async {
         (restart_count(&bed, &ml, "pt").await == 1).then_some(())
     })
