@@ -22,6 +22,9 @@ enum Command {
     Demo(rebound::sim::demo::DemoArgs),
     /// The embedded cluster at scale: reaction times, API calls, memory.
     Sim(rebound::sim::bench::SimArgs),
+    /// The embedded API server alone (no nodes, actors or controller), for
+    /// the end-to-end suite's REBOUND_E2E_KUBECONFIG mode.
+    SimServer(rebound::sim::bare::BareArgs),
     /// Print the CRD YAML (what `crds/` holds), or write one file per CRD.
     Crds {
         /// Write `<name>.yaml` files into this folder instead of printing.
@@ -84,6 +87,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Demo(a) => runtime()?.block_on(rebound::sim::demo::run(a)),
         Command::Sim(a) => runtime()?.block_on(rebound::sim::bench::run(a)),
+        Command::SimServer(a) => Ok(runtime()?.block_on(rebound::sim::bare::run(a))?),
         Command::Crds { out: None } => {
             print!("{}", rebound::api::crds_yaml()?);
             Ok(ExitCode::SUCCESS)

@@ -107,6 +107,21 @@ fn handled_before(fault_time: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(fault_time.timestamp() + 1, 0).unwrap_or(fault_time)
 }
 
+/// When a job's hang clock started: at its last progress change, or at its
+/// last whole-job restart if that came later. A restart starts the training
+/// afresh, so a job still silent `noProgressFor` after it is hung again (a
+/// new fault), not the old one already handled.
+fn hang_clock(
+    progress_changed: DateTime<Utc>,
+    history: &[crate::policy::RestartRecord],
+) -> DateTime<Utc> {
+    history
+        .iter()
+        .filter(|r| !r.pod_only)
+        .map(|r| r.at)
+        .fold(progress_changed, DateTime::max)
+}
+
 fn fault_key(f: &Fault) -> String {
     format!(
         "{}|{}|{}|{}|{}|{}|{}|{}|{}",
@@ -927,9 +942,11 @@ impl Reactor {
             let Some((limit, _)) = self.policy_of(key).and_then(|p| p.hang.clone()) else {
                 continue;
             };
-            let idle = (now - *changed).to_std().unwrap_or(Duration::ZERO);
+            let history = self.cache.jobs.get(key).map(|j| j.history.as_slice());
+            let since = hang_clock(*changed, history.unwrap_or_default());
+            let idle = (now - since).to_std().unwrap_or(Duration::ZERO);
             if idle > limit && self.cache.job_running(key) {
-                stalled.push((key.clone(), kind, *changed, idle));
+                stalled.push((key.clone(), kind, since, idle));
             }
         }
         for (key, kind, changed, idle) in stalled {
@@ -978,5 +995,39 @@ impl Reactor {
         for (f, a) in faults {
             self.on_fault(f, Instant::now(), a);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::RestartRecord;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
+    }
+
+    fn restart(secs: i64, pod_only: bool) -> RestartRecord {
+        RestartRecord {
+            at: at(secs),
+            infrastructure: false,
+            pod_only,
+        }
+    }
+
+    #[test]
+    fn hang_clock_restarts_with_the_job_not_with_a_pod() {
+        // Never restarted: the last progress.
+        assert_eq!(hang_clock(at(10), &[]), at(10));
+        // Restarted before the last progress: still the progress.
+        assert_eq!(hang_clock(at(10), &[restart(5, false)]), at(10));
+        // Restarted (for the hang) after it: the restart, so a job that is
+        // still silent afterwards is hung anew.
+        assert_eq!(
+            hang_clock(at(10), &[restart(5, false), restart(20, false)]),
+            at(20)
+        );
+        // A single pod's restart leaves the other pods hung.
+        assert_eq!(hang_clock(at(10), &[restart(30, true)]), at(10));
     }
 }

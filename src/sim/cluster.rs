@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::actors::ascend::{self, AscendFault, AscendPlugin};
@@ -99,6 +99,35 @@ pub struct SimConfig {
     /// Keep deleted pods (with `deletionTimestamp`) until their kubelet
     /// confirms, as a real API server does for bound pods.
     pub hold_pod_deletion: bool,
+    /// Prefix of the nodes' names (`node-` gives `node-0000`, ...): on a
+    /// shared cluster a per-run prefix keeps runs and real nodes apart.
+    pub node_prefix: String,
+    /// `Some` when the simulated parts share a real cluster (see
+    /// [`SimCluster::connect`]); `None` for the embedded server.
+    pub shared: Option<SharedCluster>,
+}
+
+/// How the simulated nodes and pods keep out of a real cluster's way.
+///
+/// The simulated nodes carry a `NoSchedule` taint so the real scheduler
+/// puts no real pod there, and the simulated pods ask for a scheduler name
+/// only the simulated scheduler serves (and tolerate that taint), so the
+/// real kube-scheduler never races it for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedCluster {
+    /// `spec.schedulerName` of the simulated pods.
+    pub scheduler_name: String,
+    /// Key of the `NoSchedule` taint on the simulated nodes.
+    pub taint_key: String,
+}
+
+impl Default for SharedCluster {
+    fn default() -> Self {
+        Self {
+            scheduler_name: "rebound-sim-scheduler".into(),
+            taint_key: "rebound.dev/simulated-node".into(),
+        }
+    }
 }
 
 impl Default for SimConfig {
@@ -112,6 +141,8 @@ impl Default for SimConfig {
             kubelet: KubeletConfig::default(),
             operators: Operators::default(),
             hold_pod_deletion: false,
+            node_prefix: "node-".into(),
+            shared: None,
         }
     }
 }
@@ -179,7 +210,8 @@ impl JobOptions {
 
 /// The embedded cluster with its actors running.
 pub struct SimCluster {
-    api: ApiServerHandle,
+    /// The embedded server; `None` on a shared (external) cluster.
+    api: Option<ApiServerHandle>,
     client: Client,
     kubelet: Kubelet,
     ascend: Option<AscendPlugin>,
@@ -190,7 +222,7 @@ pub struct SimCluster {
 impl std::fmt::Debug for SimCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimCluster")
-            .field("url", &self.api.url())
+            .field("url", &self.api.as_ref().map(ApiServerHandle::url))
             .field("nodes", &self.config.nodes)
             .field("actors", &self.tasks.len())
             .finish()
@@ -203,7 +235,7 @@ pub fn node_name(i: usize) -> String {
 }
 
 fn node_object(i: usize, cfg: &SimConfig) -> Value {
-    let name = node_name(i);
+    let name = format!("{}{i:04}", cfg.node_prefix);
     let ip = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
     let res = cfg.accelerator.resource();
     let mut labels = json!({
@@ -233,11 +265,19 @@ fn node_object(i: usize, cfg: &SimConfig) -> Value {
         json!({"type": t, "status": s, "reason": r, "message": m,
                "lastHeartbeatTime": now, "lastTransitionTime": now})
     };
+    let spec = match &cfg.shared {
+        None => json!({"podCIDR": format!("10.244.{}.0/24", i % 256)}),
+        // On a real cluster the node IPAM controller hands out pod CIDRs; a
+        // made-up one could collide with a real node's.
+        Some(sh) => {
+            json!({"taints": [{"key": sh.taint_key, "value": "true", "effect": "NoSchedule"}]})
+        }
+    };
     json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"podCIDR": format!("10.244.{}.0/24", i % 256)},
+        "spec": spec,
         "status": {
             "capacity": capacity,
             "allocatable": capacity,
@@ -277,12 +317,9 @@ impl SimCluster {
         for i in 0..config.nodes {
             api.create_object(node_object(i, &config))?;
         }
-        let client = api.client();
-        let ascend = (config.accelerator == Accelerator::Ascend)
-            .then(|| AscendPlugin::new(client.clone(), config.gpus_per_node));
         if config.accelerator == Accelerator::Ascend {
             for i in 0..config.nodes {
-                let cm = ascend::configmap(&node_name(i), config.gpus_per_node, &[]);
+                let cm = ascend::configmap(&nth_node(&config, i), config.gpus_per_node, &[]);
                 let mut v = serde_json::to_value(&cm)?;
                 v["apiVersion"] = json!("v1");
                 v["kind"] = json!("ConfigMap");
@@ -290,11 +327,90 @@ impl SimCluster {
             }
         }
         tracing::debug!(nodes = config.nodes, took = ?started.elapsed(), "sim nodes created");
+        let client = api.client();
+        Ok(Self::with_actors(Some(api), client, config))
+    }
+
+    /// The simulated parts on a cluster this process does not own (a kind
+    /// or k3d cluster, or an embedded server in another process): creates
+    /// the namespaces and `config.nodes` fake nodes (named with
+    /// `config.node_prefix`, tainted per `config.shared`) through `client`,
+    /// and starts the actors. The job CRDs must be installed already (see
+    /// [`install_crds`]). Whoever connects deletes the nodes again
+    /// ([`Self::delete_nodes`]).
+    ///
+    /// Nothing here needs the embedded server: no in-process bulk path, no
+    /// request log, no fault injection ([`Self::server`] is `None`).
+    pub async fn connect(client: Client, mut config: SimConfig) -> Result<Self, ClusterError> {
+        let shared = config
+            .shared
+            .get_or_insert_with(SharedCluster::default)
+            .clone();
+        for ns in &config.namespaces {
+            ensure_namespace(&client, ns).await?;
+        }
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        for i in 0..config.nodes {
+            let mut obj = node_object(i, &config);
+            // Status is not written on create by a real server: post the
+            // node, then its status, as a kubelet registering does.
+            let status = obj["status"].take();
+            let name = nth_node(&config, i);
+            let node = serde_json::from_value(obj)?;
+            nodes.create(&PostParams::default(), &node).await?;
+            nodes
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": status})),
+                )
+                .await?;
+        }
+        if config.accelerator == Accelerator::Ascend {
+            for i in 0..config.nodes {
+                let cm = ascend::configmap(&nth_node(&config, i), config.gpus_per_node, &[]);
+                let ns = cm
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "kube-system".into());
+                ensure_namespace(&client, &ns).await?;
+                Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+                    .create(&PostParams::default(), &cm)
+                    .await?;
+            }
+        }
+        tracing::debug!(nodes = config.nodes, scheduler = %shared.scheduler_name, "fake nodes created");
+        Ok(Self::with_actors(None, client, config))
+    }
+
+    fn with_actors(api: Option<ApiServerHandle>, client: Client, config: SimConfig) -> Self {
+        let ascend = (config.accelerator == Accelerator::Ascend)
+            .then(|| AscendPlugin::new(client.clone(), config.gpus_per_node));
         let mut tasks = ActorTasks::new();
-        tasks.push(tokio::spawn(scheduler::run(client.clone())));
+        let mut kubelet_cfg = config.kubelet.clone();
+        match &config.shared {
+            None => tasks.push(tokio::spawn(scheduler::run(client.clone()))),
+            Some(sh) => {
+                let scope = scheduler::Scope {
+                    scheduler_name: sh.scheduler_name.clone(),
+                    node_prefix: config.node_prefix.clone(),
+                };
+                tasks.push(tokio::spawn(scheduler::run_scoped(
+                    client.clone(),
+                    Some(scope),
+                )));
+                kubelet_cfg.node_prefix = Some(config.node_prefix.clone());
+                let names: Vec<String> = (0..config.nodes).map(|i| nth_node(&config, i)).collect();
+                tasks.push(tokio::spawn(super::actors::kubelet::renew_leases(
+                    client.clone(),
+                    names,
+                )));
+            }
+        }
         tasks.push(tokio::spawn(super::actors::kubelet::run(
             client.clone(),
-            config.kubelet.clone(),
+            kubelet_cfg,
         )));
         if config.operators.kubeflow {
             tasks.push(tokio::spawn(kubeflow::run(client.clone())));
@@ -305,22 +421,53 @@ impl SimCluster {
         if config.operators.jobset {
             tasks.push(tokio::spawn(jobset::run(client.clone())));
         }
-        if config.operators.batch || config.operators.jobset {
+        // A real cluster runs kube-controller-manager's Job controller: the
+        // simulated one would race it, so there it runs only when asked.
+        let batch = config.operators.batch || (config.operators.jobset && config.shared.is_none());
+        if batch {
             tasks.push(tokio::spawn(batchjob::run(client.clone())));
         }
-        Ok(Self {
+        Self {
             kubelet: Kubelet::new(client.clone()),
             api,
             client,
             ascend,
             config,
             tasks,
-        })
+        }
     }
 
-    /// The API server (request log, fault injection, pod logs, ...).
+    /// Deletes the nodes [`Self::connect`] created (their pods are left to
+    /// the cluster's pod garbage collector, or to namespace deletion).
+    pub async fn delete_nodes(&self) -> Result<(), ClusterError> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        for name in self.node_names() {
+            match nodes.delete(&name, &Default::default()).await {
+                Ok(_) => {}
+                Err(e) if super::actors::util::is_not_found(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The embedded API server (request log, fault injection, pod logs,
+    /// ...).
+    ///
+    /// # Panics
+    /// On a cluster made by [`Self::connect`], which has none: code that
+    /// may run there asks [`Self::server`] instead. The panic marks a test
+    /// that forgot to skip, never a condition of the cluster.
     pub fn api(&self) -> &ApiServerHandle {
-        &self.api
+        match &self.api {
+            Some(api) => api,
+            None => panic!("SimCluster::api() on an external cluster; check server() first"),
+        }
+    }
+
+    /// The embedded API server, `None` on an external cluster.
+    pub fn server(&self) -> Option<&ApiServerHandle> {
+        self.api.as_ref()
     }
 
     /// A client of the cluster.
@@ -335,7 +482,9 @@ impl SimCluster {
 
     /// Names of all nodes.
     pub fn node_names(&self) -> Vec<String> {
-        (0..self.config.nodes).map(node_name).collect()
+        (0..self.config.nodes)
+            .map(|i| nth_node(&self.config, i))
+            .collect()
     }
 
     fn container(&self, name: &str, opts: &JobOptions) -> Value {
@@ -357,6 +506,10 @@ impl SimCluster {
         let mut spec = json!({"containers": [self.container(container, opts)]});
         if let Some(p) = pod_policy {
             spec["restartPolicy"] = json!(p);
+        }
+        if let Some(sh) = &self.config.shared {
+            spec["schedulerName"] = json!(sh.scheduler_name);
+            spec["tolerations"] = json!([{"key": sh.taint_key, "operator": "Exists"}]);
         }
         json!({"metadata": {"labels": opts.labels}, "spec": spec})
     }
@@ -421,7 +574,7 @@ impl SimCluster {
     /// in-process, without HTTP. The pods are exactly what the operator
     /// would make, so it adopts them; the kubelets then report them
     /// running. Returns the job names. Pods that fit on no node are left
-    /// unbound for the scheduler.
+    /// unbound for the scheduler. Embedded server only (see [`Self::api`]).
     pub fn bulk_pytorchjobs(
         &self,
         ns: &str,
@@ -459,7 +612,7 @@ impl SimCluster {
         for i in 0..count {
             let name = format!("{prefix}-{i}");
             let created = self
-                .api
+                .api()
                 .create_object(self.pytorchjob_object(ns, &name, workers, opts))?;
             let job: DynamicObject = serde_json::from_value(created)?;
             for (rtype, replicas) in [("Master", 1), ("Worker", workers)] {
@@ -477,7 +630,7 @@ impl SimCluster {
                     if let Some(node) = place() {
                         pod["spec"]["nodeName"] = json!(node);
                     }
-                    self.api.create_object(pod)?;
+                    self.api().create_object(pod)?;
                 }
             }
             names.push(name);
@@ -696,11 +849,97 @@ impl SimCluster {
         .await
     }
 
-    /// Stops the actors and the server.
+    /// Stops the actors and the server (an external cluster keeps running).
     pub async fn shutdown(mut self) {
         self.tasks.abort_all();
-        self.api.shutdown().await;
+        if let Some(api) = &self.api {
+            api.shutdown().await;
+        }
     }
+}
+
+/// The name of node `i` of a cluster shaped by `cfg`.
+fn nth_node(cfg: &SimConfig, i: usize) -> String {
+    format!("{}{i:04}", cfg.node_prefix)
+}
+
+/// Creates a namespace unless it exists.
+pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), ClusterError> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let obj = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(e) if super::actors::util::is_status(&e, 409) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Label on the CRDs [`install_crds`] creates, so a later run may replace
+/// them and never touches a real operator's.
+pub const TESTBED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "rebound-testbed");
+
+/// Installs CRDs (multi-document YAML) on a cluster through the API and
+/// waits until each serves: absent ones are created, ones this function
+/// made before (labelled [`TESTBED_LABEL`]) replaced, and one that belongs
+/// to someone else (a real training operator's) is an error, since the real
+/// operator would race the simulated one.
+pub async fn install_crds(client: &Client, yaml: &str) -> Result<Vec<String>, ClusterError> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
+    let api: Api<Crd> = Api::all(client.clone());
+    let mut names = Vec::new();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml)
+        .map_err(|e| ClusterError::Unsupported(format!("CRD YAML: {e}")))?;
+    for v in docs {
+        if v.is_null() {
+            continue;
+        }
+        let mut crd: Crd = serde_json::from_value(v)?;
+        crd.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(TESTBED_LABEL.0.into(), TESTBED_LABEL.1.into());
+        let name = crd.name_any();
+        match api.get_opt(&name).await? {
+            None => {
+                api.create(&PostParams::default(), &crd).await?;
+            }
+            Some(cur)
+                if cur.labels().get(TESTBED_LABEL.0).map(String::as_str)
+                    == Some(TESTBED_LABEL.1) =>
+            {
+                crd.metadata.resource_version = cur.metadata.resource_version;
+                api.replace(&name, &PostParams::default(), &crd).await?;
+            }
+            Some(_) => {
+                return Err(ClusterError::Unsupported(format!(
+                    "CRD {name} exists and was not installed by the test bed: a real operator would race the simulated one; use a cluster without it"
+                )));
+            }
+        }
+        names.push(name);
+    }
+    for name in &names {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("CRD {name} established"),
+            || {
+                let api = api.clone();
+                async move {
+                    let crd = api.get_opt(name).await?;
+                    Ok(crd
+                        .and_then(|c| c.status)
+                        .and_then(|s| s.conditions)
+                        .is_some_and(|cs| {
+                            cs.iter()
+                                .any(|c| c.type_ == "Established" && c.status == "True")
+                        })
+                        .then_some(()))
+                }
+            },
+        )
+        .await?;
+    }
+    Ok(names)
 }
 
 /// Whether a pod runs with every container ready (and is not being deleted).

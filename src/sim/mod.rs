@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod server;
 
 pub use server::{ApiServer, ApiServerHandle, FaultInjector, RequestRecord, SimError};
+pub mod bare;
 pub mod bench;
 pub mod demo;
 pub mod samples;

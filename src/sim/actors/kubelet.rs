@@ -38,6 +38,9 @@ pub struct KubeletConfig {
     pub restart_delay: Duration,
     /// Time between a pod being bound and it reported Running.
     pub start_delay: Duration,
+    /// `Some`: run only the nodes whose names start with this (the fake
+    /// nodes on a shared cluster), leaving real nodes to their kubelets.
+    pub node_prefix: Option<String>,
 }
 
 impl Default for KubeletConfig {
@@ -45,6 +48,7 @@ impl Default for KubeletConfig {
         Self {
             restart_delay: Duration::from_millis(200),
             start_delay: Duration::ZERO,
+            node_prefix: None,
         }
     }
 }
@@ -462,6 +466,40 @@ impl Kubelet {
     }
 }
 
+/// How long a node Lease is valid, as the kubelet's default
+/// (`nodeLeaseDurationSeconds`).
+const LEASE_SECONDS: i32 = 40;
+
+/// Renews the node Leases (`kube-node-lease/<node>`) of `nodes` every 10 s
+/// until the task is aborted, as each real kubelet does: without them a
+/// real cluster's node lifecycle controller marks the nodes `Unknown` after
+/// its grace period, taints them `unreachable:NoExecute` and evicts their
+/// pods. Only the Lease is renewed, never the `Ready` condition, so a test
+/// that marks a node NotReady keeps it so.
+pub async fn renew_leases(client: Client, nodes: Vec<String>) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    if let Err(e) = super::super::cluster::ensure_namespace(&client, "kube-node-lease").await {
+        tracing::warn!(error = %e, "node lease namespace");
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        tick.tick().await;
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        for node in &nodes {
+            let lease = json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": node, "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": node, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now},
+            });
+            let pp = PatchParams::apply("rebound-sim-kubelet").force();
+            if let Err(e) = api.patch(node, &pp, &Patch::Apply(&lease)).await {
+                tracing::debug!(node = %node, error = %e, "renew node lease");
+            }
+        }
+    }
+}
+
 /// Runs the kubelets of all nodes until the task is aborted.
 pub async fn run(client: Client, cfg: KubeletConfig) {
     let pods: Api<Pod> = Api::all(client.clone());
@@ -492,7 +530,12 @@ pub async fn run(client: Client, cfg: KubeletConfig) {
         let mut went_unready: Vec<String> = Vec::new();
         for ev in batch {
             match ev {
-                Input::Node(Event::Apply(n)) | Input::Node(Event::InitApply(n)) => {
+                Input::Node(Event::Apply(n)) | Input::Node(Event::InitApply(n))
+                    if cfg
+                        .node_prefix
+                        .as_deref()
+                        .is_none_or(|p| n.name_any().starts_with(p)) =>
+                {
                     let name = n.name_any();
                     let ready = n
                         .status

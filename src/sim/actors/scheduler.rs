@@ -157,7 +157,20 @@ fn fits(node: &NodeView, pod: &PendingPod) -> bool {
     })
 }
 
+/// What the scheduler serves on a shared cluster: only pods that ask for it
+/// by `spec.schedulerName`, only on the simulated nodes, so it never races
+/// the real kube-scheduler nor places pods on real nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The `spec.schedulerName` served.
+    pub scheduler_name: String,
+    /// Nodes whose names start with this are the simulated ones.
+    pub node_prefix: String,
+}
+
 struct State {
+    /// `None`: every pod and node (the embedded cluster).
+    scope: Option<Scope>,
     nodes: HashMap<String, NodeView>,
     /// Nodes by (pods placed, name): the least loaded first, so choosing a
     /// node usually looks at one node, not all 2,000.
@@ -217,6 +230,12 @@ impl State {
                     return;
                 }
                 let spec = pod.spec.as_ref();
+                if let Some(scope) = &self.scope
+                    && spec.and_then(|s| s.scheduler_name.as_deref())
+                        != Some(scope.scheduler_name.as_str())
+                {
+                    return;
+                }
                 self.pending.insert(
                     k,
                     PendingPod {
@@ -235,6 +254,11 @@ impl State {
 
     fn on_node(&mut self, node: &Node) {
         let name = node.name_any();
+        if let Some(scope) = &self.scope
+            && !name.starts_with(&scope.node_prefix)
+        {
+            return;
+        }
         let mut view = node_view(node);
         if let Some(old) = self.nodes.get(&name) {
             view.used = old.used.clone();
@@ -262,6 +286,12 @@ impl State {
 
 /// Runs the scheduler until the task is aborted.
 pub async fn run(client: Client) {
+    run_scoped(client, None).await;
+}
+
+/// Runs the scheduler limited to `scope` (`None`: every pod and node)
+/// until the task is aborted.
+pub async fn run_scoped(client: Client, scope: Option<Scope>) {
     let pods: Api<Pod> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let (writer, results) = Writer::new(64);
@@ -279,6 +309,7 @@ pub async fn run(client: Client) {
     ]);
     let use_patch = Arc::new(AtomicBool::new(false));
     let mut st = State {
+        scope,
         nodes: HashMap::new(),
         order: BTreeSet::new(),
         pending: HashMap::new(),
@@ -439,6 +470,59 @@ mod tests {
             effect: effect.into(),
             ..Default::default()
         }
+    }
+
+    fn state(scope: Option<Scope>) -> State {
+        State {
+            scope,
+            nodes: HashMap::new(),
+            order: BTreeSet::new(),
+            pending: HashMap::new(),
+            bound: HashMap::new(),
+            in_flight: HashMap::new(),
+            parked: HashSet::new(),
+        }
+    }
+
+    fn node(name: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("node")
+    }
+
+    fn pod(name: &str, scheduler: Option<&str>) -> Pod {
+        let mut spec = json!({"containers": [{"name": "c"}]});
+        if let Some(s) = scheduler {
+            spec["schedulerName"] = json!(s);
+        }
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ml"}, "spec": spec}))
+            .expect("pod")
+    }
+
+    #[test]
+    fn a_scoped_scheduler_serves_only_its_pods_on_its_nodes() {
+        let scope = Scope {
+            scheduler_name: "sim".into(),
+            node_prefix: "rb-x-".into(),
+        };
+        let mut st = state(Some(scope));
+        st.on_node(&node("rb-x-0000"));
+        st.on_node(&node("kind-control-plane"));
+        assert_eq!(st.nodes.len(), 1, "real nodes are not the simulation's");
+        st.on_pod(&pod("mine", Some("sim")));
+        st.on_pod(&pod("default-scheduler", None));
+        st.on_pod(&pod("other", Some("volcano")));
+        assert_eq!(st.pending.keys().collect::<Vec<_>>(), vec!["ml/mine"]);
+        let p = st.pending.get("ml/mine").cloned().expect("pending");
+        assert_eq!(st.choose(&p).as_deref(), Some("rb-x-0000"));
+        // Unscoped (the embedded cluster): every pod, every node.
+        let mut all = state(None);
+        all.on_node(&node("kind-control-plane"));
+        all.on_pod(&pod("default-scheduler", None));
+        all.on_pod(&pod("other", Some("volcano")));
+        assert_eq!((all.nodes.len(), all.pending.len()), (1, 2));
     }
 
     #[test]

@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xid_condition_cordons_taints_and_restarts_the_jobs_on_the_node() {
     let (bed, ctl) = bed_with(4, "", None).await;
-    let sel = running_pytorchjob(&bed, "ml", "pt", 1).await;
-    let n = node_of(&bed, "ml", &sel).await;
+    let ml = bed.ns("ml");
+    let sel = running_pytorchjob(&bed, &ml, "pt", 1).await;
+    let n = node_of(&bed, &ml, &sel).await;
     xid_condition(&bed, &n, "79").await;
     let nd = wait("node cordoned and tainted", T, || async {
         let nd = node(&bed, &n).await;
@@ -34,31 +35,32 @@ async fn xid_condition_cordons_taints_and_restarts_the_jobs_on_the_node() {
         Some("Separate")
     );
     wait("the job on the node restarted", T, || async {
-        (restarts_of(&bed, PT, "pt") == 1).then_some(())
+        (job_restarts(&bed, &ml, "pt").await == 1).then_some(())
     })
     .await;
     // One cordon request for the node.
-    let patches = bed
-        .cluster
-        .api()
-        .requests()
-        .into_iter()
-        .filter(|r| {
-            r.verb == "patch"
-                && r.resource == "nodes"
-                && r.subresource.is_empty()
-                && r.path.ends_with(&n)
-        })
-        .count();
-    assert_eq!(patches, 1);
+    if let Some(api) = bed.cluster.server() {
+        let patches = api
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.verb == "patch"
+                    && r.resource == "nodes"
+                    && r.subresource.is_empty()
+                    && r.path.ends_with(&n)
+            })
+            .count();
+        assert_eq!(patches, 1);
+    }
     ctl.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preseparate_cordons_only() {
     let (bed, ctl) = bed_with(4, "", None).await;
-    let sel = running_pytorchjob(&bed, "ml", "pt", 1).await;
-    let n = node_of(&bed, "ml", &sel).await;
+    let ml = bed.ns("ml");
+    let sel = running_pytorchjob(&bed, &ml, "pt", 1).await;
+    let n = node_of(&bed, &ml, &sel).await;
     xid_condition(&bed, &n, "999").await;
     let nd = wait("node cordoned", T, || async {
         let nd = node(&bed, &n).await;
@@ -76,7 +78,7 @@ async fn preseparate_cordons_only() {
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        restarts_of(&bed, PT, "pt"),
+        job_restarts(&bed, &ml, "pt").await,
         0,
         "PreSeparate lets running work finish"
     );
@@ -166,7 +168,12 @@ async fn auto_uncordon_when_the_fault_clears_but_not_a_node_cordoned_by_a_person
     ctl.shutdown().await;
 }
 
-async fn fault_event(bed: &Testbed, ns: &str, node: &str, code: &str) {
+/// Creates a core/v1 Event about a node, with a fault annotation.
+///
+/// A real API server accepts an Event about a cluster-scoped object only in
+/// `default` (or `kube-system` with `eventTime`); the embedded one does
+/// not check, so there this helper's Events in other namespaces go through.
+async fn fault_event(bed: &Testbed, ns: &str, node: &str, code: &str) -> Result<(), kube::Error> {
     let api: Api<CoreEvent> = Api::namespaced(bed.client(), ns);
     let f = WireFault {
         source: "NvidiaXid".into(),
@@ -199,9 +206,7 @@ async fn fault_event(bed: &Testbed, ns: &str, node: &str, code: &str) {
         last_timestamp: Some(now),
         ..Default::default()
     };
-    api.create(&PostParams::default(), &ev)
-        .await
-        .expect("event");
+    api.create(&PostParams::default(), &ev).await.map(|_| ())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,14 +220,25 @@ spec:
 "#;
     let (bed, ctl) = bed_with(4, greedy, None).await;
     let names = bed.cluster.node_names();
-    fault_event(&bed, "team-a", &names[0], "79").await;
+    match fault_event(&bed, &bed.ns("team-a"), &names[0], "79").await {
+        Err(kube::Error::Api(e)) if bed.is_shared() && e.code == 422 => {
+            eprintln!(
+                "SKIPPED on this cluster: tenant_event_and_tenant_policy_cannot_cordon_but_root_event_can \
+                 needs Node Events outside `default`, which its API server refuses: {}",
+                e.message
+            );
+            ctl.shutdown().await;
+            return;
+        }
+        r => r.expect("event"),
+    }
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(
         !cordoned(&node(&bed, &names[0]).await),
         "a tenant's Event must not cordon"
     );
     // The tenant's node actions are refused, and its status says so.
-    let rps: Api<rebound::api::RecoveryPolicy> = Api::namespaced(bed.client(), "team-a");
+    let rps: Api<rebound::api::RecoveryPolicy> = Api::namespaced(bed.client(), &bed.ns("team-a"));
     wait("status says NodeActionsIgnored", T, || async {
         let p = rps.get("greedy").await.ok()?;
         p.status?
@@ -233,7 +249,9 @@ spec:
     })
     .await;
     // The same Event in the root namespace is trusted.
-    fault_event(&bed, rebound::sim::testbed::ROOT, &names[1], "79").await;
+    fault_event(&bed, &bed.root(), &names[1], "79")
+        .await
+        .expect("event");
     wait("root Event cordons", T, || async {
         cordoned(&node(&bed, &names[1]).await).then_some(())
     })

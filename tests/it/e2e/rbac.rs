@@ -60,6 +60,12 @@ fn group_of(path: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_the_controller_makes_is_granted_and_every_grant_is_used() {
+    if skip_on_shared_cluster(
+        "every_request_the_controller_makes_is_granted_and_every_grant_is_used",
+        "the request log",
+    ) {
+        return;
+    }
     let logs = r#"
 apiVersion: rebound.dev/v1alpha1
 kind: RecoveryPolicy

@@ -1,0 +1,99 @@
+//! Hang detection: a job whose progress annotation stops advancing for
+//! longer than its policy's `hang.noProgressFor` is restarted; a job that
+//! keeps advancing is not. Assertions read the jobs' restart records, so the
+//! test runs on the embedded and on an external cluster alike.
+
+use super::*;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const PROGRESS: &str = "rebound.dev/progress";
+
+/// A namespace policy with hang detection (3 s) and no cooldown, so a job
+/// that stays hung after its restart is restarted again.
+const HANG_POLICY: &str = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: hang, namespace: ml}
+spec:
+  selector: {matchLabels: {kcover.io/cascading-recovery: "true"}}
+  cooldown: 0s
+  restartBudget: {maxRestarts: 10, window: 1h}
+  hang: {noProgressFor: 3s}
+"#;
+
+async fn set_progress(bed: &Testbed, ns: &str, job: &str, value: &str) {
+    let api = Api::<DynamicObject>::namespaced_with(bed.client(), ns, &pytorchjob_resource());
+    let patch = json!({"metadata": {"annotations": {PROGRESS: value}}});
+    api.patch(job, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("progress annotation");
+}
+
+/// The notes of the `JobRestarted` Events about a job.
+async fn restart_notes(bed: &Testbed, ns: &str, job: &str) -> Vec<String> {
+    use k8s_openapi::api::events::v1::Event;
+    Api::<Event>::namespaced(bed.client(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("JobRestarted"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(job))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_without_progress_is_restarted_and_a_progressing_one_is_not() {
+    let (bed, ctl) = bed_with(2, HANG_POLICY, None).await;
+    let ml = bed.ns("ml");
+    running_pytorchjob(&bed, &ml, "stuck", 1).await;
+    running_pytorchjob(&bed, &ml, "alive", 1).await;
+    set_progress(&bed, &ml, "stuck", "step-1").await;
+    set_progress(&bed, &ml, "alive", "step-1").await;
+    // The training code of `alive` reports a new step twice a second.
+    let ticker = {
+        let client = bed.client();
+        let ml = ml.clone();
+        tokio::spawn(async move {
+            let api = Api::<DynamicObject>::namespaced_with(client, &ml, &pytorchjob_resource());
+            for step in 2.. {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let patch =
+                    json!({"metadata": {"annotations": {PROGRESS: format!("step-{step}")}}});
+                let _ = api
+                    .patch("alive", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+            }
+        })
+    };
+    // Limit 3 s, scans every 5 s: the restart comes within about 10 s.
+    let long = Duration::from_secs(30);
+    wait("stuck restarted for its hang", long, || async {
+        (restart_count(&bed, &ml, "stuck").await >= 1).then_some(())
+    })
+    .await;
+    // The scan that found `stuck` idle looked at `alive` too.
+    assert_eq!(
+        restart_count(&bed, &ml, "alive").await,
+        0,
+        "a job whose progress advances is not hung"
+    );
+    let notes = restart_notes(&bed, &ml, "stuck").await;
+    assert!(
+        notes.iter().any(|n| n.contains("Hang NoProgress")),
+        "the restart Event names the hang: {notes:?}"
+    );
+    // Still no progress after the restart: the hang clock starts again at
+    // the restart, so the job is restarted a second time.
+    wait("stuck restarted again, still hung", long, || async {
+        (restart_count(&bed, &ml, "stuck").await >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(restart_count(&bed, &ml, "alive").await, 0);
+    ticker.abort();
+    ctl.shutdown().await;
+    bed.cleanup().await;
+}
