@@ -63,9 +63,15 @@ pub struct AgentArgs {
     #[arg(long, env = "REBOUND_FLUSH_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub flush_interval: Duration,
 
-    /// Namespace of the Events (the operator's root namespace, which the
-    /// controller trusts for node faults).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    /// Namespace of the Events about this node. A real API server accepts an
+    /// Event about a Node only in `default` or `kube-system`; the controller
+    /// trusts `kube-system` (and its root namespace), where tenants cannot
+    /// write, so only these Events may cordon.
+    #[arg(
+        long,
+        env = "REBOUND_EVENT_NAMESPACE",
+        default_value = crate::fault::event::SYSTEM_NAMESPACE
+    )]
     pub event_namespace: String,
 
     /// PCI address to GPU index, `0000:3b:00.0=0,0000:5e:00.0=1`; overrides

@@ -193,7 +193,7 @@ fn node_field<'v>(n: &'v NodeView, name: &str) -> Option<Box<dyn Val + 'v>> {
     })
 }
 
-fn key_name<'a>(key: &'a dyn Val) -> Result<&'a str, ExecutionError> {
+fn key_name(key: &dyn Val) -> Result<&str, ExecutionError> {
     <&str>::try_from(key).map_err(|_| ExecutionError::UnexpectedType {
         got: key.get_type().name().to_owned(),
         want: "map key".to_owned(),

@@ -3,14 +3,21 @@
 //! hooks and custom checkers, and kcover's `kcover.io/need-recovery`.
 //!
 //! Trust follows the Event's namespace: only Events in the operator's root
-//! namespace may act on nodes; a tenant's Event can at most restart that
-//! tenant's own jobs.
+//! namespace or in `kube-system` (where a real API server keeps Events about
+//! Nodes, and tenants cannot write) may act on nodes; a tenant's Event can at
+//! most restart that tenant's own jobs.
 
 use super::pod::{micro_time_utc, time_utc};
 use super::wire::{self, FAULT_ANNOTATION, KCOVER_NEED_RECOVERY, WireError};
 use super::{Fault, FaultSource};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Event;
+
+/// The one namespace besides the root namespace whose Events are trusted:
+/// a real API server accepts an Event about a Node (with `eventTime`) only
+/// here or in `default`, and only cluster admins and system components write
+/// here. The agent writes its node Events here.
+pub const SYSTEM_NAMESPACE: &str = "kube-system";
 
 /// Why an annotated Event could not be read as a fault. Each names the Event
 /// so that the controller's log line and Event point at the culprit.
@@ -145,7 +152,11 @@ fn base(ev: &Event, code: &str, root_namespace: &str, now: DateTime<Utc>) -> Fau
     f.first_seen = first;
     f.reason = ev.reason.clone();
     f.namespace = ev.metadata.namespace.clone();
-    f.trusted = ev.metadata.namespace.as_deref() == Some(root_namespace);
+    f.trusted = ev
+        .metadata
+        .namespace
+        .as_deref()
+        .is_some_and(|ns| ns == root_namespace || ns == SYSTEM_NAMESPACE);
     let count = ev
         .series
         .as_ref()
@@ -274,6 +285,25 @@ mod tests {
             "2026-01-01T11:00:00.25Z".parse::<DateTime<Utc>>().unwrap()
         );
         assert!(f.trusted);
+    }
+
+    #[test]
+    fn kube_system_is_trusted_default_is_not() {
+        let ann = r#"{"source":"NvidiaXid","code":"79","node":"gpu-7"}"#;
+        let at = |ns: &str| {
+            event_fault(
+                &event(ns, json!({"rebound.dev/fault": ann}), json!({})),
+                ROOT,
+                now(),
+            )
+            .unwrap()
+            .unwrap()
+            .trusted
+        };
+        assert!(at("kube-system"));
+        assert!(at(ROOT));
+        assert!(!at("default"));
+        assert!(!at("team-a"));
     }
 
     #[test]

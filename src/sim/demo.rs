@@ -400,10 +400,14 @@ pub async fn xid_event(
     device: &str,
     seq: u32,
 ) -> Result<(), kube::Error> {
-    let api: Api<CoreEvent> = Api::namespaced(client.clone(), ROOT);
+    // Events about a Node live in kube-system (a real server refuses them
+    // elsewhere but in `default`), with eventTime and what goes with it.
+    let api: Api<CoreEvent> =
+        Api::namespaced(client.clone(), crate::fault::event::SYSTEM_NAMESPACE);
     let now = chrono::Utc::now();
-    let t =
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(crate::controller::time::to_jiff(now));
+    let t = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        crate::controller::time::to_jiff(now),
+    );
     let fault = WireFault {
         source: "NvidiaXid".into(),
         code: code.into(),
@@ -416,7 +420,7 @@ pub async fn xid_event(
     let ev = CoreEvent {
         metadata: ObjectMeta {
             generate_name: Some(format!("{node}-xid-")),
-            namespace: Some(ROOT.into()),
+            namespace: Some(crate::fault::event::SYSTEM_NAMESPACE.into()),
             annotations: Some(BTreeMap::from([(
                 wire::FAULT_ANNOTATION.to_string(),
                 wire::format_annotation(&fault),
@@ -431,9 +435,10 @@ pub async fn xid_event(
         reason: Some("GpuXid".into()),
         message: Some(format!("XID {code} on GPU {device} (occurrence {seq})")),
         type_: Some("Warning".into()),
-        first_timestamp: Some(t.clone()),
-        last_timestamp: Some(t),
-        count: Some(1),
+        event_time: Some(t),
+        action: Some("Detected".into()),
+        reporting_component: Some("rebound.dev/agent".into()),
+        reporting_instance: Some(format!("rebound-agent-{node}")),
         ..Default::default()
     };
     api.create(&PostParams::default(), &ev).await.map(|_| ())

@@ -574,11 +574,11 @@ mod kube_mock {
                 "source=NvidiaXid code=79 device=3 | Xid 79 on GPU 0000:91:00.0: GPU has fallen off the bus"
             );
             assert_eq!(conds[0]["lastTransitionTime"], "2027-01-15T08:00:00Z");
-            // The Event, in the operator's namespace, regarding the Node.
+            // The Event, in kube-system, regarding the Node.
             let (_, ev) = expect(
                 &mut handle,
                 "POST",
-                "/apis/events.k8s.io/v1/namespaces/rebound-system/events",
+                "/apis/events.k8s.io/v1/namespaces/kube-system/events",
                 json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x"}, "eventTime": "2027-01-15T08:00:00.000000Z"}),
             )
             .await;
@@ -605,7 +605,7 @@ mod kube_mock {
             let (ctype, series) = expect(
                 &mut handle,
                 "PATCH",
-                &format!("/apis/events.k8s.io/v1/namespaces/rebound-system/events/{name}"),
+                &format!("/apis/events.k8s.io/v1/namespaces/kube-system/events/{name}"),
                 json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name}, "eventTime": "2027-01-15T08:00:00.000000Z"}),
             )
             .await;
@@ -634,7 +634,7 @@ mod kube_mock {
             assert!(c.get("lastTransitionTime").is_some());
         });
 
-        let mut r = KubeReporter::new(client, "gpu-node-1", "rebound-system");
+        let mut r = KubeReporter::new(client, "gpu-node-1", "kube-system");
         let existing = r.load_node().await.expect("node read");
         assert!(existing.is_empty());
         let fault = AgentFault {
@@ -726,7 +726,7 @@ mod kube_mock {
             "--pci-map",
             "0000:3b:00.0=0,0000:5e:00.0=1",
             "--event-namespace",
-            "rebound-system",
+            "kube-system",
         ])
         .expect("flags")
     }
@@ -783,14 +783,14 @@ mod kube_mock {
             let (_, e13) = expect(
                 &mut handle,
                 "POST",
-                "/apis/events.k8s.io/v1/namespaces/rebound-system/events",
+                "/apis/events.k8s.io/v1/namespaces/kube-system/events",
                 reply.clone(),
             )
             .await;
             let (_, e48) = expect(
                 &mut handle,
                 "POST",
-                "/apis/events.k8s.io/v1/namespaces/rebound-system/events",
+                "/apis/events.k8s.io/v1/namespaces/kube-system/events",
                 reply,
             )
             .await;
@@ -926,7 +926,7 @@ mod embedded {
             "--pci-map",
             "0000:91:00.0=3",
             "--event-namespace",
-            "rebound-system",
+            "kube-system",
         ])
         .expect("flags")
     }
@@ -966,14 +966,21 @@ mod embedded {
             .await
             .expect("kubelet condition");
         let namespaces: Api<Namespace> = Api::all(client.clone());
-        namespaces
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "rebound-system"}}))
-                    .expect("ns"),
-            )
+        if namespaces
+            .get_opt("kube-system")
             .await
-            .expect("namespace");
+            .expect("get ns")
+            .is_none()
+        {
+            namespaces
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": "kube-system"}}))
+                        .expect("ns"),
+                )
+                .await
+                .expect("namespace");
+        }
 
         let dir =
             std::env::temp_dir().join(format!("rebound-agent-embedded-{}", std::process::id()));
@@ -1018,7 +1025,7 @@ mod embedded {
         );
         assert!(gpu.last_transition_time.is_some());
 
-        let events: Api<Event> = Api::namespaced(client.clone(), "rebound-system");
+        let events: Api<Event> = Api::namespaced(client.clone(), "kube-system");
         let mut evs = events
             .list(&ListParams::default())
             .await
@@ -1086,7 +1093,7 @@ mod embedded {
         );
 
         // Clearing keeps the other conditions.
-        let mut reporter = KubeReporter::new(client.clone(), "gpu-node-1", "rebound-system");
+        let mut reporter = KubeReporter::new(client.clone(), "gpu-node-1", "kube-system");
         reporter.load_node().await.expect("load");
         let healthy = DesiredCondition {
             type_: "GpuFault",

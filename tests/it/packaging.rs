@@ -305,8 +305,13 @@ fn kustomizations_reference_what_exists() {
             continue;
         }
         let ns = o["metadata"]["namespace"].as_str().unwrap_or("");
+        // In kube-system: the controller reads the device plugin's
+        // ConfigMaps there, and the agent writes its Events about Nodes
+        // there (the one namespace besides `default` a real server allows).
         let ok = ns == "rebound-system"
-            || (ns == "kube-system" && o["metadata"]["name"] == "rebound-controller-device-info");
+            || (ns == "kube-system"
+                && (o["metadata"]["name"] == "rebound-controller-device-info"
+                    || o["metadata"]["name"] == "rebound-agent-events"));
         assert!(
             ok,
             "{} {} is in namespace {ns:?}",
@@ -591,7 +596,7 @@ const AGENT_CLUSTER: &[(&str, &[&str], &[&str])] = &[
     ("", &["nodes"], &["get"]),
     ("", &["nodes/status"], &["patch"]),
 ];
-const AGENT_ROOT_NS: &[(&str, &[&str], &[&str])] =
+const AGENT_KUBE_SYSTEM: &[(&str, &[&str], &[&str])] =
     &[("events.k8s.io", &["events"], &["create", "patch"])];
 
 /// Grants of a ServiceAccount through bindings of `kind` (ClusterRoleBinding
@@ -646,12 +651,12 @@ fn rbac_grants_exactly_what_each_component_uses() {
         "controller in the root namespace"
     );
     let a = bound_grants(&all, "rebound-agent");
-    assert_eq!(a.keys().collect::<Vec<_>>(), ["", "rebound-system"]);
+    assert_eq!(a.keys().collect::<Vec<_>>(), ["", "kube-system"]);
     assert_eq!(a[""], table(AGENT_CLUSTER), "agent ClusterRole");
     assert_eq!(
-        a["rebound-system"],
-        table(AGENT_ROOT_NS),
-        "agent in the root namespace"
+        a["kube-system"],
+        table(AGENT_KUBE_SYSTEM),
+        "agent in kube-system"
     );
     // No wildcard and no Secrets anywhere.
     for r in all
@@ -695,7 +700,7 @@ fn rbac_grants_exactly_what_each_component_uses() {
             ]
             .concat(),
         ),
-        ("agent", [AGENT_CLUSTER, AGENT_ROOT_NS].concat()),
+        ("agent", [AGENT_CLUSTER, AGENT_KUBE_SYSTEM].concat()),
     ] {
         for (group, resources, verbs) in rows {
             for res in resources {

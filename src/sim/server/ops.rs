@@ -298,6 +298,9 @@ impl Shared {
             }
             causes.extend(out.causes);
         }
+        if res.group.is_empty() && res.plural == "events" {
+            causes.extend(validate::check_event_namespace(obj, loc.ns.as_deref()));
+        }
         if res.group.is_empty() && res.plural == "pods" {
             match obj.pointer("/spec/containers").and_then(Value::as_array) {
                 Some(cs) if !cs.is_empty() => {

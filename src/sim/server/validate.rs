@@ -129,6 +129,36 @@ pub fn check_micro_times(group: &str, plural: &str, obj: &Value) -> Option<Strin
 
 static SEQ: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 
+/// The namespace rule of a real server's Event validation
+/// (`legacyValidateEvent` in `pkg/apis/core/validation/events.go`), checked
+/// on the stored core form of both Event APIs: an Event about a namespaced
+/// object lives in that object's namespace; one about a cluster-scoped
+/// object (a Node) lives in `default` (or no namespace) without `eventTime`,
+/// and in `default` or `kube-system` with it.
+pub fn check_event_namespace(obj: &Value, ns: Option<&str>) -> Option<Cause> {
+    let ns = ns
+        .or_else(|| obj.pointer("/metadata/namespace").and_then(Value::as_str))
+        .unwrap_or("");
+    let involved = obj
+        .pointer("/involvedObject/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let has_event_time = obj
+        .get("eventTime")
+        .is_some_and(|t| t.as_str().is_some_and(|s| !s.is_empty()));
+    let ok = match (has_event_time, involved.is_empty()) {
+        (false, true) => ns.is_empty() || ns == "default",
+        (false, false) => ns == involved,
+        (true, true) => ns == "default" || ns == "kube-system",
+        (true, false) => true,
+    };
+    (!ok).then(|| Cause {
+        reason: "FieldValueInvalid",
+        field: "involvedObject.namespace".into(),
+        message: format!("Invalid value: {involved:?}: does not match event.namespace"),
+    })
+}
+
 /// A pseudo-random 64-bit value (no `rand` dependency needed for uids).
 pub fn random_u64() -> u64 {
     let nanos = std::time::SystemTime::now()
@@ -198,6 +228,32 @@ mod tests {
         assert!(check_labels(&ok).is_empty());
         let bad = serde_json::json!({"metadata": {"labels": {"a": "-x", "bad key": "v", "c": "y".repeat(64)}}});
         assert_eq!(check_labels(&bad).len(), 3);
+    }
+
+    #[test]
+    fn node_events_live_where_a_real_server_keeps_them() {
+        let ev = |involved_ns: Option<&str>, event_time: bool| {
+            let mut v = serde_json::json!({"involvedObject": {"kind": "Node", "name": "n"}});
+            if let Some(ns) = involved_ns {
+                v["involvedObject"]["namespace"] = ns.into();
+            }
+            if event_time {
+                v["eventTime"] = "2026-01-01T00:00:01.000000Z".into();
+            }
+            v
+        };
+        let ok = |v: &Value, ns: &str| check_event_namespace(v, Some(ns)).is_none();
+        assert!(ok(&ev(None, false), "default"));
+        assert!(!ok(&ev(None, false), "kube-system"));
+        assert!(!ok(&ev(None, false), "rebound-system"));
+        assert!(ok(&ev(None, true), "kube-system"));
+        assert!(ok(&ev(None, true), "default"));
+        assert!(!ok(&ev(None, true), "rebound-system"));
+        // A namespaced object's Event lives in its namespace.
+        assert!(ok(&ev(Some("team-a"), false), "team-a"));
+        assert!(!ok(&ev(Some("team-a"), false), "team-b"));
+        let c = check_event_namespace(&ev(None, true), Some("team-a")).unwrap();
+        assert_eq!(c.field, "involvedObject.namespace");
     }
 
     #[test]

@@ -174,7 +174,10 @@ fn metric(ctl: &ControllerHandle, line_start: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported() {
-    if super::skip_on_shared_cluster("volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported", "the request log and the simulated Ascend device plugin") {
+    if super::skip_on_shared_cluster(
+        "volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported",
+        "the request log and the simulated Ascend device plugin",
+    ) {
         return;
     }
     let (bed, ctl) = ascend_bed(Format::V2).await;
@@ -324,7 +327,10 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_job_rank_table_in_v1_format() {
-    if super::skip_on_shared_cluster("batch_job_rank_table_in_v1_format", "the request log and the simulated Ascend device plugin") {
+    if super::skip_on_shared_cluster(
+        "batch_job_rank_table_in_v1_format",
+        "the request log and the simulated Ascend device plugin",
+    ) {
         return;
     }
     let (bed, ctl) = ascend_bed(Format::V1).await;
@@ -363,7 +369,10 @@ async fn batch_job_rank_table_in_v1_format() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_without_the_label_or_configmap_get_no_table() {
-    if super::skip_on_shared_cluster("jobs_without_the_label_or_configmap_get_no_table", "the request log and the simulated Ascend device plugin") {
+    if super::skip_on_shared_cluster(
+        "jobs_without_the_label_or_configmap_get_no_table",
+        "the request log and the simulated Ascend device plugin",
+    ) {
         return;
     }
     let (bed, ctl) = ascend_bed(Format::V2).await;

@@ -167,7 +167,10 @@ fn assert_granted(bed: &Testbed) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears() {
-    if super::skip_on_shared_cluster("a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears", "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection") {
+    if super::skip_on_shared_cluster(
+        "a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears",
+        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
+    ) {
         return;
     }
     let (bed, ctl) = ascend_bed(4).await;
@@ -296,7 +299,10 @@ async fn a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_faults_is_written_in_few_rate_limited_batches() {
-    if super::skip_on_shared_cluster("a_burst_of_faults_is_written_in_few_rate_limited_batches", "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection") {
+    if super::skip_on_shared_cluster(
+        "a_burst_of_faults_is_written_in_few_rate_limited_batches",
+        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
+    ) {
         return;
     }
     let (bed, ctl) = ascend_bed(8).await;
@@ -348,7 +354,10 @@ async fn a_burst_of_faults_is_written_in_few_rate_limited_batches() {
 /// nodes go and the surplus shards are deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_five_hundred_nodes_shard_within_the_bound() {
-    if super::skip_on_shared_cluster("twenty_five_hundred_nodes_shard_within_the_bound", "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection") {
+    if super::skip_on_shared_cluster(
+        "twenty_five_hundred_nodes_shard_within_the_bound",
+        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
+    ) {
         return;
     }
     let (bed, ctl) = ascend_bed(2).await;
@@ -484,7 +493,10 @@ async fn twenty_five_hundred_nodes_shard_within_the_bound() {
 /// left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_takeover_what_exists_is_reconciled() {
-    if super::skip_on_shared_cluster("on_takeover_what_exists_is_reconciled", "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection") {
+    if super::skip_on_shared_cluster(
+        "on_takeover_what_exists_is_reconciled",
+        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
+    ) {
         return;
     }
     let bed = ascend_cluster(2).await;
@@ -554,7 +566,10 @@ async fn on_takeover_what_exists_is_reconciled() {
 /// counted and retried; the rest of the view is published meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_write_is_counted_and_retried() {
-    if super::skip_on_shared_cluster("a_failing_write_is_counted_and_retried", "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection") {
+    if super::skip_on_shared_cluster(
+        "a_failing_write_is_counted_and_retried",
+        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
+    ) {
         return;
     }
     let bed = Testbed::start(SimConfig {
