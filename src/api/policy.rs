@@ -188,12 +188,23 @@ pub struct HangDetection {
     /// How long the progress signal may stand still (humantime, e.g. `15m`).
     #[schemars(length(max = 64))]
     pub no_progress_for: String,
-    /// The annotation on the job (or any of its pods) that the training code
-    /// updates with a timestamp or step counter. Default
+    /// The annotation that the training code updates with a timestamp or
+    /// step counter, on the job or on any of its pods (whichever is easier
+    /// for the code to patch): a change of its value on the job or on any
+    /// pod of the job counts as progress, so the latest one wins. Only its
+    /// value changing matters, not what it says. Default
     /// `rebound.dev/progress`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub annotation: Option<String>,
+    /// Also treat a job that has never reported progress as hung, once all
+    /// its pods have been Running for `noProgressFor` (a job stuck before
+    /// its first step). Off by default, so that a job that does not report
+    /// progress at all is never restarted for a hang; a job that has
+    /// reported progress once is watched from then on either way, and its
+    /// clock restarts at each whole-job restart.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_progress: bool,
 }
 
 /// Save logs before deleting pods.

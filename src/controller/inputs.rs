@@ -8,6 +8,7 @@ use crate::fault::Fault;
 use crate::workload::JobRef;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use kube::api::DynamicObject;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// A watch event of one kind.
@@ -78,8 +79,8 @@ pub struct PodSeen {
 
 impl PodSeen {
     /// Compact `p` and read its faults as of now.
-    pub fn read(p: &Pod, max_age: Duration) -> PodSeen {
-        let info = PodInfo::from_pod(p);
+    pub fn read(p: &Pod, max_age: Duration, progress_keys: &BTreeSet<String>) -> PodSeen {
+        let info = PodInfo::from_pod(p, progress_keys);
         let now = chrono::Utc::now();
         let faults = if info.deleting {
             Vec::new()
@@ -97,11 +98,16 @@ impl PodSeen {
     }
 
     /// Wrap a watch event of the pods' watch.
-    pub fn input(c: Change<Pod>, at: Instant, max_age: Duration) -> Input {
+    pub fn input(
+        c: Change<Pod>,
+        at: Instant,
+        max_age: Duration,
+        progress_keys: &super::state::ProgressKeys,
+    ) -> Input {
         let c = match c {
-            Change::Apply(p) => Change::Apply(PodSeen::read(&p, max_age)),
+            Change::Apply(p) => Change::Apply(PodSeen::read(&p, max_age, &progress_keys.get())),
             Change::Delete(p) => Change::Delete(PodSeen {
-                info: PodInfo::from_pod(&p),
+                info: PodInfo::from_pod(&p, &BTreeSet::new()),
                 faults: Vec::new(),
             }),
             Change::Synced => Change::Synced,

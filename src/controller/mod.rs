@@ -192,7 +192,8 @@ async fn run_loop(
     http_task: tokio::task::JoinHandle<()>,
     lease_task: Option<tokio::task::JoinHandle<()>>,
 ) {
-    let mut tasks = spawn_watches(&client, &args, &tx).await;
+    let progress_keys = state::ProgressKeys::default();
+    let mut tasks = spawn_watches(&client, &args, &tx, &progress_keys).await;
     tasks.push(http_task);
     // Ticks for breaker retries, hang scans and status flushes.
     let ttx = tx.clone();
@@ -216,7 +217,7 @@ async fn run_loop(
         }
     }));
     let health = ctx.health.clone();
-    let mut reactor = reactor::Reactor::new(args, ctx);
+    let mut reactor = reactor::Reactor::new(args, ctx, progress_keys);
     health
         .alive
         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -254,6 +255,7 @@ async fn spawn_watches(
     client: &kube::Client,
     args: &ControllerArgs,
     tx: &mpsc::Sender<Input>,
+    progress_keys: &state::ProgressKeys,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     let mut pod_cfg = watch::config();
@@ -261,11 +263,12 @@ async fn spawn_watches(
         pod_cfg = pod_cfg.labels(sel);
     }
     let max_age = args.fault_max_age;
+    let keys = progress_keys.clone();
     tasks.push(watch::spawn(
         "pods",
         watcher(Api::<Pod>::all(client.clone()), pod_cfg),
         tx.clone(),
-        move |c, at| inputs::PodSeen::input(c, at, max_age),
+        move |c, at| inputs::PodSeen::input(c, at, max_age, &keys),
     ));
     tasks.push(watch::spawn(
         "nodes",

@@ -6,7 +6,7 @@
 use super::actions::{self, ActionCtx, JobPlan};
 use super::config::ControllerArgs;
 use super::inputs::{ActionKind, ActionResult, Change, Input, PodSeen};
-use super::state::{Cache, JobInfo, NodeInfo, job_key};
+use super::state::{Cache, JobInfo, JobKey, NodeInfo, ProgressKeys, job_key};
 use super::status::StatusBook;
 use crate::api::WorkloadKind;
 use crate::expr::{JobView, NodeView};
@@ -87,7 +87,13 @@ pub struct Reactor {
     sticky: HashSet<String>,
     /// Current faults of failed pods (for re-evaluation after fail-over).
     pod_faults: HashMap<(String, String), (Vec<Fault>, JobRef)>,
-    progress: HashMap<super::state::JobKey, (String, DateTime<Utc>)>,
+    /// Jobs that reported progress: when it last changed.
+    progress: HashMap<JobKey, Progress>,
+    /// Jobs under a `requireProgress` policy: since when all their pods
+    /// run, as seen by the hang scan.
+    running_since: HashMap<JobKey, DateTime<Utc>>,
+    /// The progress annotation keys the pods' watch keeps.
+    progress_keys: ProgressKeys,
     status: StatusBook,
     last_status: Instant,
     last_hang: Instant,
@@ -105,6 +111,35 @@ fn occurred_at(f: &Fault) -> DateTime<Utc> {
 /// come before it. Only a restart a whole second later surely handled it.
 fn handled_before(fault_time: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(fault_time.timestamp() + 1, 0).unwrap_or(fault_time)
+}
+
+/// A job's progress signal as last seen.
+#[derive(Debug, Clone)]
+struct Progress {
+    /// The annotation's value on the job itself (pods keep theirs in the
+    /// pod cache).
+    job_value: Option<String>,
+    /// When the value on the job or on any of its pods last changed.
+    changed: DateTime<Utc>,
+}
+
+/// When a job's hang clock started, if it runs at all. A job that reported
+/// progress: at its last progress change (or restart, see `hang_clock`).
+/// A job that never did: only under `requireProgress`, from when all its
+/// pods were seen Running; otherwise never, so that a job that does not
+/// report progress is not restarted every `noProgressFor`.
+fn hang_since(
+    progress: Option<DateTime<Utc>>,
+    running_since: Option<DateTime<Utc>>,
+    require_progress: bool,
+    history: &[crate::policy::RestartRecord],
+) -> Option<DateTime<Utc>> {
+    let start = match (progress, running_since) {
+        (Some(p), _) => p,
+        (None, Some(r)) if require_progress => r,
+        _ => return None,
+    };
+    Some(hang_clock(start, history))
 }
 
 /// When a job's hang clock started: at its last progress change, or at its
@@ -139,7 +174,9 @@ fn fault_key(f: &Fault) -> String {
 
 impl Reactor {
     /// A reactor over an engine built from the flags.
-    pub fn new(args: ControllerArgs, ctx: ActionCtx) -> Reactor {
+    /// `progress_keys` is shared with the pods' watch, which keeps only the
+    /// annotations named there.
+    pub fn new(args: ControllerArgs, ctx: ActionCtx, progress_keys: ProgressKeys) -> Reactor {
         let root = args.root_namespace();
         let mut engine = Engine::new(&root, args.node_config(), 0);
         engine.global_dry_run = args.dry_run;
@@ -158,6 +195,8 @@ impl Reactor {
             pod_faults: HashMap::new(),
             sticky: HashSet::new(),
             progress: HashMap::new(),
+            running_since: HashMap::new(),
+            progress_keys,
             status: StatusBook::default(),
             last_status: Instant::now(),
             last_hang: Instant::now(),
@@ -223,7 +262,16 @@ impl Reactor {
             Change::Apply(PodSeen { info, faults }) => {
                 let job = info.job.clone();
                 let key = (info.namespace.clone(), info.name.clone());
+                let old_progress = if info.progress.is_empty() {
+                    None
+                } else {
+                    self.cache.pods.get(&key).map(|p| p.progress.clone())
+                };
+                let reports = !info.progress.is_empty();
                 self.cache.upsert_pod(info);
+                if reports {
+                    self.pod_progress(&key, old_progress.unwrap_or_default());
+                }
                 if faults.is_empty() {
                     self.pod_faults.remove(&key);
                     return;
@@ -375,6 +423,44 @@ impl Reactor {
             }
             Change::Synced => self.mark_synced("policies"),
         }
+        self.progress_keys.set(
+            self.engine
+                .policies
+                .iter()
+                .filter_map(|p| p.hang.as_ref().map(|h| h.annotation.clone()))
+                .collect(),
+        );
+    }
+
+    /// A pod reporting progress was seen: a changed value (or a new pod's
+    /// first one) is progress of its job, under the annotation the job's
+    /// selected policy reads.
+    fn pod_progress(&mut self, key: &(String, String), old: Vec<(String, String)>) {
+        let Some(pod) = self.cache.pods.get(key) else {
+            return;
+        };
+        let job = job_key(&pod.job);
+        let Some(hang) = self.hang_of(&job) else {
+            return;
+        };
+        let Some(value) = pod.progress_value(&hang.annotation) else {
+            return;
+        };
+        let before = old
+            .iter()
+            .find(|(k, _)| *k == hang.annotation)
+            .map(|(_, v)| v.as_str());
+        if before == Some(value) {
+            return;
+        }
+        let now = Utc::now();
+        self.progress
+            .entry(job)
+            .and_modify(|p| p.changed = now)
+            .or_insert(Progress {
+                job_value: None,
+                changed: now,
+            });
     }
 
     fn on_classification(&mut self, c: Change<crate::api::FaultClassification>) {
@@ -406,18 +492,6 @@ impl Reactor {
                 {
                     p.retain(|r| r.at > latest);
                 }
-                if let Some(ann) = self.progress_annotation_of(&key)
-                    && let Some(v) = annotations.get(&ann)
-                {
-                    let now = Utc::now();
-                    let e = self
-                        .progress
-                        .entry(key.clone())
-                        .or_insert_with(|| (v.clone(), now));
-                    if &e.0 != v {
-                        *e = (v.clone(), now);
-                    }
-                }
                 let info = JobInfo {
                     resource_version: o.resource_version(),
                     labels: o.labels().clone(),
@@ -426,7 +500,26 @@ impl Reactor {
                     annotations,
                     history,
                 };
-                self.cache.jobs.insert(key, info);
+                self.cache.jobs.insert(key.clone(), info);
+                // After the insert: the policy is selected by the job's labels.
+                if let Some(hang) = self.hang_of(&key)
+                    && let Some(v) = self
+                        .cache
+                        .jobs
+                        .get(&key)
+                        .and_then(|j| j.annotations.get(&hang.annotation))
+                        .cloned()
+                {
+                    let now = Utc::now();
+                    let e = self.progress.entry(key).or_insert(Progress {
+                        job_value: None,
+                        changed: now,
+                    });
+                    if e.job_value.as_ref() != Some(&v) {
+                        e.job_value = Some(v);
+                        e.changed = now;
+                    }
+                }
             }
             Change::Delete(o) => {
                 let key = (
@@ -437,19 +530,16 @@ impl Reactor {
                 self.cache.jobs.remove(&key);
                 self.cache.pending.remove(&key);
                 self.progress.remove(&key);
+                self.running_since.remove(&key);
             }
             Change::Synced => {}
         }
     }
 
-    fn progress_annotation_of(&self, key: &super::state::JobKey) -> Option<String> {
-        // The first policy in the job's namespace (or the root) with hang
-        // detection names the annotation.
-        self.engine
-            .policies
-            .iter()
-            .filter(|p| p.namespace == key.0 || p.namespace == self.root)
-            .find_map(|p| p.hang.as_ref().map(|(_, a)| a.clone()))
+    /// The hang detection of the policy selected for the job (the same
+    /// selection as for its faults), if it has one.
+    fn hang_of(&self, key: &JobKey) -> Option<crate::policy::Hang> {
+        self.policy_of(key).and_then(|p| p.hang.clone())
     }
 
     fn job_input(&self, job: &JobRef, fault: &Fault) -> JobInput {
@@ -912,13 +1002,22 @@ impl Reactor {
         let kind = key.1.parse::<WorkloadKind>().ok()?;
         let empty = BTreeMap::new();
         let labels = self.cache.jobs.get(key).map_or(&empty, |j| &j.labels);
+        // Like a fault's decision, which sees the failed pod's labels too
+        // (a bare pod's only labels).
+        let pod_labels = self
+            .cache
+            .pods_by_job
+            .get(key)
+            .and_then(|names| names.iter().min())
+            .and_then(|n| self.cache.pods.get(&(key.0.clone(), n.clone())))
+            .map(|p| &p.labels);
         self.engine
             .policies
             .select(crate::policy::WorkloadRef {
                 kind,
                 namespace: &key.0,
                 labels,
-                pod_labels: None,
+                pod_labels,
             })
             .chosen
     }
@@ -934,19 +1033,50 @@ impl Reactor {
     }
 
     fn scan_hangs(&mut self, now: DateTime<Utc>) {
+        // Forget jobs that are gone (bare pods have no job object).
+        let cache = &self.cache;
+        self.progress
+            .retain(|k, _| cache.jobs.contains_key(k) || cache.pods_by_job.contains_key(k));
+        if !self.engine.policies.iter().any(|p| p.hang.is_some()) {
+            self.running_since.clear();
+            return;
+        }
+        // Only a job with pods can be running, hence hung.
+        let watched: Vec<(JobKey, crate::policy::Hang, bool)> = self
+            .cache
+            .pods_by_job
+            .keys()
+            .filter_map(|k| {
+                let h = self.hang_of(k)?;
+                Some((k.clone(), h, self.cache.job_running(k)))
+            })
+            .collect();
+        // A job that stopped running starts its clock afresh when it runs.
+        let waiting: HashSet<&JobKey> = watched
+            .iter()
+            .filter(|(_, h, running)| h.require_progress && *running)
+            .map(|(k, _, _)| k)
+            .collect();
+        self.running_since.retain(|k, _| waiting.contains(k));
         let mut stalled = Vec::new();
-        for (key, (_, changed)) in &self.progress {
+        for (key, hang, running) in watched {
+            if !running {
+                continue;
+            }
             let Ok(kind) = key.1.parse::<WorkloadKind>() else {
                 continue;
             };
-            let Some((limit, _)) = self.policy_of(key).and_then(|p| p.hang.clone()) else {
+            let started = hang
+                .require_progress
+                .then(|| *self.running_since.entry(key.clone()).or_insert(now));
+            let progress = self.progress.get(&key).map(|p| p.changed);
+            let history = self.cache.history(&key);
+            let Some(since) = hang_since(progress, started, hang.require_progress, &history) else {
                 continue;
             };
-            let history = self.cache.jobs.get(key).map(|j| j.history.as_slice());
-            let since = hang_clock(*changed, history.unwrap_or_default());
             let idle = (now - since).to_std().unwrap_or(Duration::ZERO);
-            if idle > limit && self.cache.job_running(key) {
-                stalled.push((key.clone(), kind, since, idle));
+            if idle > hang.limit {
+                stalled.push((key, kind, since, idle));
             }
         }
         for (key, kind, changed, idle) in stalled {
@@ -1029,5 +1159,27 @@ mod tests {
         );
         // A single pod's restart leaves the other pods hung.
         assert_eq!(hang_clock(at(10), &[restart(30, true)]), at(10));
+    }
+
+    #[test]
+    fn a_job_that_never_reported_progress_is_hung_only_when_the_policy_requires_progress() {
+        // Reported progress: its clock runs, opt-in or not.
+        assert_eq!(hang_since(Some(at(10)), None, false, &[]), Some(at(10)));
+        assert_eq!(
+            hang_since(Some(at(10)), Some(at(2)), true, &[]),
+            Some(at(10)),
+            "reported progress wins over the start"
+        );
+        // Never reported, no opt-in: never hung (progress reporting unused).
+        assert_eq!(hang_since(None, Some(at(2)), false, &[]), None);
+        // Never reported, opt-in: hung counting from when it ran...
+        assert_eq!(hang_since(None, Some(at(2)), true, &[]), Some(at(2)));
+        // ...or from its last whole-job restart.
+        assert_eq!(
+            hang_since(None, Some(at(2)), true, &[restart(7, false)]),
+            Some(at(7))
+        );
+        // Not running (yet): no clock.
+        assert_eq!(hang_since(None, None, true, &[]), None);
     }
 }

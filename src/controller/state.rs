@@ -8,7 +8,44 @@ use crate::recover::NodeSnapshot;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+/// The annotation keys that policies read as a progress signal
+/// (`spec.hang.annotation`, plus the default `rebound.dev/progress`).
+/// Shared between the reactor, which knows the policies, and the pods'
+/// watch task, which compacts pods: a pod keeps only these annotations, so
+/// the cache stays small at 20,000 pods.
+#[derive(Clone, Debug)]
+pub struct ProgressKeys(Arc<RwLock<Arc<BTreeSet<String>>>>);
+
+impl Default for ProgressKeys {
+    fn default() -> Self {
+        let keys =
+            BTreeSet::from([crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION.to_string()]);
+        ProgressKeys(Arc::new(RwLock::new(Arc::new(keys))))
+    }
+}
+
+impl ProgressKeys {
+    /// The current keys (a cheap snapshot).
+    pub fn get(&self) -> Arc<BTreeSet<String>> {
+        match self.0.read() {
+            Ok(k) => k.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replace the keys; the default key is always kept.
+    pub fn set(&self, mut keys: BTreeSet<String>) {
+        keys.insert(crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION.to_string());
+        let keys = Arc::new(keys);
+        match self.0.write() {
+            Ok(mut k) => *k = keys,
+            Err(poisoned) => *poisoned.into_inner() = keys,
+        }
+    }
+}
 
 /// What the controller keeps of a pod.
 #[derive(Clone, Debug)]
@@ -30,11 +67,23 @@ pub struct PodInfo {
     pub restart_never: bool,
     pub replica_type: Option<String>,
     pub has_controller: bool,
+    /// The pod's progress annotations (key, value): only those whose key a
+    /// policy reads (`ProgressKeys`), usually none or one.
+    pub progress: Vec<(String, String)>,
 }
 
 impl PodInfo {
-    /// Compact a pod from a watch event.
-    pub fn from_pod(p: &Pod) -> PodInfo {
+    /// The value of the progress annotation `key` on this pod.
+    pub fn progress_value(&self, key: &str) -> Option<&str> {
+        self.progress
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Compact a pod from a watch event, keeping the annotations named in
+    /// `progress_keys` (the hang detection's progress signal).
+    pub fn from_pod(p: &Pod, progress_keys: &BTreeSet<String>) -> PodInfo {
         let m = &p.metadata;
         let spec = p.spec.as_ref();
         let status = p.status.as_ref();
@@ -83,6 +132,13 @@ impl PodInfo {
                 .owner_references
                 .as_ref()
                 .is_some_and(|o| o.iter().any(|r| r.controller == Some(true))),
+            progress: m
+                .annotations
+                .iter()
+                .flatten()
+                .filter(|(k, _)| progress_keys.contains(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             labels,
         }
     }

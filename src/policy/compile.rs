@@ -93,6 +93,18 @@ impl Limit {
     }
 }
 
+/// Compiled `spec.hang`: kept as one value so that the reactor reads the
+/// limit, the annotation and the opt-in from the policy selected for a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hang {
+    /// `noProgressFor`.
+    pub limit: Duration,
+    /// The progress annotation read on the job and its pods.
+    pub annotation: String,
+    /// `requireProgress`: a job that never reported progress is hung too.
+    pub require_progress: bool,
+}
+
 /// A RecoveryPolicy ready to use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompiledPolicy {
@@ -107,7 +119,7 @@ pub struct CompiledPolicy {
     pub job_after: Duration,
     pub cooldown: Cooldown,
     pub budget: Option<Budget>,
-    pub hang: Option<(Duration, String)>,
+    pub hang: Option<Hang>,
     pub preserve_logs: Option<(u32, u32)>,
     pub dry_run: bool,
     /// Node behaviour this policy asks for (used only for the root policy).
@@ -181,13 +193,15 @@ impl CompiledPolicy {
         let hang = s
             .hang
             .as_ref()
-            .map(|h| -> Result<(Duration, String), InvalidObject> {
-                Ok((
-                    dur("spec.hang.noProgressFor", &h.no_progress_for)?,
-                    h.annotation
+            .map(|h| -> Result<Hang, InvalidObject> {
+                Ok(Hang {
+                    limit: dur("spec.hang.noProgressFor", &h.no_progress_for)?,
+                    annotation: h
+                        .annotation
                         .clone()
                         .unwrap_or_else(|| DEFAULT_PROGRESS_ANNOTATION.into()),
-                ))
+                    require_progress: h.require_progress,
+                })
             })
             .transpose()?;
         let node = s

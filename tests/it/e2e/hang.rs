@@ -1,6 +1,7 @@
-//! Hang detection: a job whose progress annotation stops advancing for
-//! longer than its policy's `hang.noProgressFor` is restarted; a job that
-//! keeps advancing is not. Assertions read the jobs' restart records, so the
+//! Hang detection: a job whose progress annotation (on the job or on a pod)
+//! stops advancing for longer than its policy's `hang.noProgressFor` is
+//! restarted; a job that keeps advancing is not, and a job that never
+//! reports is restarted only under `requireProgress`. Assertions read the jobs' restart records, so the
 //! test runs on the embedded and on an external cluster alike.
 
 use super::*;
@@ -93,6 +94,121 @@ async fn a_job_without_progress_is_restarted_and_a_progressing_one_is_not() {
     })
     .await;
     assert_eq!(restart_count(&bed, &ml, "alive").await, 0);
+    ticker.abort();
+    ctl.shutdown().await;
+    bed.cleanup().await;
+}
+
+/// Three policies in one namespace, told apart by the jobs' `app` label:
+/// `step` reads a custom annotation, `strict` requires progress, `lenient`
+/// does not. The job's selected policy decides which annotation is read.
+const PER_JOB_POLICIES: &str = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: lenient, namespace: ml}
+spec:
+  selector: {matchLabels: {kcover.io/cascading-recovery: "true", app: lenient}}
+  cooldown: 0s
+  hang: {noProgressFor: 3s}
+---
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: step, namespace: ml}
+spec:
+  selector: {matchLabels: {kcover.io/cascading-recovery: "true", app: step}}
+  cooldown: 0s
+  restartBudget: {maxRestarts: 10, window: 1h}
+  hang: {noProgressFor: 3s, annotation: example.com/step}
+---
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: strict, namespace: ml}
+spec:
+  selector: {matchLabels: {kcover.io/cascading-recovery: "true", app: strict}}
+  cooldown: 0s
+  restartBudget: {maxRestarts: 10, window: 1h}
+  hang: {noProgressFor: 3s, requireProgress: true}
+"#;
+
+const STEP: &str = "example.com/step";
+
+async fn set_pod_progress(bed: &Testbed, ns: &str, pod: &str, value: &str) -> kube::Result<Pod> {
+    let patch = json!({"metadata": {"annotations": {STEP: value}}});
+    Api::<Pod>::namespaced(bed.client(), ns)
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+}
+
+async fn running_job_labelled(bed: &Testbed, ns: &str, name: &str, app: &str) {
+    bed.cluster
+        .create_pytorchjob(ns, name, 0, &[OPT_IN, ("app", app)])
+        .await
+        .expect("create PyTorchJob");
+    let sel = format!("{PT}={name}");
+    wait(&format!("{ns}/{name} running"), T, || async {
+        (!running(bed, ns, &sel).await.is_empty()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_on_pods_counts_and_silence_is_a_hang_only_when_required() {
+    let (bed, ctl) = bed_with(4, PER_JOB_POLICIES, None).await;
+    let ml = bed.ns("ml");
+    for (job, app) in [
+        ("pod-stuck", "step"),
+        ("pod-alive", "step"),
+        ("silent-strict", "strict"),
+        ("silent", "lenient"),
+    ] {
+        running_job_labelled(&bed, &ml, job, app).await;
+    }
+    // Progress under the `step` policy's own annotation, on the pods only.
+    set_pod_progress(&bed, &ml, "pod-stuck-master-0", "1")
+        .await
+        .expect("pod progress");
+    let ticker = {
+        let bed_client = bed.client();
+        let ml = ml.clone();
+        tokio::spawn(async move {
+            let pods = Api::<Pod>::namespaced(bed_client, &ml);
+            for step in 1.. {
+                let patch = json!({"metadata": {"annotations": {STEP: format!("{step}")}}});
+                let _ = pods
+                    .patch(
+                        "pod-alive-master-0",
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let long = Duration::from_secs(30);
+    wait(
+        "pod-stuck restarted: its pod's progress stopped",
+        long,
+        || async { (restart_count(&bed, &ml, "pod-stuck").await >= 1).then_some(()) },
+    )
+    .await;
+    wait(
+        "silent-strict restarted: it never reported under requireProgress",
+        long,
+        || async { (restart_count(&bed, &ml, "silent-strict").await >= 1).then_some(()) },
+    )
+    .await;
+    // Both were found by scans that looked at the other two as well.
+    assert_eq!(
+        restart_count(&bed, &ml, "pod-alive").await,
+        0,
+        "progress on a pod keeps its job alive"
+    );
+    assert_eq!(
+        restart_count(&bed, &ml, "silent").await,
+        0,
+        "a job that never reports is not hung without requireProgress"
+    );
     ticker.abort();
     ctl.shutdown().await;
     bed.cleanup().await;
