@@ -6,13 +6,70 @@ use crate::api::conditions::{Condition, upsert};
 use crate::api::{FaultClassification, RecoveryPolicy};
 use crate::classify::InvalidObject;
 use crate::policy::{Engine, PolicyWarning};
+use crate::recover::{Notice, reasons};
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use std::collections::{BTreeMap, HashMap};
 
+/// An `InvalidPolicy` Event owed for an object: said once per generation
+/// (never again on a resync of the same generation), by the leader, with
+/// the status flush.
+#[derive(Debug, Default, Clone)]
+struct Invalid {
+    /// The generation last announced as invalid.
+    announced: Option<Option<i64>>,
+    /// The note of an Event not yet written.
+    pending: Option<String>,
+    uid: Option<String>,
+}
+
+impl Invalid {
+    /// Record the outcome of compiling generation `g`.
+    fn judged(&mut self, g: Option<i64>, uid: Option<String>, error: Option<&InvalidObject>) {
+        self.uid = uid;
+        match error {
+            Some(e) if self.announced != Some(g) => {
+                self.announced = Some(g);
+                self.pending = Some(format!("{} (generation {}): {e}", e.reason, g.unwrap_or(0)));
+            }
+            Some(_) => {}
+            None => {
+                self.announced = None;
+                self.pending = None;
+            }
+        }
+    }
+
+    /// Write the owed Event, if any, about the object `reference` names.
+    fn announce(&mut self, ctx: &ActionCtx, mut reference: ObjectReference) {
+        let Some(note) = self.pending.take() else {
+            return;
+        };
+        reference.uid = self.uid.clone();
+        let events = ctx.events.clone();
+        tokio::spawn(async move {
+            let n = Notice::warning(reasons::INVALID_POLICY, "Validate", note);
+            events.object(reference, &n).await;
+        });
+    }
+}
+
+/// What an Event about a rebound object refers to.
+fn reference(kind: &str, namespace: Option<&str>, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("rebound.dev/v1alpha1".into()),
+        kind: Some(kind.into()),
+        namespace: namespace.map(str::to_string),
+        name: Some(name.into()),
+        ..ObjectReference::default()
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 struct PolicyBook {
+    invalid: Invalid,
     generation: Option<i64>,
     conditions: Vec<Condition>,
     recoveries: u64,
@@ -22,6 +79,7 @@ struct PolicyBook {
 
 #[derive(Debug, Default, Clone)]
 struct ClassBook {
+    invalid: Invalid,
     generation: Option<i64>,
     conditions: Vec<Condition>,
     written: Option<String>,
@@ -51,6 +109,8 @@ impl StatusBook {
             b.recoveries = s.recoveries;
         }
         b.generation = g;
+        b.invalid
+            .judged(g, p.metadata.uid.clone(), r.as_ref().err());
         let cond = match &r {
             Ok(w) if w.is_empty() => Condition::new("Ready", true, "Compiled", "in use", g, now),
             Ok(w) => Condition::new(
@@ -83,6 +143,8 @@ impl StatusBook {
         let g = o.metadata.generation;
         let b = self.classifications.entry(o.name_any()).or_default();
         b.generation = g;
+        b.invalid
+            .judged(g, o.metadata.uid.clone(), r.as_ref().err());
         let cond = match &r {
             Ok(()) => Condition::new("Ready", true, "Compiled", "in use", g, Utc::now()),
             Err(e) => Condition::new("Ready", false, e.reason, e.to_string(), g, Utc::now()),
@@ -109,6 +171,8 @@ impl StatusBook {
     pub fn flush(&mut self, ctx: &ActionCtx, engine: &Engine, workloads: HashMap<String, u32>) {
         // Policies that lose to another for some workload are told so.
         for ((ns, name), b) in self.policies.iter_mut() {
+            b.invalid
+                .announce(ctx, reference("RecoveryPolicy", Some(ns), name));
             let id = format!("{ns}/{name}");
             let ready = b
                 .conditions
@@ -171,6 +235,8 @@ impl StatusBook {
             });
         }
         for (name, b) in self.classifications.iter_mut() {
+            b.invalid
+                .announce(ctx, reference("FaultClassification", None, name));
             let classified = engine
                 .classifier
                 .in_use()
@@ -201,5 +267,41 @@ impl StatusBook {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bad() -> InvalidObject {
+        InvalidObject {
+            field: "spec.when".into(),
+            reason: "InvalidExpression",
+            message: "syntax error".into(),
+        }
+    }
+
+    #[test]
+    fn an_invalid_generation_is_announced_once() {
+        let mut i = Invalid::default();
+        i.judged(Some(1), None, None);
+        assert_eq!(i.pending, None, "a valid object is not announced");
+        i.judged(Some(2), None, Some(&bad()));
+        assert!(
+            i.pending
+                .as_deref()
+                .is_some_and(|n| n.contains("spec.when"))
+        );
+        // Written, then the same generation seen again (resync): nothing.
+        i.pending = None;
+        i.judged(Some(2), None, Some(&bad()));
+        assert_eq!(i.pending, None, "a resync repeats nothing");
+        // A new generation, still invalid: announced again.
+        i.judged(Some(3), None, Some(&bad()));
+        assert!(i.pending.is_some());
+        // Fixed before the Event was written: nothing owed.
+        i.judged(Some(4), None, None);
+        assert_eq!(i.pending, None);
     }
 }

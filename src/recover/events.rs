@@ -9,9 +9,12 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 /// The Event reasons rebound uses. Stable: users filter and alert on them,
 /// and the docs list them (a test checks the list).
+///
+/// There is no `FaultDetected`: an Event per fault would cost a request on
+/// the reaction path (or a fold that hides which faults came), and the
+/// fault, its level and root-cause pod are already in the note of the
+/// Event about the action taken (or skipped), and in the metrics.
 pub mod reasons {
-    /// A fault was attributed to a job, pod or node.
-    pub const FAULT_DETECTED: &str = "FaultDetected";
     /// All pods of a job were deleted (or a Volcano RestartJob issued).
     pub const JOB_RESTARTED: &str = "JobRestarted";
     /// One pod was deleted (graded escalation's first step).
@@ -30,7 +33,8 @@ pub mod reasons {
     pub const BREAKER_OPEN: &str = "BreakerOpen";
     /// Logs were saved to a ConfigMap before a restart.
     pub const LOGS_PRESERVED: &str = "LogsPreserved";
-    /// A RecoveryPolicy or FaultClassification is invalid.
+    /// A RecoveryPolicy or FaultClassification is invalid (once per
+    /// generation, on the object).
     pub const INVALID_POLICY: &str = "InvalidPolicy";
     /// A CEL expression failed to evaluate.
     pub const CEL_ERROR: &str = "CelError";
@@ -38,8 +42,7 @@ pub mod reasons {
     pub const RECOVERY_COMPLETE: &str = "RecoveryComplete";
 
     /// Every reason, for docs and tests.
-    pub const ALL: [&str; 13] = [
-        FAULT_DETECTED,
+    pub const ALL: [&str; 12] = [
         JOB_RESTARTED,
         POD_RESTARTED,
         RESTART_SKIPPED,
@@ -138,6 +141,14 @@ impl Events {
             uid: Some(node.into()),
             ..ObjectReference::default()
         };
+        self.publish(reference, notice).await
+    }
+
+    /// An Event about any other object, e.g. a RecoveryPolicy (in its
+    /// namespace) or a FaultClassification (cluster-scoped: written in
+    /// `default`, where a real API server accepts it). Returns the API
+    /// requests made (1).
+    pub async fn object(&self, reference: ObjectReference, notice: &Notice) -> u32 {
         self.publish(reference, notice).await
     }
 

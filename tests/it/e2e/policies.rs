@@ -111,6 +111,34 @@ spec:
     .await;
     assert_eq!(cond.reason, "InvalidExpression");
     assert!(cond.message.contains("spec.when"), "{}", cond.message);
+    // Said once as a Warning Event on the policy, naming the field.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(bed.client(), &team_a);
+    let invalid = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()
+            .into_iter()
+            .flat_map(|l| l.items)
+            .filter(|e| {
+                e.reason.as_deref() == Some("InvalidPolicy")
+                    && e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("RecoveryPolicy")
+                            && r.name.as_deref() == Some("broken")
+                    })
+            })
+            .collect::<Vec<_>>()
+    };
+    let ev = wait("InvalidPolicy Event on the policy", T, || async {
+        invalid().await.into_iter().next()
+    })
+    .await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    assert!(
+        ev.note.as_deref().is_some_and(|n| n.contains("spec.when")),
+        "{:?}",
+        ev.note
+    );
     // Not used: the root default covers team-a's job and restarts it
     // (the broken policy would have said action None).
     running_pytorchjob(&bed, &team_a, "pt", 1).await;
@@ -122,5 +150,13 @@ spec:
         (job_restarts(&bed, &team_a, "pt").await == 1).then_some(())
     })
     .await;
+    // Status writes since (every 500 ms here) did not repeat the Event.
+    let again = invalid().await;
+    assert_eq!(again.len(), 1, "one Event per generation: {again:?}");
+    assert!(
+        again[0].series.is_none(),
+        "not repeated into a series: {:?}",
+        again[0].series
+    );
     ctl.shutdown().await;
 }
