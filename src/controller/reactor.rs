@@ -157,6 +157,31 @@ fn hang_clock(
         .fold(progress_changed, DateTime::max)
 }
 
+/// The fault of a job hung since `since`. It carries the job's identity
+/// (its uid, else kind/name) like a pod fault carries the pod's: two jobs
+/// of one namespace whose clocks started in the same millisecond (listed
+/// together at start-up, or one restarted as another began to run) are two
+/// faults, not one handled and the other dropped as its replay.
+fn hang_fault(
+    key: &JobKey,
+    uid: Option<&str>,
+    since: DateTime<Utc>,
+    idle: Duration,
+    now: DateTime<Utc>,
+) -> Fault {
+    let mut f = Fault::new(FaultSource::Hang, "NoProgress", now);
+    f.first_seen = since;
+    f.last_seen = since;
+    f.namespace = Some(key.0.clone());
+    f.uid = Some(uid.map_or_else(|| format!("{}/{}", key.1, key.2), str::to_string));
+    f.trusted = true;
+    f.message = Some(format!(
+        "no progress for {}",
+        crate::api::duration::format(Duration::from_secs(idle.as_secs()))
+    ));
+    f
+}
+
 fn fault_key(f: &Fault) -> String {
     format!(
         "{}|{}|{}|{}|{}|{}|{}|{}|{}",
@@ -1080,15 +1105,8 @@ impl Reactor {
             }
         }
         for (key, kind, changed, idle) in stalled {
-            let mut f = Fault::new(FaultSource::Hang, "NoProgress", now);
-            f.first_seen = changed;
-            f.last_seen = changed;
-            f.namespace = Some(key.0.clone());
-            f.trusted = true;
-            f.message = Some(format!(
-                "no progress for {}",
-                crate::api::duration::format(Duration::from_secs(idle.as_secs()))
-            ));
+            let uid = self.cache.jobs.get(&key).and_then(|j| j.uid.as_deref());
+            let f = hang_fault(&key, uid, changed, idle, now);
             let job = JobRef {
                 kind,
                 api_version: String::new(),
@@ -1159,6 +1177,21 @@ mod tests {
         );
         // A single pod's restart leaves the other pods hung.
         assert_eq!(hang_clock(at(10), &[restart(30, true)]), at(10));
+    }
+
+    #[test]
+    fn hangs_of_two_jobs_since_the_same_instant_are_two_faults() {
+        let job = |name: &str| ("ml".to_string(), "PyTorchJob".to_string(), name.to_string());
+        let idle = Duration::from_secs(5);
+        let a = hang_fault(&job("a"), None, at(1), idle, at(6));
+        let b = hang_fault(&job("b"), None, at(1), idle, at(6));
+        assert_ne!(fault_key(&a), fault_key(&b));
+        let by_uid = hang_fault(&job("a"), Some("u-1"), at(1), idle, at(6));
+        assert_eq!(by_uid.uid.as_deref(), Some("u-1"));
+        // The same job, same clock: a replay, handled once.
+        let again = hang_fault(&job("a"), None, at(1), idle * 2, at(11));
+        assert_eq!(fault_key(&a), fault_key(&again));
+        assert_eq!(a.first_seen, at(1));
     }
 
     #[test]
