@@ -184,6 +184,19 @@ struct State {
 }
 
 impl State {
+    /// Nothing known yet; binds only within `scope` when given.
+    fn new(scope: Option<Scope>) -> State {
+        State {
+            scope,
+            nodes: HashMap::new(),
+            order: BTreeSet::new(),
+            pending: HashMap::new(),
+            bound: HashMap::new(),
+            in_flight: HashMap::new(),
+            parked: HashSet::new(),
+        }
+    }
+
     fn charge(&mut self, node: &str, req: &HashMap<String, i64>, sign: i64) {
         if let Some(n) = self.nodes.get_mut(node) {
             let before = n.used.get("pods").copied().unwrap_or(0);
@@ -308,15 +321,7 @@ pub async fn run_scoped(client: Client, scope: Option<Scope>) {
             .boxed(),
     ]);
     let use_patch = Arc::new(AtomicBool::new(false));
-    let mut st = State {
-        scope,
-        nodes: HashMap::new(),
-        order: BTreeSet::new(),
-        pending: HashMap::new(),
-        bound: HashMap::new(),
-        in_flight: HashMap::new(),
-        parked: HashSet::new(),
-    };
+    let mut st = State::new(scope);
     let mut pod_snapshot: Option<HashSet<String>> = None;
     while let Some(batch) = next_batch(&mut input, 2048).await {
         let mut unpark = false;
@@ -473,15 +478,7 @@ mod tests {
     }
 
     fn state(scope: Option<Scope>) -> State {
-        State {
-            scope,
-            nodes: HashMap::new(),
-            order: BTreeSet::new(),
-            pending: HashMap::new(),
-            bound: HashMap::new(),
-            in_flight: HashMap::new(),
-            parked: HashSet::new(),
-        }
+        State::new(scope)
     }
 
     fn node(name: &str) -> Node {
