@@ -29,12 +29,12 @@ pub enum Change<K> {
 #[derive(Debug)]
 pub enum Input {
     Pod(Change<PodSeen>, Instant),
-    Node(Change<NodeSeen>, Instant),
+    Node(Change<Node>, Instant),
     Event(Change<Event>, Instant),
     ConfigMap(Change<ConfigMap>, Instant),
     Policy(Change<RecoveryPolicy>),
     Classification(Change<FaultClassification>),
-    Job(Change<JobSeen>),
+    Job(String, Change<DynamicObject>),
     /// A watch stream failed and restarts (for metrics).
     WatchError(&'static str, String),
     /// An action finished.
@@ -113,77 +113,5 @@ impl PodSeen {
             Change::Synced => Change::Synced,
         };
         Input::Pod(c, at)
-    }
-}
-
-/// A node as the reactor needs it, read in its watch task (full Node objects,
-/// with their images and conditions, never wait in the reactor's queue).
-#[derive(Debug)]
-pub struct NodeSeen {
-    pub info: super::state::NodeInfo,
-    /// Faults its conditions carry now.
-    pub faults: Vec<Fault>,
-    /// Whether its conditions say it is healthy (for auto-uncordon).
-    pub healthy: bool,
-}
-
-impl NodeSeen {
-    /// Wrap a watch event of the nodes' watch; `condition_types` are the
-    /// condition types read as faults (`--condition-types`).
-    pub fn input(c: Change<Node>, at: Instant, condition_types: &[String]) -> Input {
-        let c = match c {
-            Change::Apply(n) => Change::Apply(NodeSeen {
-                info: super::state::NodeInfo::from_node(&n),
-                faults: crate::fault::node::node_faults(&n, condition_types, chrono::Utc::now()),
-                healthy: crate::fault::node::node_healthy(&n, condition_types),
-            }),
-            Change::Delete(n) => Change::Delete(NodeSeen {
-                info: super::state::NodeInfo::from_node(&n),
-                faults: Vec::new(),
-                healthy: true,
-            }),
-            Change::Synced => Change::Synced,
-        };
-        Input::Node(c, at)
-    }
-}
-
-/// A job object as the reactor needs it, read in its watch task: the full
-/// object (pod templates, status) is dropped there.
-#[derive(Debug)]
-pub struct JobSeen {
-    pub key: super::state::JobKey,
-    pub info: super::state::JobInfo,
-}
-
-impl JobSeen {
-    /// Compact a job object of `kind`.
-    pub fn read(kind: crate::api::WorkloadKind, o: &DynamicObject) -> JobSeen {
-        use kube::ResourceExt;
-        let annotations = o.annotations().clone();
-        JobSeen {
-            key: (
-                o.namespace().unwrap_or_default(),
-                kind.as_str().to_string(),
-                o.name_any(),
-            ),
-            info: super::state::JobInfo {
-                resource_version: o.resource_version(),
-                labels: o.labels().clone(),
-                never: crate::workload::restart_policy_never(kind, &o.data, None),
-                uid: o.uid(),
-                history: crate::recover::read_history(&annotations),
-                annotations,
-            },
-        }
-    }
-
-    /// Wrap a watch event of a job kind's watch.
-    pub fn input(kind: crate::api::WorkloadKind, c: Change<DynamicObject>) -> Input {
-        Input::Job(match c {
-            Change::Apply(o) => Change::Apply(JobSeen::read(kind, &o)),
-            Change::Delete(o) => Change::Delete(JobSeen::read(kind, &o)),
-            Change::Synced => Change::Synced,
-        })
     }
 }

@@ -270,12 +270,11 @@ async fn spawn_watches(
         tx.clone(),
         move |c, at| inputs::PodSeen::input(c, at, max_age, &keys),
     ));
-    let condition_types = args.condition_types.clone();
     tasks.push(watch::spawn(
         "nodes",
         watcher(Api::<Node>::all(client.clone()), watch::config()),
         tx.clone(),
-        move |c, at| inputs::NodeSeen::input(c, at, &condition_types),
+        Input::Node,
     ));
     tasks.push(watch::spawn(
         "events",
@@ -315,17 +314,14 @@ async fn spawn_watches(
                 } else {
                     ar.kind.clone()
                 };
-                let Ok(wk) = kind.parse::<crate::api::WorkloadKind>() else {
-                    tracing::warn!(kind = %kind, "not a workload kind rebound restarts; not watched");
-                    continue;
-                };
                 tracing::info!(kind = %kind, group = %ar.group, "watching job kind");
                 let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                let k = kind.clone();
                 tasks.push(watch::spawn(
                     "jobs",
                     watcher(api, watch::config()),
                     tx.clone(),
-                    move |c: Change<DynamicObject>, _| inputs::JobSeen::input(wk, c),
+                    move |c: Change<DynamicObject>, _| Input::Job(k.clone(), c),
                 ));
             }
         }

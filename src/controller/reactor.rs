@@ -5,8 +5,8 @@
 
 use super::actions::{self, ActionCtx, JobPlan};
 use super::config::ControllerArgs;
-use super::inputs::{ActionKind, ActionResult, Change, Input, JobSeen, NodeSeen, PodSeen};
-use super::state::{Cache, JobKey, ProgressKeys, job_key};
+use super::inputs::{ActionKind, ActionResult, Change, Input, PodSeen};
+use super::state::{Cache, JobInfo, JobKey, NodeInfo, ProgressKeys, job_key};
 use super::status::StatusBook;
 use crate::api::WorkloadKind;
 use crate::expr::{JobView, NodeView};
@@ -14,8 +14,9 @@ use crate::fault::{Fault, FaultSource, Level};
 use crate::policy::{Engine, JobInput, NodeInput, Skip};
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
 use kube::ResourceExt;
+use kube::api::DynamicObject;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -241,7 +242,7 @@ impl Reactor {
             Input::ConfigMap(c, at) => self.on_configmap(c, at),
             Input::Policy(c) => self.on_policy(c),
             Input::Classification(c) => self.on_classification(c),
-            Input::Job(c) => self.on_job(c),
+            Input::Job(kind, c) => self.on_job(&kind, c),
             Input::WatchError(name, _) => {
                 self.ctx
                     .metrics
@@ -314,16 +315,16 @@ impl Reactor {
         }
     }
 
-    fn on_node(&mut self, c: Change<NodeSeen>, at: Instant) {
+    fn on_node(&mut self, c: Change<Node>, at: Instant) {
         match c {
-            Change::Apply(NodeSeen {
-                info,
-                faults,
-                healthy,
-            }) => {
-                let name = info.name.clone();
+            Change::Apply(n) => {
+                let name = n.name_any();
+                let info = NodeInfo::from_node(&n);
                 self.cache.nodes.insert(name.clone(), info);
                 self.engine.breaker.total_nodes = self.cache.nodes.len() as u32;
+                let faults =
+                    crate::fault::node::node_faults(&n, &self.args.condition_types, Utc::now());
+                let healthy = crate::fault::node::node_healthy(&n, &self.args.condition_types);
                 let was_faulty = self.node_faults.get(&name).is_some_and(|v| !v.is_empty());
                 self.node_faults.insert(name.clone(), faults.clone());
                 if let Some(v) = &self.ctx.clusterd {
@@ -338,8 +339,8 @@ impl Reactor {
                     self.maybe_uncordon(&name);
                 }
             }
-            Change::Delete(NodeSeen { info, .. }) => {
-                let name = info.name;
+            Change::Delete(n) => {
+                let name = n.name_any();
                 self.cache.nodes.remove(&name);
                 self.node_faults.remove(&name);
                 if let Some(v) = &self.ctx.clusterd {
@@ -501,14 +502,29 @@ impl Reactor {
         }
     }
 
-    fn on_job(&mut self, c: Change<JobSeen>) {
+    fn on_job(&mut self, kind: &str, c: Change<DynamicObject>) {
+        let Ok(wk) = kind.parse::<WorkloadKind>() else {
+            return;
+        };
         match c {
-            Change::Apply(JobSeen { key, info }) => {
-                if let Some(latest) = info.history.last().map(|r| r.at)
+            Change::Apply(o) => {
+                let ns = o.namespace().unwrap_or_default();
+                let key = (ns, wk.as_str().to_string(), o.name_any());
+                let annotations: BTreeMap<String, String> = o.annotations().clone();
+                let history = crate::recover::read_history(&annotations);
+                if let Some(latest) = history.last().map(|r| r.at)
                     && let Some(p) = self.cache.pending.get_mut(&key)
                 {
                     p.retain(|r| r.at > latest);
                 }
+                let info = JobInfo {
+                    resource_version: o.resource_version(),
+                    labels: o.labels().clone(),
+                    never: crate::workload::restart_policy_never(wk, &o.data, None),
+                    uid: o.uid(),
+                    annotations,
+                    history,
+                };
                 self.cache.jobs.insert(key.clone(), info);
                 // After the insert: the policy is selected by the job's labels.
                 if let Some(hang) = self.hang_of(&key)
@@ -530,7 +546,12 @@ impl Reactor {
                     }
                 }
             }
-            Change::Delete(JobSeen { key, .. }) => {
+            Change::Delete(o) => {
+                let key = (
+                    o.namespace().unwrap_or_default(),
+                    wk.as_str().to_string(),
+                    o.name_any(),
+                );
                 self.cache.jobs.remove(&key);
                 self.cache.pending.remove(&key);
                 self.progress.remove(&key);
