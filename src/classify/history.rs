@@ -49,20 +49,24 @@ impl History {
     /// line's first-seen time.
     pub fn record(
         &mut self,
-        key: HistoryKey,
+        key: &HistoryKey,
         at: DateTime<Utc>,
         first_seen: DateTime<Utc>,
     ) -> DateTime<Utc> {
         self.clock += 1;
-        // The length test first: below the bound (the common case) the key
-        // is hashed once, by `entry`.
-        if self.lines.len() >= self.max_keys && !self.lines.contains_key(&key) {
-            self.evict();
+        // A key already held (the common case) is not copied.
+        if !self.lines.contains_key(key) {
+            if self.lines.len() >= self.max_keys {
+                self.evict();
+            }
+            self.lines.insert(key.clone(), Line::default());
         }
         let clock = self.clock;
         let max_times = self.max_times;
         let horizon = at - self.max_age;
-        let line = self.lines.entry(key).or_default();
+        let Some(line) = self.lines.get_mut(key) else {
+            return first_seen;
+        };
         line.touched = clock;
         while line.times.front().is_some_and(|t| *t < horizon) {
             line.times.pop_front();
@@ -147,11 +151,11 @@ mod tests {
     fn replays_do_not_count_twice_and_keys_are_bounded() {
         let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let mut h = History::new(10, 8, std::time::Duration::from_secs(86400 * 7));
-        h.record(key("0"), t0, t0);
-        h.record(key("0"), t0, t0);
+        h.record(&key("0"), t0, t0);
+        h.record(&key("0"), t0, t0);
         assert_eq!(h.count_within(&key("0"), t0, chrono::Duration::hours(1)), 1);
         for i in 0..50 {
-            h.record(key(&i.to_string()), t0, t0);
+            h.record(&key(&i.to_string()), t0, t0);
         }
         assert!(h.len() <= 10);
     }
@@ -163,7 +167,7 @@ mod tests {
         let mut h = History::new(10, 8, std::time::Duration::from_secs(86400 * 7));
         // Recorded out of order, with one replay.
         for n in [5, 1, 3, 3, 10] {
-            h.record(key("0"), m(n), m(n));
+            h.record(&key("0"), m(n), m(n));
         }
         let k = key("0");
         assert_eq!(h.count_within(&k, m(10), chrono::Duration::minutes(100)), 4);

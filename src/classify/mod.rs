@@ -300,7 +300,7 @@ impl Classifier {
         // Occurrences are counted to the second: the same fault reported by
         // a Node condition and by an Event of the same instant is one.
         let at = trunc_secs(fault.last_seen);
-        let first = self.history.record(key.clone(), at, fault.first_seen);
+        let first = self.history.record(&key, at, fault.first_seen);
         let ck = CodeKey::new(fault.source, &fault.code, fault.reason.as_deref());
         fault.first_seen = first;
         let window = list

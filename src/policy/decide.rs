@@ -255,7 +255,14 @@ pub fn decide_job(
     global_dry_run: bool,
     now: DateTime<Utc>,
 ) -> JobDecision {
-    let job_id = format!("{}/{}/{}", job.view.kind, job.view.namespace, job.view.name);
+    let v = &job.view;
+    let mut job_id = String::with_capacity(v.kind.len() + v.namespace.len() + v.name.len() + 2);
+    for (i, part) in [&v.kind, &v.namespace, &v.name].into_iter().enumerate() {
+        if i > 0 {
+            job_id.push('/');
+        }
+        job_id.push_str(part);
+    }
     let mut d = JobDecision {
         job: job_id,
         policy: None,
