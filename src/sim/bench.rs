@@ -81,6 +81,53 @@ fn percentiles(mut v: Vec<f64>) -> Percentiles {
     }
 }
 
+/// Quantiles read off a Prometheus histogram: the upper bound of the
+/// bucket holding each quantile (so "p99 ≤ 5 ms").
+#[derive(Debug, Serialize, Default, Clone)]
+pub struct BucketQuantiles {
+    pub count: u64,
+    pub p50_le: f64,
+    pub p90_le: f64,
+    pub p99_le: f64,
+}
+
+/// Read `name`'s buckets from a Prometheus text exposition and return the
+/// bucket bounds (ms) under which 50/90/99 % of the observations fall.
+pub fn histogram_quantiles(text: &str, name: &str) -> Option<BucketQuantiles> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let mut buckets: Vec<(f64, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (le, count) = rest.split_once("\"}")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let at = |q: f64| {
+        let want = (total as f64 * q).ceil() as u64;
+        buckets
+            .iter()
+            .find(|(_, c)| *c >= want)
+            .map_or(f64::INFINITY, |(le, _)| le * 1000.0)
+    };
+    Some(BucketQuantiles {
+        count: total,
+        p50_le: at(0.50),
+        p90_le: at(0.90),
+        p99_le: at(0.99),
+    })
+}
+
 /// What `rebound sim` prints.
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -90,7 +137,17 @@ pub struct Report {
     pub jobs: usize,
     pub setup_seconds: f64,
     pub faults_injected: usize,
+    /// From the fault's write being committed at the API server (the
+    /// answer to the kubelet's or agent's status patch) to the first
+    /// action request arriving there: what the controller adds.
     pub reaction_ms: Percentiles,
+    /// From the start of the injection (the injector's GET, then its
+    /// status patch) to the first action request: includes the
+    /// injector's own round trips on the loaded server.
+    pub reaction_from_injection_ms: Percentiles,
+    /// The controller's own histogram (`rebound_reaction_seconds`: watch
+    /// event received → action request sent), as bucket upper bounds.
+    pub controller_reaction_ms: Option<BucketQuantiles>,
     pub jobs_restarted: usize,
     pub max_restarts_of_one_job: usize,
     pub nodes_cordoned: usize,
@@ -104,7 +161,8 @@ pub struct Report {
 }
 
 enum Ctl {
-    Child(tokio::process::Child, u32),
+    /// The process, its pid, and the port of its `/metrics`.
+    Child(tokio::process::Child, u32, u16),
     InProcess(crate::controller::ControllerHandle),
 }
 
@@ -125,6 +183,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         nodes: args.nodes,
         gpus_per_node: 8,
         gpus_per_pod: 0,
+        server_threads: 2,
         ..SimConfig::default()
     })
     .await?;
@@ -180,7 +239,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     } else {
         100
     });
-    let mut injected: Vec<(Instant, Target)> = Vec::new();
+    let mut injected: Vec<Injected> = Vec::new();
     match args.scenario.as_str() {
         "pod-exit" => {
             for i in 0..faults.min(jobs) {
@@ -194,7 +253,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
                 bed.cluster
                     .fail_container("sim", &pod, "pytorch", 1, "Error")
                     .await?;
-                injected.push((t, Target::Job(job)));
+                injected.push(Injected::new(t, Target::Job(job), "pods", &pod));
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -202,7 +261,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
             for node in node_names.iter().take(faults) {
                 let t = Instant::now();
                 set_xid(&bed, node, "79").await?;
-                injected.push((t, Target::Node(node.clone())));
+                injected.push(Injected::new(t, Target::Node(node.clone()), "nodes", node));
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -219,7 +278,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
                 })
                 .await;
             for n in targets {
-                injected.push((t, Target::Node(n)));
+                injected.push(Injected::new(t, Target::Node(n.clone()), "nodes", &n));
             }
         }
         _ => {
@@ -228,7 +287,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
             for _ in 0..faults.min(20) {
                 let t = Instant::now();
                 set_xid(&bed, &node, "48").await?;
-                injected.push((t, Target::Node(node.clone())));
+                injected.push(Injected::new(t, Target::Node(node.clone()), "nodes", &node));
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 bed.cluster
                     .set_node_condition(&node, wire::GPU_CONDITION, "False", "Healthy", "")
@@ -253,19 +312,23 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         notes,
     )
     .await;
-    let rss = match ctl {
-        Ctl::Child(mut child, pid) => {
+    let (rss, own) = match ctl {
+        Ctl::Child(mut child, pid, port) => {
             let rss = peak_rss_mib(pid);
+            let own = http_get(port, "/metrics")
+                .await
+                .and_then(|t| histogram_quantiles(&t, "rebound_reaction_seconds"));
             let _ = child.kill().await;
-            rss
+            (rss, own)
         }
         Ctl::InProcess(h) => {
             h.shutdown().await;
-            None
+            (None, None)
         }
     };
     let report = Report {
         controller_peak_rss_mib: rss,
+        controller_reaction_ms: own,
         ..report
     };
     if args.output == "json" {
@@ -281,6 +344,41 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
 enum Target {
     Job(String),
     Node(String),
+}
+
+/// One injected fault: when the injection started, what should react, and
+/// the object whose status write carries the fault (to find its commit in
+/// the request log).
+#[derive(Debug, Clone)]
+struct Injected {
+    at: Instant,
+    target: Target,
+    resource: &'static str,
+    name: String,
+}
+
+impl Injected {
+    fn new(at: Instant, target: Target, resource: &'static str, name: &str) -> Injected {
+        Injected {
+            at,
+            target,
+            resource,
+            name: name.to_string(),
+        }
+    }
+
+    /// When the server answered the status write that carries the fault
+    /// (the first successful one after the injection started).
+    fn committed(&self, reqs: &[RequestRecord]) -> Option<Instant> {
+        let suffix = format!("/{}/{}", self.resource, self.name);
+        reqs.iter()
+            .filter(|r| r.at >= self.at && r.status < 300)
+            .filter(|r| matches!(r.verb, "patch" | "update") && r.subresource == "status")
+            .find(|r| {
+                r.resource == self.resource && r.path.trim_end_matches("/status").ends_with(&suffix)
+            })
+            .map(|r| r.at + r.elapsed)
+    }
 }
 
 async fn set_xid(bed: &Testbed, node: &str, code: &str) -> anyhow::Result<()> {
@@ -338,23 +436,30 @@ async fn start_controller(bed: &Testbed, args: &SimArgs) -> anyhow::Result<Ctl> 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(Ctl::Child(child, pid))
+    Ok(Ctl::Child(child, pid, port))
 }
 
 async fn readyz(port: u16) -> bool {
+    http_get(port, "/readyz").await.is_some()
+}
+
+/// The body of a plain HTTP/1.0 GET to the controller's listener, if it
+/// answered 200.
+async fn http_get(port: u16, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return false;
-    };
-    if s.write_all(b"GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n")
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
-        .is_err()
-    {
-        return false;
-    }
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf).await;
-    buf.starts_with(b"HTTP/1.1 200") || buf.starts_with(b"HTTP/1.0 200")
+    let text = String::from_utf8_lossy(&buf);
+    if !(text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200")) {
+        return None;
+    }
+    text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
 }
 
 fn peak_rss_mib(pid: u32) -> Option<f64> {
@@ -415,7 +520,7 @@ pub fn decode_query(s: &str) -> String {
 async fn analyse(
     args: &SimArgs,
     reqs: &[RequestRecord],
-    injected: &[(Instant, Target)],
+    injected: &[Injected],
     t_start: Instant,
     setup_seconds: f64,
     jobs: usize,
@@ -429,17 +534,21 @@ async fn analyse(
         .filter_map(|r| action_target(r).map(|t| (r.at, t)))
         .collect();
     let mut reactions = Vec::new();
-    for (t, target) in injected {
+    let mut from_injection = Vec::new();
+    for inj in injected {
         let first = actions
             .iter()
-            .filter(|(at, _)| at >= t)
-            .find(|(_, a)| match (a, target) {
+            .filter(|(at, _)| *at >= inj.at)
+            .find(|(_, a)| match (a, &inj.target) {
                 (Target::Job(a), Target::Job(b)) => a == b,
                 (Target::Node(a), Target::Node(b)) => a == b,
                 _ => false,
             });
         if let Some((at, _)) = first {
-            reactions.push(at.duration_since(*t).as_secs_f64() * 1000.0);
+            from_injection.push(at.duration_since(inj.at).as_secs_f64() * 1000.0);
+            if let Some(c) = inj.committed(reqs) {
+                reactions.push(at.saturating_duration_since(c).as_secs_f64() * 1000.0);
+            }
         }
     }
     let mut restarts: HashMap<String, usize> = HashMap::new();
@@ -502,6 +611,8 @@ async fn analyse(
         setup_seconds,
         faults_injected: injected.len(),
         reaction_ms: percentiles(reactions),
+        reaction_from_injection_ms: percentiles(from_injection),
+        controller_reaction_ms: None,
         jobs_restarted: restarts.len(),
         max_restarts_of_one_job: restarts.values().copied().max().unwrap_or(0),
         nodes_cordoned,
@@ -523,13 +634,29 @@ fn print_text(r: &Report) {
     println!("  faults injected:          {}", r.faults_injected);
     let p = &r.reaction_ms;
     println!(
-        "  reaction (fault written → first action request at the API server), {} measured:",
+        "  reaction (fault's write committed → first action request at the API server), {} measured:",
         p.count
     );
     println!(
         "    p50 {:.2} ms   p90 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
         p.p50, p.p90, p.p99, p.max
     );
+    let p = &r.reaction_from_injection_ms;
+    println!("  from the injection's start (injector's GET + patch included):");
+    println!(
+        "    p50 {:.2} ms   p90 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
+        p.p50, p.p90, p.p99, p.max
+    );
+    if let Some(q) = &r.controller_reaction_ms {
+        println!(
+            "  controller's own histogram (watch event → action request sent), {} observed:",
+            q.count
+        );
+        println!(
+            "    p50 ≤ {} ms   p90 ≤ {} ms   p99 ≤ {} ms",
+            q.p50_le, q.p90_le, q.p99_le
+        );
+    }
     println!(
         "  jobs restarted:           {} (most restarts of one job: {})",
         r.jobs_restarted, r.max_restarts_of_one_job
@@ -552,5 +679,78 @@ fn print_text(r: &Report) {
     }
     for n in &r.notes {
         println!("  note: {n}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_read_the_bucket_that_holds_each_quantile() {
+        let text = "# HELP x\n\
+            rebound_reaction_seconds_sum 0.5\n\
+            rebound_reaction_seconds_count 100\n\
+            rebound_reaction_seconds_bucket{le=\"0.0005\"} 40\n\
+            rebound_reaction_seconds_bucket{le=\"0.001\"} 89\n\
+            rebound_reaction_seconds_bucket{le=\"0.005\"} 98\n\
+            rebound_reaction_seconds_bucket{le=\"0.05\"} 100\n\
+            rebound_reaction_seconds_bucket{le=\"+Inf\"} 100\n";
+        let q = histogram_quantiles(text, "rebound_reaction_seconds").expect("buckets");
+        assert_eq!(q.count, 100);
+        assert_eq!(q.p50_le, 1.0);
+        assert_eq!(q.p90_le, 5.0);
+        assert_eq!(q.p99_le, 50.0);
+        assert!(histogram_quantiles(text, "other").is_none());
+    }
+
+    #[test]
+    fn a_fault_is_committed_when_its_status_write_is_answered() {
+        let t0 = Instant::now();
+        let rec = |verb: &'static str, path: &str, sub: &str, after_ms: u64, took_ms: u64| {
+            RequestRecord {
+                at: t0 + Duration::from_millis(after_ms),
+                wall: std::time::SystemTime::now(),
+                verb,
+                method: "PATCH".into(),
+                path: path.into(),
+                query: String::new(),
+                content_type: None,
+                status: 200,
+                elapsed: Duration::from_millis(took_ms),
+                user_agent: None,
+                resource: "pods".into(),
+                subresource: sub.into(),
+                namespace: Some("sim".into()),
+                name: None,
+            }
+        };
+        let reqs = vec![
+            rec(
+                "get",
+                "/api/v1/namespaces/sim/pods/job-1-worker-0",
+                "",
+                1,
+                1,
+            ),
+            rec(
+                "patch",
+                "/api/v1/namespaces/sim/pods/job-11-worker-0/status",
+                "status",
+                2,
+                1,
+            ),
+            rec(
+                "patch",
+                "/api/v1/namespaces/sim/pods/job-1-worker-0/status",
+                "status",
+                3,
+                2,
+            ),
+        ];
+        let inj = Injected::new(t0, Target::Job("job-1".into()), "pods", "job-1-worker-0");
+        assert_eq!(inj.committed(&reqs), Some(t0 + Duration::from_millis(5)));
+        let none = Injected::new(t0, Target::Job("job-2".into()), "pods", "job-2-worker-0");
+        assert_eq!(none.committed(&reqs), None);
     }
 }

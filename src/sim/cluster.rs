@@ -99,6 +99,11 @@ pub struct SimConfig {
     /// Keep deleted pods (with `deletionTimestamp`) until their kubelet
     /// confirms, as a real API server does for bound pods.
     pub hold_pod_deletion: bool,
+    /// Threads of the API server's own runtime (0: it shares the caller's
+    /// runtime with the actors). At scale the actors' bursts of work would
+    /// otherwise delay every request, which a real cluster's API server,
+    /// on machines of its own, does not see.
+    pub server_threads: usize,
     /// Prefix of the nodes' names (`node-` gives `node-0000`, ...): on a
     /// shared cluster a per-run prefix keeps runs and real nodes apart.
     pub node_prefix: String,
@@ -141,6 +146,7 @@ impl Default for SimConfig {
             kubelet: KubeletConfig::default(),
             operators: Operators::default(),
             hold_pod_deletion: false,
+            server_threads: 0,
             node_prefix: "node-".into(),
             shared: None,
         }
@@ -305,6 +311,7 @@ impl SimCluster {
     pub async fn start(config: SimConfig) -> Result<Self, ClusterError> {
         let api = ApiServer::builder()
             .hold_pod_deletion(config.hold_pod_deletion)
+            .threads(config.server_threads)
             .start()
             .await?;
         for crd in JOB_CRDS {

@@ -35,6 +35,34 @@ struct Inner {
     shared: Arc<Shared>,
     addr: SocketAddr,
     running: Mutex<Option<Running>>,
+    /// The server's own threads, when `ServerOptions::threads` asks for them.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which panics inside async code; the
+        // last handle may well be dropped there.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The runtime to serve on: dedicated threads, so that the work of the
+/// simulated kubelets and operators sharing the process does not queue
+/// in front of requests (on a real cluster they run on other machines).
+fn server_runtime(threads: usize) -> Result<Option<tokio::runtime::Runtime>, SimError> {
+    if threads == 0 {
+        return Ok(None);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("sim-apiserver")
+        .enable_all()
+        .build()
+        .map(Some)
+        .map_err(|e| io_err("sim-apiserver runtime", e))
 }
 
 /// A running server. Cheap to clone; all clones control the same server.
@@ -78,24 +106,46 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, SimError> {
     ))
 }
 
-fn serve(shared: Arc<Shared>, listener: tokio::net::TcpListener, addr: SocketAddr) -> Running {
+/// Serve on `rt` (or the caller's runtime). The listener moves there as
+/// a std socket: a Tokio socket belongs to the runtime that made it.
+fn serve(
+    shared: Arc<Shared>,
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    rt: Option<&tokio::runtime::Runtime>,
+) -> Result<Running, SimError> {
     let (stop, rx) = oneshot::channel::<()>();
     let app = http::router(shared, addr.to_string());
-    // no Nagle delay: each watch event must leave at once
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set");
-        }
-    });
-    let task = tokio::spawn(async move {
+    let listener = listener
+        .into_std()
+        .map_err(|e| io_err(&addr.to_string(), e))?;
+    let server = async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "embedded API server could not listen");
+                return;
+            }
+        };
+        // no Nagle delay: each watch event must leave at once
+        let listener =
+            axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY not set");
+                }
+            });
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = rx.await;
         });
         if let Err(e) = server.await {
             tracing::warn!(error = %e, "embedded API server stopped with an error");
         }
-    });
-    Running { stop, task }
+    };
+    let task = match rt {
+        Some(rt) => rt.spawn(server),
+        None => tokio::spawn(server),
+    };
+    Ok(Running { stop, task })
 }
 
 impl ApiServer {
@@ -130,6 +180,13 @@ impl ApiServer {
         self
     }
 
+    /// Serve on this many dedicated threads (0, the default: on the
+    /// caller's runtime).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.opts.threads = threads;
+        self
+    }
+
     /// Number of newest request records kept (default 500,000).
     pub fn request_log_capacity(mut self, records: usize) -> Self {
         self.opts.request_log_capacity = records;
@@ -154,12 +211,14 @@ impl ApiServer {
         let addr = listener
             .local_addr()
             .map_err(|e| io_err(&want.to_string(), e))?;
-        let running = serve(shared.clone(), listener, addr);
+        let runtime = server_runtime(self.opts.threads)?;
+        let running = serve(shared.clone(), listener, addr, runtime.as_ref())?;
         Ok(ApiServerHandle {
             inner: Arc::new(Inner {
                 shared,
                 addr,
                 running: Mutex::new(Some(running)),
+                runtime,
             }),
         })
     }
@@ -339,7 +398,12 @@ impl ApiServerHandle {
     pub async fn restart(&self) -> Result<(), SimError> {
         self.stop().await;
         let listener = bind(self.inner.addr).await?;
-        let running = serve(self.inner.shared.clone(), listener, self.inner.addr);
+        let running = serve(
+            self.inner.shared.clone(),
+            listener,
+            self.inner.addr,
+            self.inner.runtime.as_ref(),
+        )?;
         if let Ok(mut g) = self.inner.running.lock() {
             *g = Some(running);
         }

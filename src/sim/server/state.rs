@@ -30,6 +30,10 @@ pub struct ServerOptions {
     pub git_version: String,
     /// Newest request records kept by the request log.
     pub request_log_capacity: usize,
+    /// Worker threads of the server's own runtime; 0 serves on the
+    /// caller's runtime (tests). `rebound sim` gives the server its own,
+    /// as a real API server has its own machines.
+    pub threads: usize,
 }
 
 impl Default for ServerOptions {
@@ -42,6 +46,7 @@ impl Default for ServerOptions {
             hold_pod_deletion: false,
             git_version: "v1.33.0-rebound-sim".into(),
             request_log_capacity: 500_000,
+            threads: 0,
         }
     }
 }
