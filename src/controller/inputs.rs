@@ -2,7 +2,7 @@
 //! with the instant they arrived, for reaction-time metrics), action
 //! results and timers.
 
-use super::state::PodInfo;
+use super::state::{Interner, PodInfo};
 use crate::api::{FaultClassification, RecoveryPolicy};
 use crate::fault::Fault;
 use crate::workload::JobRef;
@@ -79,8 +79,13 @@ pub struct PodSeen {
 
 impl PodSeen {
     /// Compact `p` and read its faults as of now.
-    pub fn read(p: &Pod, max_age: Duration, progress_keys: &BTreeSet<String>) -> PodSeen {
-        let info = PodInfo::from_pod(p, progress_keys);
+    pub fn read(
+        p: &Pod,
+        max_age: Duration,
+        progress_keys: &BTreeSet<String>,
+        pool: &mut Interner,
+    ) -> PodSeen {
+        let info = PodInfo::from_pod(p, progress_keys, pool);
         let now = chrono::Utc::now();
         let faults = if info.deleting {
             Vec::new()
@@ -103,11 +108,14 @@ impl PodSeen {
         at: Instant,
         max_age: Duration,
         progress_keys: &super::state::ProgressKeys,
+        pool: &mut Interner,
     ) -> Input {
         let c = match c {
-            Change::Apply(p) => Change::Apply(PodSeen::read(&p, max_age, &progress_keys.get())),
+            Change::Apply(p) => {
+                Change::Apply(PodSeen::read(&p, max_age, &progress_keys.get(), pool))
+            }
             Change::Delete(p) => Change::Delete(PodSeen {
-                info: PodInfo::from_pod(&p, &BTreeSet::new()),
+                info: PodInfo::from_pod(&p, &BTreeSet::new(), pool),
                 faults: Vec::new(),
             }),
             Change::Synced => Change::Synced,

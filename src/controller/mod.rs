@@ -264,11 +264,12 @@ async fn spawn_watches(
     }
     let max_age = args.fault_max_age;
     let keys = progress_keys.clone();
+    let mut pool = state::Interner::default();
     tasks.push(watch::spawn(
         "pods",
         watcher(Api::<Pod>::all(client.clone()), pod_cfg),
         tx.clone(),
-        move |c, at| inputs::PodSeen::input(c, at, max_age, &keys),
+        move |c, at| inputs::PodSeen::input(c, at, max_age, &keys, &mut pool),
     ));
     tasks.push(watch::spawn(
         "nodes",

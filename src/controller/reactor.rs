@@ -6,7 +6,7 @@
 use super::actions::{self, ActionCtx, JobPlan};
 use super::config::ControllerArgs;
 use super::inputs::{ActionKind, ActionResult, Change, Input, PodSeen};
-use super::state::{Cache, JobInfo, JobKey, NodeInfo, ProgressKeys, job_key};
+use super::state::{Cache, JobInfo, JobKey, NodeInfo, PodKey, ProgressKeys, job_key};
 use super::status::StatusBook;
 use crate::api::WorkloadKind;
 use crate::expr::{JobView, NodeView};
@@ -17,7 +17,9 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The watches whose initial list must be in before faults are decided
@@ -26,18 +28,19 @@ use std::time::{Duration, Instant};
 pub const REQUIRED_SYNCS: &[&str] = &["pods", "nodes", "policies", "classifications"];
 
 /// Bounded map of fault identities already handled, with the level they
-/// were handled at.
+/// were handled at. Identities are 128-bit fingerprints ([`fault_key`]),
+/// so the full map stays a few MiB where the keys themselves were ~40 MiB.
 #[derive(Debug, Default)]
 struct Handled {
-    set: HashMap<String, Level>,
-    order: VecDeque<String>,
+    set: HashMap<FaultId, Level>,
+    order: VecDeque<FaultId>,
 }
 
 impl Handled {
     const MAX: usize = 200_000;
     /// Whether the fault is new, or is now at a higher level than when it
     /// was handled.
-    fn insert(&mut self, k: String, level: Level) -> bool {
+    fn insert(&mut self, k: FaultId, level: Level) -> bool {
         match self.set.get_mut(&k) {
             Some(l) if *l >= level => return false,
             Some(l) => {
@@ -46,7 +49,7 @@ impl Handled {
             }
             None => {}
         }
-        self.set.insert(k.clone(), level);
+        self.set.insert(k, level);
         self.order.push_back(k);
         if self.order.len() > Self::MAX
             && let Some(old) = self.order.pop_front()
@@ -86,7 +89,7 @@ pub struct Reactor {
     /// so they are not uncordoned automatically.
     sticky: HashSet<String>,
     /// Current faults of failed pods (for re-evaluation after fail-over).
-    pod_faults: HashMap<(String, String), (Vec<Fault>, JobRef)>,
+    pod_faults: HashMap<PodKey, (Vec<Fault>, JobRef)>,
     /// Jobs that reported progress: when it last changed.
     progress: HashMap<JobKey, Progress>,
     /// Jobs under a `requireProgress` policy: since when all their pods
@@ -94,6 +97,11 @@ pub struct Reactor {
     running_since: HashMap<JobKey, DateTime<Utc>>,
     /// The progress annotation keys the pods' watch keeps.
     progress_keys: ProgressKeys,
+    /// The policy selected for each job (`policy_of`): the periodic scans
+    /// ask for every job, and selection matches labels against every
+    /// policy. Cleared when policies change; a job's entry goes when its
+    /// object, or the set or labels of its pods, change.
+    chosen: RefCell<HashMap<JobKey, Option<Arc<crate::policy::CompiledPolicy>>>>,
     status: StatusBook,
     last_status: Instant,
     last_hang: Instant,
@@ -182,19 +190,31 @@ fn hang_fault(
     f
 }
 
-fn fault_key(f: &Fault) -> String {
-    format!(
-        "{}|{}|{}|{}|{}|{}|{}|{}|{}",
+/// A fault's identity: 128 bits of two keyed hashes of what makes it this
+/// fault (object, source, code, place, time). Two different faults share
+/// one with a chance near 2^-128 × (entries)², so nothing is missed for it.
+type FaultId = u128;
+
+fn fault_key(f: &Fault) -> FaultId {
+    use std::hash::{Hash, Hasher};
+    let fields = (
         f.uid.as_deref().unwrap_or(""),
         f.source,
-        f.code,
+        f.code.as_str(),
         f.node.as_deref().unwrap_or(""),
         f.device.as_deref().unwrap_or(""),
         f.namespace.as_deref().unwrap_or(""),
         f.pod.as_deref().unwrap_or(""),
         f.container.as_deref().unwrap_or(""),
-        occurred_at(f).timestamp_millis()
-    )
+        occurred_at(f).timestamp_millis(),
+    );
+    let half = |salt: u64| {
+        let mut h = std::hash::DefaultHasher::new();
+        salt.hash(&mut h);
+        fields.hash(&mut h);
+        h.finish()
+    };
+    (u128::from(half(0)) << 64) | u128::from(half(0x9e37_79b9_7f4a_7c15))
 }
 
 impl Reactor {
@@ -222,6 +242,7 @@ impl Reactor {
             progress: HashMap::new(),
             running_since: HashMap::new(),
             progress_keys,
+            chosen: RefCell::default(),
             status: StatusBook::default(),
             last_status: Instant::now(),
             last_hang: Instant::now(),
@@ -287,10 +308,17 @@ impl Reactor {
             Change::Apply(PodSeen { info, faults }) => {
                 let job = info.job.clone();
                 let key = (info.namespace.clone(), info.name.clone());
+                if self
+                    .cache
+                    .pod(&key.0, &key.1)
+                    .is_none_or(|old| old.labels != info.labels)
+                {
+                    self.chosen.get_mut().remove(&job_key(&job));
+                }
                 let old_progress = if info.progress.is_empty() {
                     None
                 } else {
-                    self.cache.pods.get(&key).map(|p| p.progress.clone())
+                    self.cache.pod(&key.0, &key.1).map(|p| p.progress.clone())
                 };
                 let reports = !info.progress.is_empty();
                 self.cache.upsert_pod(info);
@@ -301,12 +329,14 @@ impl Reactor {
                     self.pod_faults.remove(&key);
                     return;
                 }
+                let job: JobRef = (*job).clone();
                 self.pod_faults.insert(key, (faults.clone(), job.clone()));
                 for f in faults {
                     self.on_fault(f, at, Affected::Pod(job.clone()));
                 }
             }
             Change::Delete(PodSeen { info, .. }) => {
+                self.chosen.get_mut().remove(&job_key(&info.job));
                 let key = (info.namespace, info.name);
                 self.pod_faults.remove(&key);
                 self.cache.remove_pod(&key.0, &key.1);
@@ -373,13 +403,11 @@ impl Reactor {
                     return;
                 }
                 let affected = match (&f.pod, &f.namespace) {
-                    (Some(pod), Some(ns)) => {
-                        match self.cache.pods.get(&(ns.clone(), pod.clone())) {
-                            Some(p) => Affected::Pod(p.job.clone()),
-                            None if f.node.is_some() => Affected::NodeFromEvent,
-                            None => return,
-                        }
-                    }
+                    (Some(pod), Some(ns)) => match self.cache.pod(ns, pod) {
+                        Some(p) => Affected::Pod((*p.job).clone()),
+                        None if f.node.is_some() => Affected::NodeFromEvent,
+                        None => return,
+                    },
                     _ if f.node.is_some() => Affected::NodeFromEvent,
                     _ => return,
                 };
@@ -436,6 +464,7 @@ impl Reactor {
     }
 
     fn on_policy(&mut self, c: Change<crate::api::RecoveryPolicy>) {
+        self.chosen.get_mut().clear();
         match c {
             Change::Apply(p) => {
                 let r = self.engine.policies.upsert(&p);
@@ -460,8 +489,8 @@ impl Reactor {
     /// A pod reporting progress was seen: a changed value (or a new pod's
     /// first one) is progress of its job, under the annotation the job's
     /// selected policy reads.
-    fn pod_progress(&mut self, key: &(String, String), old: Vec<(String, String)>) {
-        let Some(pod) = self.cache.pods.get(key) else {
+    fn pod_progress(&mut self, key: &PodKey, old: Vec<(String, String)>) {
+        let Some(pod) = self.cache.pod(&key.0, &key.1) else {
             return;
         };
         let job = job_key(&pod.job);
@@ -517,6 +546,7 @@ impl Reactor {
                 {
                     p.retain(|r| r.at > latest);
                 }
+                self.chosen.get_mut().remove(&key);
                 let info = JobInfo {
                     resource_version: o.resource_version(),
                     labels: o.labels().clone(),
@@ -552,6 +582,7 @@ impl Reactor {
                     wk.as_str().to_string(),
                     o.name_any(),
                 );
+                self.chosen.get_mut().remove(&key);
                 self.cache.jobs.remove(&key);
                 self.cache.pending.remove(&key);
                 self.progress.remove(&key);
@@ -574,10 +605,10 @@ impl Reactor {
         let pod = fault
             .pod
             .as_ref()
-            .and_then(|p| self.cache.pods.get(&(job.namespace.clone(), p.clone())));
+            .and_then(|p| self.cache.pod(&job.namespace, p));
         let labels = match info {
             Some(i) => i.labels.clone(),
-            None => pod.map(|p| p.labels.clone()).unwrap_or_default(),
+            None => pod.map(|p| p.labels.to_map()).unwrap_or_default(),
         };
         let never = match job.kind {
             WorkloadKind::Pod => pod.is_none_or(|p| p.restart_never || !p.has_controller),
@@ -595,7 +626,7 @@ impl Reactor {
                 last_restart: None,
                 replicas: pods.len() as i64,
             },
-            pod_labels: pod.map(|p| p.labels.clone()).unwrap_or_default(),
+            pod_labels: pod.map(|p| p.labels.to_map()).unwrap_or_default(),
             history: self.cache.history(&key),
             restart_policy_never: never,
             running: self.cache.job_running(&key),
@@ -809,10 +840,10 @@ impl Reactor {
                 .job_pods(&key)
                 .iter()
                 .map(|p| crate::recover::PodLogTarget {
-                    name: p.name.clone(),
-                    containers: p.containers.clone(),
-                    previous: p.restarted.clone(),
-                    node: p.node.clone(),
+                    name: p.name.to_string(),
+                    containers: p.containers.iter().map(|c| c.to_string()).collect(),
+                    previous: p.restarted.iter().map(|c| c.to_string()).collect(),
+                    node: p.node.as_deref().map(str::to_string),
                 })
                 .collect();
             let job_meta = self.cache.jobs.get(&key).map(|i| kube::api::ObjectMeta {
@@ -839,8 +870,8 @@ impl Reactor {
             let pod_uid = fault
                 .pod
                 .as_ref()
-                .and_then(|p| self.cache.pods.get(&(job.namespace.clone(), p.clone())))
-                .map(|p| p.uid.clone());
+                .and_then(|p| self.cache.pod(&job.namespace, p))
+                .map(|p| p.uid.to_string());
             m.decision(action_name, "acted");
             if let Some(v) = &self.ctx.clusterd {
                 v.set_recovering_job(&jref, fault.node.as_deref(), occurred_at(fault));
@@ -903,8 +934,8 @@ impl Reactor {
         let pods = self.cache.job_pods(key);
         let on_faulty = pods.iter().find(|p| {
             p.node.as_ref().is_some_and(|n| {
-                self.node_faults.get(n).is_some_and(|v| !v.is_empty())
-                    || self.ascend_faults.get(n).is_some_and(|v| !v.is_empty())
+                self.node_faults.get(&**n).is_some_and(|v| !v.is_empty())
+                    || self.ascend_faults.get(&**n).is_some_and(|v| !v.is_empty())
             })
         });
         if let Some(p) = on_faulty {
@@ -1020,10 +1051,10 @@ impl Reactor {
     }
 
     /// The policy covering a known job (by its own labels).
-    fn policy_of(
-        &self,
-        key: &super::state::JobKey,
-    ) -> Option<std::sync::Arc<crate::policy::CompiledPolicy>> {
+    fn policy_of(&self, key: &JobKey) -> Option<Arc<crate::policy::CompiledPolicy>> {
+        if let Some(p) = self.chosen.borrow().get(key) {
+            return p.clone();
+        }
         let kind = key.1.parse::<WorkloadKind>().ok()?;
         let empty = BTreeMap::new();
         let labels = self.cache.jobs.get(key).map_or(&empty, |j| &j.labels);
@@ -1033,18 +1064,21 @@ impl Reactor {
             .cache
             .pods_by_job
             .get(key)
-            .and_then(|names| names.iter().min())
-            .and_then(|n| self.cache.pods.get(&(key.0.clone(), n.clone())))
-            .map(|p| &p.labels);
-        self.engine
+            .and_then(|names| names.first())
+            .and_then(|n| self.cache.pod(&key.0, n))
+            .map(|p| p.labels.to_map());
+        let chosen = self
+            .engine
             .policies
             .select(crate::policy::WorkloadRef {
                 kind,
                 namespace: &key.0,
                 labels,
-                pod_labels,
+                pod_labels: pod_labels.as_ref(),
             })
-            .chosen
+            .chosen;
+        self.chosen.borrow_mut().insert(key.clone(), chosen.clone());
+        chosen
     }
 
     fn workload_counts(&self) -> HashMap<String, u32> {
@@ -1119,7 +1153,7 @@ impl Reactor {
                 .cache
                 .job_pods(&key)
                 .first()
-                .map(|p| p.job.clone())
+                .map(|p| (*p.job).clone())
                 .unwrap_or(job);
             self.on_fault(f, Instant::now(), Affected::Pod(job));
         }

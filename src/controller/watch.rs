@@ -19,12 +19,12 @@ pub fn spawn<K, S, F>(
     name: &'static str,
     stream: S,
     tx: mpsc::Sender<Input>,
-    wrap: F,
+    mut wrap: F,
 ) -> tokio::task::JoinHandle<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-    F: Fn(Change<K>, Instant) -> Input + Send + 'static,
+    F: FnMut(Change<K>, Instant) -> Input + Send + 'static,
 {
     tokio::spawn(async move {
         let stream = stream.default_backoff();
@@ -48,7 +48,11 @@ where
     })
 }
 
-/// The watcher configuration rebound uses: bookmarks on, pages of 500.
+/// The watcher configuration rebound uses: bookmarks on, initial lists in
+/// pages of 100. A page is held whole while it is read; with 500 (kube's
+/// and client-go's default) the pages of the concurrent initial lists
+/// raised the controller's peak memory at 20,000 pods from 55 to 68-73
+/// MiB (`rebound sim`), for 4× fewer list requests at start-up only.
 pub fn config() -> watcher::Config {
-    watcher::Config::default().page_size(500)
+    watcher::Config::default().page_size(100)
 }
