@@ -30,10 +30,13 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease. Default: POD_NAME or the hostname.
     #[arg(long, env = "REBOUND_IDENTITY")]
     pub identity: Option<String>,
-    /// Client-side limit of write requests per second to the API server.
+    /// Client-side limit of actions per second (job restarts, pod deletions,
+    /// cordons, uncordons). Each action's records (its Event, the restart
+    /// annotation on the job) follow it without waiting for the limit, so
+    /// writes can reach about three times this.
     #[arg(long, env = "REBOUND_QPS", default_value_t = 50.0)]
     pub qps: f64,
-    /// Burst of write requests allowed above --qps.
+    /// Burst of actions allowed above --qps.
     #[arg(long, env = "REBOUND_BURST", default_value_t = 100)]
     pub burst: u32,
     /// Most nodes separated within --breaker-window: a count (`5`) or a percentage (`10%`).
