@@ -13,6 +13,11 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// The allocator the `rebound` binary runs with (src/main.rs), so the
+/// figure is the product's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("samples");
     let loaded = load_paths(&[samples]).expect("samples load");
