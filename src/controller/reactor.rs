@@ -308,12 +308,17 @@ impl Reactor {
             Change::Apply(PodSeen { info, faults }) => {
                 let job = info.job.clone();
                 let key = (info.namespace.clone(), info.name.clone());
-                if self
-                    .cache
-                    .pod(&key.0, &key.1)
-                    .is_none_or(|old| old.labels != info.labels)
-                {
-                    self.chosen.get_mut().remove(&job_key(&job));
+                // A job's policy follows its pods' set and labels: forget
+                // the choice of every job this change touches.
+                match self.cache.pod(&key.0, &key.1) {
+                    Some(old) if old.labels == info.labels && old.job == info.job => {}
+                    Some(old) => {
+                        self.chosen.get_mut().remove(&job_key(&old.job));
+                        self.chosen.get_mut().remove(&job_key(&job));
+                    }
+                    None => {
+                        self.chosen.get_mut().remove(&job_key(&job));
+                    }
                 }
                 let old_progress = if info.progress.is_empty() {
                     None
