@@ -33,6 +33,21 @@ pub struct ActionCtx {
     pub clusterd: Option<crate::ascend::clusterd::ClusterdView>,
 }
 
+impl ActionCtx {
+    /// Write an Event about a job once the rate limit lets records
+    /// through (after actions, see [`Throttle::acquire_record`]).
+    pub async fn job_event(&self, job: &JobRef, n: &Notice) {
+        self.throttle.acquire_record().await;
+        self.events.job(job, n).await;
+    }
+
+    /// Write an Event about a node, as [`ActionCtx::job_event`].
+    pub async fn node_event(&self, node: &str, n: &Notice) {
+        self.throttle.acquire_record().await;
+        self.events.node(node, n).await;
+    }
+}
+
 /// A job restart to carry out.
 #[derive(Debug, Clone)]
 pub struct JobPlan {
@@ -141,7 +156,7 @@ pub fn restart(ctx: &ActionCtx, plan: JobPlan) {
                             targets.len()
                         ),
                     );
-                    ctx.events.job(&plan.job, &n).await;
+                    ctx.job_event(&plan.job, &n).await;
                 }
                 Err(e) => logs_note = format!("; saving logs failed: {e}"),
             }
@@ -208,21 +223,19 @@ pub fn restart(ctx: &ActionCtx, plan: JobPlan) {
                 {
                     tracing::warn!(job = %plan.job.name, error = %e, "could not record the restart on the job");
                 }
-                ctx.events
-                    .job(&plan.job, &Notice::normal(reason, "Restart", note.clone()))
-                    .await;
                 tracing::info!(job = %plan.job.name, namespace = %plan.job.namespace, "{note}");
-                report(&ctx.tx, kind, true, note, plan.policy).await;
+                report(&ctx.tx, kind, true, note.clone(), plan.policy).await;
+                ctx.job_event(&plan.job, &Notice::normal(reason, "Restart", note))
+                    .await;
             }
             Err(e) => {
                 let msg = format!("restart of {} failed: {e}", plan.job.name);
-                ctx.events
-                    .job(
-                        &plan.job,
-                        &Notice::warning(reasons::RESTART_SKIPPED, "Restart", msg.clone()),
-                    )
-                    .await;
-                report(&ctx.tx, kind, false, msg, plan.policy).await;
+                report(&ctx.tx, kind, false, msg.clone(), plan.policy).await;
+                ctx.job_event(
+                    &plan.job,
+                    &Notice::warning(reasons::RESTART_SKIPPED, "Restart", msg),
+                )
+                .await;
             }
         }
     });
@@ -269,13 +282,9 @@ pub fn cordon(
                     if taint.is_some() { " and tainted" } else { "" },
                     describe(&fault)
                 );
-                ctx.events
-                    .node(
-                        &snapshot.name,
-                        &Notice::warning(what, "Cordon", note.clone()),
-                    )
+                report(&ctx.tx, kind, true, note.clone(), None).await;
+                ctx.node_event(&snapshot.name, &Notice::warning(what, "Cordon", note))
                     .await;
-                report(&ctx.tx, kind, true, note, None).await;
             }
             Err(e) => {
                 report(
@@ -310,17 +319,16 @@ pub fn uncordon(ctx: &ActionCtx, snapshot: NodeInfo, taint_key: String) {
         let kind = ActionKind::Uncordon(snapshot.name.clone());
         match r {
             Ok(_) => {
-                ctx.events
-                    .node(
-                        &snapshot.name,
-                        &Notice::normal(
-                            reasons::NODE_UNCORDONED,
-                            "Uncordon",
-                            "Fault cleared: uncordoned (rebound had cordoned it)",
-                        ),
-                    )
-                    .await;
                 report(&ctx.tx, kind, true, "uncordoned".into(), None).await;
+                ctx.node_event(
+                    &snapshot.name,
+                    &Notice::normal(
+                        reasons::NODE_UNCORDONED,
+                        "Uncordon",
+                        "Fault cleared: uncordoned (rebound had cordoned it)",
+                    ),
+                )
+                .await;
             }
             Err(e) => {
                 report(
@@ -349,7 +357,7 @@ pub fn breaker_event(ctx: &ActionCtx, node: &str, used: u32, allowed: u32) {
                 "Circuit breaker open: {used} of {allowed} nodes already separated in the window; cordon of this node is held and retried when the window allows"
             ),
         );
-        ctx.events.node(&node, &n).await;
+        ctx.node_event(&node, &n).await;
     });
 }
 
@@ -359,12 +367,11 @@ pub fn note_node(ctx: &ActionCtx, node: &str, what: &str, reasons: &[String]) {
     let node = node.to_string();
     let note = format!("{what}: {}", reasons.join("; "));
     tokio::spawn(async move {
-        ctx.events
-            .node(
-                &node,
-                &Notice::normal(reasons::RESTART_SKIPPED, "Cordon", note),
-            )
-            .await;
+        ctx.node_event(
+            &node,
+            &Notice::normal(reasons::RESTART_SKIPPED, "Cordon", note),
+        )
+        .await;
     });
 }
 
@@ -388,7 +395,7 @@ pub fn note_job(ctx: &ActionCtx, job: &JobRef, skip: &Skip, reasons: &str) {
         } else {
             Notice::normal(reason, "Restart", note)
         };
-        ctx.events.job(&job, &n).await;
+        ctx.job_event(&job, &n).await;
     });
 }
 

@@ -30,13 +30,14 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease. Default: POD_NAME or the hostname.
     #[arg(long, env = "REBOUND_IDENTITY")]
     pub identity: Option<String>,
-    /// Client-side limit of actions per second (job restarts, pod deletions,
-    /// cordons, uncordons). Each action's records (its Event, the restart
-    /// annotation on the job) follow it without waiting for the limit, so
-    /// writes can reach about three times this.
+    /// Client-side limit of writes per second: actions (job restarts, pod
+    /// deletions, cordons, uncordons) first, Events only while half the
+    /// burst is left for actions. A restart's annotation on the job follows
+    /// it without waiting (it keeps the restart from being repeated after a
+    /// fail-over), so writes can reach about twice this.
     #[arg(long, env = "REBOUND_QPS", default_value_t = 50.0)]
     pub qps: f64,
-    /// Burst of actions allowed above --qps.
+    /// Burst of writes allowed above --qps (half of it kept for actions).
     #[arg(long, env = "REBOUND_BURST", default_value_t = 100)]
     pub burst: u32,
     /// Most nodes separated within --breaker-window: a count (`5`) or a percentage (`10%`).

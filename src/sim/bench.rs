@@ -666,7 +666,7 @@ fn print_text(r: &Report) {
         r.nodes_cordoned, r.breaker_limit
     );
     println!(
-        "  peak write rate:          {} requests/s (action QPS limit {}; records follow unthrottled)",
+        "  peak write rate:          {} requests/s (QPS limit {}; restart annotations follow unthrottled)",
         r.peak_write_rate_per_second, r.qps_limit
     );
     println!("  controller writes by verb:");
