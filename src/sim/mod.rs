@@ -10,5 +10,6 @@ pub use server::{ApiServer, ApiServerHandle, FaultInjector, RequestRecord, SimEr
 pub mod bare;
 pub mod bench;
 pub mod demo;
+pub mod envtest;
 pub mod samples;
 pub mod testbed;

@@ -1,0 +1,499 @@
+//! A real Kubernetes control plane on loopback, the way controller-runtime's
+//! envtest starts one: etcd, kube-apiserver and (optionally)
+//! kube-controller-manager from a directory of binaries
+//! (`REBOUND_TEST_ASSETS`, e.g. `../shared/k8s` unpacked), with random
+//! ports, a temporary data directory on tmpfs, certificates made in-process
+//! and a static admin token.
+//!
+//! The end-to-end suite runs every test against the embedded server and
+//! against this; `rebound sim --assets DIR` measures against it. There is
+//! no kubelet and no scheduler: the simulated ones of `src/sim/actors` play
+//! them over the API, as on any shared cluster.
+//!
+//! The child processes die with the process that started them
+//! (`PR_SET_PDEATHSIG`), so a test binary that exits or panics leaves none
+//! behind; data directories of dead processes are removed by the next
+//! start.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The environment variable naming the directory with `kube-apiserver`,
+/// `kube-controller-manager` and `kubectl` (and optionally `etcd`).
+pub const ASSETS_ENV: &str = "REBOUND_TEST_ASSETS";
+
+/// The admin's bearer token (in `system:masters`).
+const ADMIN_TOKEN: &str = "rebound-envtest-admin";
+
+/// Why the control plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvtestError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("certificates: {0}")]
+    Cert(#[from] rcgen::Error),
+    #[error("{name} is not in {dir} (set {ASSETS_ENV} to the unpacked ../shared/k8s)")]
+    MissingBinary { name: String, dir: PathBuf },
+    #[error("{name} exited during start-up ({status}); last log lines:\n{log}")]
+    Exited {
+        name: String,
+        status: String,
+        log: String,
+    },
+    #[error("{name} not ready within {after:?}; last log lines:\n{log}")]
+    NotReady {
+        name: String,
+        after: Duration,
+        log: String,
+    },
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvtestError {
+    let what = what.into();
+    move |source| EnvtestError::Io { what, source }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ControlPlaneConfig {
+    /// Directory of `kube-apiserver` and `kube-controller-manager`.
+    pub assets: PathBuf,
+    /// The etcd binary: `assets/etcd` if present, else `etcd` on `PATH`
+    /// (Debian's `etcd-server`).
+    pub etcd: Option<PathBuf>,
+    /// Run kube-controller-manager too (garbage collection, namespace
+    /// deletion, ServiceAccounts, batch Jobs, node lifecycle).
+    pub controller_manager: bool,
+    /// Extra kube-apiserver flags (`--max-requests-inflight=...`).
+    pub apiserver_flags: Vec<String>,
+}
+
+impl ControlPlaneConfig {
+    /// The configuration of [`ASSETS_ENV`], if set to a directory.
+    pub fn from_env() -> Option<ControlPlaneConfig> {
+        let dir = std::env::var_os(ASSETS_ENV).filter(|v| !v.is_empty())?;
+        Some(ControlPlaneConfig::new(PathBuf::from(dir)))
+    }
+
+    /// Everything from `assets`, with the controller manager.
+    pub fn new(assets: PathBuf) -> ControlPlaneConfig {
+        ControlPlaneConfig {
+            assets,
+            etcd: None,
+            controller_manager: true,
+            apiserver_flags: Vec::new(),
+        }
+    }
+}
+
+/// A running control plane. Dropping it stops the processes and removes
+/// the data directory.
+pub struct ControlPlane {
+    dir: PathBuf,
+    children: Vec<(String, Child)>,
+    url: String,
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("url", &self.url)
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+fn free_port() -> Result<u16, EnvtestError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("bind a free port"))?;
+    let port = l.local_addr().map_err(io("local address"))?.port();
+    Ok(port)
+}
+
+/// Kill the child when the thread that spawned it ends (the keeper thread
+/// lives as long as the process), so no server outlives a test binary.
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    let all: Vec<&str> = s.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Remove data directories left by processes that are gone.
+fn sweep_stale(base: &Path) {
+    let Ok(rd) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(pid) = name
+            .strip_prefix("rebound-envtest-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+struct Pki {
+    ca_cert: String,
+    ca_key: String,
+    server_cert: String,
+    server_key: String,
+    sa_key: String,
+    sa_pub: String,
+}
+
+fn pki() -> Result<Pki, EnvtestError> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "rebound-envtest-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let server_key = KeyPair::generate()?;
+    let mut sp = CertificateParams::new(vec![
+        "localhost".to_string(),
+        "kubernetes".to_string(),
+        "kubernetes.default.svc".to_string(),
+    ])?;
+    sp.subject_alt_names
+        .push(SanType::IpAddress(std::net::IpAddr::V4(
+            std::net::Ipv4Addr::LOCALHOST,
+        )));
+    sp.distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
+    let server_cert = sp.signed_by(&server_key, &issuer)?;
+    let sa = KeyPair::generate()?;
+    Ok(Pki {
+        ca_cert: ca_cert.pem(),
+        ca_key: ca_key.serialize_pem(),
+        server_cert: server_cert.pem(),
+        server_key: server_key.serialize_pem(),
+        sa_key: sa.serialize_pem(),
+        sa_pub: sa.public_key_pem(),
+    })
+}
+
+impl ControlPlane {
+    /// Start etcd, kube-apiserver and (if asked) kube-controller-manager
+    /// and wait until the API server is ready (a few seconds on 2 cores).
+    /// Blocking: call it from a thread that lives as long as the control
+    /// plane should (see [`shared`]).
+    pub fn start(cfg: &ControlPlaneConfig) -> Result<ControlPlane, EnvtestError> {
+        let apiserver = cfg.assets.join("kube-apiserver");
+        let kcm = cfg.assets.join("kube-controller-manager");
+        for (bin, needed) in [(&apiserver, true), (&kcm, cfg.controller_manager)] {
+            if needed && !bin.is_file() {
+                return Err(EnvtestError::MissingBinary {
+                    name: bin
+                        .file_name()
+                        .map(|n| n.to_string_lossy().to_string())
+                        .unwrap_or_default(),
+                    dir: cfg.assets.clone(),
+                });
+            }
+        }
+        let etcd = cfg.etcd.clone().unwrap_or_else(|| {
+            let local = cfg.assets.join("etcd");
+            if local.is_file() {
+                local
+            } else {
+                PathBuf::from("etcd")
+            }
+        });
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        sweep_stale(&base);
+        let dir = base.join(format!(
+            "rebound-envtest-{}-{}",
+            std::process::id(),
+            crate::sim::actors::util::name_suffix()
+        ));
+        std::fs::create_dir_all(dir.join("etcd")).map_err(io("data directory"))?;
+        let mut cp = ControlPlane {
+            dir: dir.clone(),
+            children: Vec::new(),
+            url: String::new(),
+            kubeconfig: dir.join("admin.kubeconfig"),
+            kubectl: cfg.assets.join("kubectl"),
+        };
+        let pki = pki()?;
+        let write = |name: &str, body: &str| -> Result<PathBuf, EnvtestError> {
+            let p = dir.join(name);
+            std::fs::write(&p, body).map_err(io(format!("write {name}")))?;
+            Ok(p)
+        };
+        let ca_crt = write("ca.crt", &pki.ca_cert)?;
+        let ca_key = write("ca.key", &pki.ca_key)?;
+        let srv_crt = write("apiserver.crt", &pki.server_cert)?;
+        let srv_key = write("apiserver.key", &pki.server_key)?;
+        let sa_key = write("sa.key", &pki.sa_key)?;
+        let sa_pub = write("sa.pub", &pki.sa_pub)?;
+        let tokens = write(
+            "tokens.csv",
+            &format!("{ADMIN_TOKEN},rebound-envtest-admin,rebound-envtest-admin,system:masters\n"),
+        )?;
+
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut c = Command::new(&etcd);
+        c.args(["--name", "t", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("t={peer_url}")])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--quota-backend-bytes", "4294967296"])
+            .args(["--auto-compaction-retention", "1"]);
+        cp.spawn("etcd", c)?;
+
+        let port = free_port()?;
+        cp.url = format!("https://127.0.0.1:{port}");
+        let p = |p: &PathBuf| p.to_string_lossy().to_string();
+        let mut c = Command::new(&apiserver);
+        c.arg(format!("--etcd-servers={client_url}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg(format!("--cert-dir={}", p(&dir.join("certs"))))
+            .arg(format!("--tls-cert-file={}", p(&srv_crt)))
+            .arg(format!("--tls-private-key-file={}", p(&srv_key)))
+            .arg(format!("--client-ca-file={}", p(&ca_crt)))
+            .arg(format!("--token-auth-file={}", p(&tokens)))
+            .arg("--authorization-mode=Node,RBAC")
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!("--service-account-key-file={}", p(&sa_pub)))
+            .arg(format!("--service-account-signing-key-file={}", p(&sa_key)))
+            .arg("--api-audiences=https://kubernetes.default.svc.cluster.local")
+            .arg("--service-cluster-ip-range=10.96.0.0/12")
+            .arg("--endpoint-reconciler-type=none")
+            .arg("--allow-privileged=true")
+            .arg("--profiling=false")
+            .args(&cfg.apiserver_flags);
+        cp.spawn("kube-apiserver", c)?;
+        cp.write_kubeconfig()?;
+        cp.wait_ready("kube-apiserver", Duration::from_secs(60))?;
+
+        if cfg.controller_manager {
+            let kc = p(&cp.kubeconfig);
+            let mut c = Command::new(&kcm);
+            c.args(["--kubeconfig", &kc])
+                .args(["--authentication-kubeconfig", &kc])
+                .args(["--authorization-kubeconfig", &kc])
+                .args(["--bind-address", "127.0.0.1"])
+                .args(["--secure-port", &free_port()?.to_string()])
+                .args(["--cert-dir", &p(&dir.join("kcm-certs"))])
+                .arg("--leader-elect=false")
+                .arg("--use-service-account-credentials=false")
+                .args(["--service-account-private-key-file", &p(&sa_key)])
+                .args(["--root-ca-file", &p(&ca_crt)])
+                .args(["--cluster-signing-cert-file", &p(&ca_crt)])
+                .args(["--cluster-signing-key-file", &p(&ca_key)])
+                .args([
+                    "--controllers",
+                    "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-bootstrapsigner,-tokencleaner",
+                ]);
+            cp.spawn("kube-controller-manager", c)?;
+        }
+        Ok(cp)
+    }
+
+    fn spawn(&mut self, name: &str, mut cmd: Command) -> Result<(), EnvtestError> {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))
+            .map_err(io(format!("{name} log")))?;
+        let err = log.try_clone().map_err(io(format!("{name} log")))?;
+        cmd.stdin(Stdio::null()).stdout(log).stderr(err);
+        die_with_parent(&mut cmd);
+        let child = cmd.spawn().map_err(io(format!("start {name}")))?;
+        self.children.push((name.to_string(), child));
+        Ok(())
+    }
+
+    fn write_kubeconfig(&self) -> Result<(), EnvtestError> {
+        std::fs::write(&self.kubeconfig, self.kubeconfig_yaml()).map_err(io("write the kubeconfig"))
+    }
+
+    /// Poll `/readyz` with the admin token; fail early if a child exited.
+    fn wait_ready(&mut self, name: &str, within: Duration) -> Result<(), EnvtestError> {
+        let start = Instant::now();
+        let port = self
+            .url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or_default();
+        loop {
+            for (n, c) in &mut self.children {
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Err(EnvtestError::Exited {
+                        name: n.clone(),
+                        status: status.to_string(),
+                        log: tail(&self.dir.join(format!("{n}.log")), 30),
+                    });
+                }
+            }
+            if readyz(port) {
+                return Ok(());
+            }
+            if start.elapsed() > within {
+                return Err(EnvtestError::NotReady {
+                    name: name.to_string(),
+                    after: within,
+                    log: tail(&self.dir.join(format!("{name}.log")), 30),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The admin kubeconfig (token in `system:masters`, the CA inline).
+    pub fn kubeconfig_yaml(&self) -> String {
+        let ca = self.dir.join("ca.crt");
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\ncontexts:\n- name: envtest\n  context: {{cluster: envtest, user: admin}}\ncurrent-context: envtest\n",
+            url = self.url,
+            ca = ca.display()
+        )
+    }
+
+    /// Where the admin kubeconfig is written.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The `kubectl` of the assets (it may not exist).
+    pub fn kubectl(&self) -> &Path {
+        &self.kubectl
+    }
+
+    /// The data and log directory (`etcd/`, `*.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A client configuration for the admin (call within a Tokio runtime).
+    pub async fn client_config(&self) -> Result<kube::Config, EnvtestError> {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml())
+            .map_err(|e| EnvtestError::Kubeconfig(e.to_string()))?;
+        kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .map_err(|e| EnvtestError::Kubeconfig(e.to_string()))
+    }
+
+    /// Stop every process (controller manager first) and remove the data.
+    pub fn stop(&mut self) {
+        for (_, c) in self.children.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.children.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `GET /readyz` over TLS with the admin token, on a small runtime of its
+/// own (start-up runs on a plain thread).
+fn readyz(port: u16) -> bool {
+    probe_readyz(port).unwrap_or(false)
+}
+
+fn probe_readyz(port: u16) -> Option<bool> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    rt.block_on(async move {
+        let mut cfg = kube::Config::new(format!("https://127.0.0.1:{port}").parse().ok()?);
+        cfg.accept_invalid_certs = true;
+        cfg.auth_info.token = Some(ADMIN_TOKEN.to_string().into());
+        let client = kube::Client::try_from(cfg).ok()?;
+        let req = axum::http::Request::get("/readyz").body(Vec::new()).ok()?;
+        let text = tokio::time::timeout(Duration::from_secs(2), client.request_text(req))
+            .await
+            .ok()?
+            .ok()?;
+        Some(text.trim() == "ok")
+    })
+}
+
+/// The control plane of this process, started on first use from
+/// [`ASSETS_ENV`] on a thread that lives until the process exits (the
+/// processes die with it). `None` when the variable is unset; an error
+/// when it is set but the control plane cannot start (a test then fails
+/// rather than skipping silently).
+pub fn shared() -> Option<Result<&'static ControlPlane, String>> {
+    static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+    let cfg = ControlPlaneConfig::from_env()?;
+    let r = CP.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The keeper thread never ends: PR_SET_PDEATHSIG follows the
+        // spawning thread, and the processes must live until exit.
+        let spawned = std::thread::Builder::new()
+            .name("envtest-keeper".into())
+            .spawn(move || {
+                let r = ControlPlane::start(&cfg).map_err(|e| e.to_string());
+                let ok = r.is_ok();
+                let _ = tx.send(r);
+                if ok {
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => rx
+                .recv()
+                .unwrap_or_else(|_| Err("the envtest keeper thread died".into())),
+            Err(e) => Err(format!("cannot start the envtest keeper thread: {e}")),
+        }
+    });
+    Some(r.as_ref().map_err(Clone::clone))
+}
