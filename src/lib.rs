@@ -14,6 +14,7 @@ pub mod controller;
 pub mod explain;
 pub mod expr;
 pub mod fault;
+pub mod inplace;
 pub mod policy;
 pub mod recover;
 pub mod sim;

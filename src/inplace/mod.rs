@@ -1,0 +1,233 @@
+//! In-place restarts (docs/in-place.md): a job's restart generation lives
+//! in two annotations on the job object; a small agent in every pod of the
+//! job (`rebound restart-agent`, a native sidecar) follows them, exits with
+//! a code that the pod's `RestartAllContainers` rule matches when its pod
+//! is behind, and holds the worker containers back through its startup
+//! probe until rebound releases the generation (a barrier, so that all
+//! ranks start together).
+//!
+//! This module is the contract between the controller, the agent, `rebound
+//! inject` and the simulated kubelet: names, annotation keys and the
+//! agent's pure decision ([`AgentCore`]).
+
+/// Annotation on the job: the generation every pod of the job must run.
+/// Absent means 0. Written by the controller with the restart record.
+pub const GENERATION_ANNOTATION: &str = "rebound.dev/restart-generation";
+/// Annotation on the job: the newest generation whose barrier is lifted.
+/// Absent means 0. A generation is released once every pod of the job
+/// waits at the barrier (or at once, for a restart that recreates pods).
+pub const RELEASED_ANNOTATION: &str = "rebound.dev/restart-released";
+/// The name of the agent's container (an init container with
+/// `restartPolicy: Always`). The controller recognises wired pods by it and
+/// by its `RestartAllContainers` rule.
+pub const AGENT_CONTAINER: &str = "rebound-restart-agent";
+/// The agent's exit code that the pod's restart rule matches, unless
+/// `rebound inject --exit-code` chose another one (the controller reads the
+/// code from the rule, never assumes it).
+pub const DEFAULT_EXIT_CODE: i32 = 87;
+/// The port of the agent's startup probe (`GET /barrier`).
+pub const DEFAULT_PROBE_PORT: u16 = 9079;
+/// The path of the agent's startup probe: 200 once the barrier is lifted,
+/// 503 while it holds.
+pub const PROBE_PATH: &str = "/barrier";
+
+/// A job's restart generation as its annotations show it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Generation {
+    /// [`GENERATION_ANNOTATION`].
+    pub current: u64,
+    /// [`RELEASED_ANNOTATION`].
+    pub released: u64,
+}
+
+impl Generation {
+    /// Read from a job's annotations; absent or unreadable values are 0,
+    /// so a job that was never restarted has no barrier.
+    pub fn from_annotations(a: &std::collections::BTreeMap<String, String>) -> Generation {
+        let read = |k: &str| {
+            a.get(k)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Generation {
+            current: read(GENERATION_ANNOTATION),
+            released: read(RELEASED_ANNOTATION),
+        }
+    }
+}
+
+/// What the agent does after an observation of its job's generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep the barrier closed: the worker containers wait.
+    Hold,
+    /// The barrier is (or stays) open: the worker containers run.
+    Open,
+    /// Exit with the restart code: the kubelet restarts every container of
+    /// the pod in place (the pod is behind the job's generation).
+    Exit,
+}
+
+/// The agent's decision, pure. One instance lives as long as one run of
+/// the agent container; an in-place restart starts a fresh one.
+///
+/// - The first observation fixes the generation this run belongs to; the
+///   barrier is open if that generation is released already (a job never
+///   restarted, a pod created by a recreate) and holds otherwise (a pod
+///   restarted in place, or a replacement created during a recovery).
+/// - While the barrier holds, a newer generation is adopted without a
+///   restart (the workers have not started yet), and the barrier opens
+///   once the adopted generation is released.
+/// - Once open, a newer generation means this pod is behind: exit.
+#[derive(Clone, Debug, Default)]
+pub struct AgentCore {
+    generation: Option<u64>,
+    open: bool,
+}
+
+impl AgentCore {
+    /// A run that has observed nothing yet (its barrier holds).
+    pub fn new() -> AgentCore {
+        AgentCore::default()
+    }
+
+    /// The generation this run belongs to, once observed.
+    pub fn generation(&self) -> Option<u64> {
+        self.generation
+    }
+
+    /// Whether the barrier is open.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Open the barrier without an observation: the agent could not read
+    /// its job at all (no RBAC, no object) and must not keep the training
+    /// from running forever. Until it reads its job, in-place restarts do
+    /// not reach this pod and the controller's fallback recreates it.
+    pub fn fail_open(&mut self) {
+        self.open = true;
+    }
+
+    /// Decide after observing the job's generation.
+    pub fn observe(&mut self, g: Generation) -> Verdict {
+        let Some(mine) = self.generation else {
+            self.generation = Some(g.current);
+            // A run that failed open has its workers running already.
+            self.open = self.open || g.released >= g.current;
+            return if self.open {
+                Verdict::Open
+            } else {
+                Verdict::Hold
+            };
+        };
+        if self.open {
+            return if g.current > mine {
+                Verdict::Exit
+            } else {
+                Verdict::Open
+            };
+        }
+        let mine = mine.max(g.current);
+        self.generation = Some(mine);
+        if g.released >= mine {
+            self.open = true;
+            Verdict::Open
+        } else {
+            Verdict::Hold
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(current: u64, released: u64) -> Generation {
+        Generation { current, released }
+    }
+
+    #[test]
+    fn a_job_never_restarted_has_no_barrier() {
+        let mut a = AgentCore::new();
+        assert!(!a.is_open());
+        assert_eq!(a.observe(g(0, 0)), Verdict::Open);
+        assert_eq!(a.observe(g(0, 0)), Verdict::Open);
+        assert_eq!(a.generation(), Some(0));
+    }
+
+    #[test]
+    fn a_running_pod_behind_the_generation_exits_and_its_next_run_waits_for_the_release() {
+        let mut a = AgentCore::new();
+        assert_eq!(a.observe(g(3, 3)), Verdict::Open);
+        assert_eq!(
+            a.observe(g(4, 3)),
+            Verdict::Exit,
+            "behind: restart in place"
+        );
+        // The restarted container is a new run.
+        let mut b = AgentCore::new();
+        assert_eq!(b.observe(g(4, 3)), Verdict::Hold, "barrier");
+        assert_eq!(b.observe(g(4, 3)), Verdict::Hold);
+        assert_eq!(b.observe(g(4, 4)), Verdict::Open, "released");
+        assert_eq!(b.observe(g(4, 4)), Verdict::Open);
+    }
+
+    #[test]
+    fn a_newer_generation_while_waiting_is_adopted_not_restarted() {
+        let mut a = AgentCore::new();
+        assert_eq!(a.observe(g(4, 3)), Verdict::Hold);
+        // A second fault during the recovery: generation 5.
+        assert_eq!(a.observe(g(5, 3)), Verdict::Hold);
+        assert_eq!(a.generation(), Some(5));
+        // Releasing 4 is not enough for a run that adopted 5.
+        assert_eq!(a.observe(g(5, 4)), Verdict::Hold);
+        assert_eq!(a.observe(g(5, 5)), Verdict::Open);
+    }
+
+    #[test]
+    fn a_pod_created_by_a_recreate_starts_at_once() {
+        // A recreate writes the generation released.
+        let mut a = AgentCore::new();
+        assert_eq!(a.observe(g(6, 6)), Verdict::Open);
+    }
+
+    #[test]
+    fn an_old_observation_after_the_first_changes_nothing() {
+        // A watch that replays an older state (relist from a cache).
+        let mut a = AgentCore::new();
+        assert_eq!(a.observe(g(4, 4)), Verdict::Open);
+        assert_eq!(a.observe(g(3, 3)), Verdict::Open);
+        let mut b = AgentCore::new();
+        assert_eq!(b.observe(g(4, 3)), Verdict::Hold);
+        assert_eq!(
+            b.observe(g(2, 2)),
+            Verdict::Hold,
+            "older state keeps holding"
+        );
+        assert_eq!(b.generation(), Some(4));
+    }
+
+    #[test]
+    fn failing_open_lets_the_workers_run() {
+        let mut a = AgentCore::new();
+        a.fail_open();
+        assert!(a.is_open());
+        // Its workers run: the first observation fixes the run's
+        // generation without closing the barrier again...
+        assert_eq!(a.observe(g(1, 0)), Verdict::Open);
+        // ...and a newer one restarts it as usual.
+        assert_eq!(a.observe(g(2, 1)), Verdict::Exit);
+    }
+
+    #[test]
+    fn annotations_are_read_leniently() {
+        let a: std::collections::BTreeMap<String, String> = [
+            (GENERATION_ANNOTATION.to_string(), " 7 ".to_string()),
+            (RELEASED_ANNOTATION.to_string(), "x".to_string()),
+        ]
+        .into();
+        assert_eq!(Generation::from_annotations(&a), g(7, 0));
+        assert_eq!(Generation::from_annotations(&Default::default()), g(0, 0));
+    }
+}
