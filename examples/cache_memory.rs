@@ -8,8 +8,9 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
-use rebound::controller::inputs::PodSeen;
-use rebound::controller::state::{Cache, Interner, NodeInfo};
+use rebound::controller::core::input::PodSeen;
+use rebound::controller::core::pods::Interner;
+use rebound::controller::core::store::{NodeInfo, Store as Cache};
 use rebound::sim::cluster::{JobOptions, SimCluster, SimConfig, pod_running};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeSet;
@@ -91,7 +92,13 @@ async fn main() -> anyhow::Result<()> {
                 *l.1 = format!("job-{job}");
             }
         }
-        let seen = PodSeen::read(&p, Duration::from_secs(600), &keys, &mut pool);
+        let seen = PodSeen::read(
+            &p,
+            Duration::from_secs(600),
+            &keys,
+            &mut pool,
+            chrono::Utc::now(),
+        );
         cache.upsert_pod(seen.info);
     }
     let pods_bytes = LIVE.load(Ordering::Relaxed) - before;
@@ -100,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
     for i in 0..NODES {
         let mut n = nodes[i % nodes.len()].clone();
         n.metadata.name = Some(format!("node-{i:04}"));
-        let info = NodeInfo::from_node(&n);
+        let info = NodeInfo::from_node(&n, Vec::new());
         cache.nodes.insert(info.name.clone(), info);
     }
     let nodes_bytes = LIVE.load(Ordering::Relaxed) - before;

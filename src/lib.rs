@@ -15,6 +15,8 @@ pub mod explain;
 pub mod expr;
 pub mod fault;
 pub mod inplace;
+pub mod k8s;
+pub mod metrics;
 pub mod policy;
 pub mod recover;
 pub mod sim;

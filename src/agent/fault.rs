@@ -62,6 +62,13 @@ pub struct AgentFault {
 pub const MAX_MESSAGE_CHARS: usize = 240;
 
 impl AgentFault {
+    /// Whether each observation is an occurrence of its own: a kernel-log
+    /// or NVML XID is an event; a polled health state (NVML health, DCGM,
+    /// npu-smi) seen again on the next poll is the same state, not a repeat.
+    pub fn counts_repeats(&self) -> bool {
+        self.reason == super::xid::REASON_XID || self.reason == super::xid::REASON_SXID
+    }
+
     /// The wire form the controller parses, stamped with this node's name.
     pub fn to_wire(&self, node: &str) -> WireFault {
         WireFault {
@@ -74,6 +81,8 @@ impl AgentFault {
             } else {
                 Some(self.message.clone())
             },
+            at: None,
+            count: None,
         }
     }
 }
@@ -102,6 +111,11 @@ pub enum SourceEvent {
         fault: AgentFault,
         /// When it happened.
         at: std::time::SystemTime,
+        /// `at` is the record's own time (a `/dev/kmsg` record), so a
+        /// record read again is told from a new one: only then does a
+        /// repeat count as an occurrence (a polled state or a file line
+        /// read again is not one).
+        timed: bool,
     },
     /// A source started working or stopped (disabled, tool missing, failing).
     Up {

@@ -183,9 +183,14 @@ mod imp {
 
     fn send(tx: &Sender<SourceEvent>, s: &NvmlSample) -> bool {
         let at = SystemTime::now();
-        faults_from_sample(s)
-            .into_iter()
-            .all(|fault| tx.blocking_send(SourceEvent::Fault { fault, at }).is_ok())
+        faults_from_sample(s).into_iter().all(|fault| {
+            tx.blocking_send(SourceEvent::Fault {
+                fault,
+                at,
+                timed: false,
+            })
+            .is_ok()
+        })
     }
 }
 

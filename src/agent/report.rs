@@ -95,6 +95,7 @@ pub fn condition_patch(
 
 /// The Event for a new fault (`count` > 1 when it repeated before the
 /// first write).
+#[allow(clippy::too_many_arguments)]
 pub fn build_event(
     fault: &AgentFault,
     node: &str,
@@ -102,9 +103,14 @@ pub fn build_event(
     namespace: &str,
     name: String,
     count: u64,
+    first_seen: SystemTime,
     now: SystemTime,
 ) -> Event {
-    let wire = fault.to_wire(node);
+    let mut wire = fault.to_wire(node);
+    // The same occurrence identity as the condition line carries, so that
+    // the controller counts a fault once whichever channel it reads.
+    wire.at = Some(crate::fault::wire::format_at(first_seen.into()));
+    wire.count = Some(count);
     let now = MicroTime(timestamp(now));
     let note = match &fault.device {
         Some(d) => format!(
@@ -165,6 +171,10 @@ pub struct ExistingCondition {
     /// `lastHeartbeatTime` (our last write), to tell a condition written
     /// before the node's last boot.
     pub last_heartbeat: Option<Timestamp>,
+    /// `lastTransitionTime`: the occurrence time the controller reads for a
+    /// line written without `at=` (an older agent), kept on restore so the
+    /// occurrence keeps its identity.
+    pub last_transition: Option<Timestamp>,
 }
 
 /// Our conditions as they are on a Node object.
@@ -183,6 +193,7 @@ pub fn existing_conditions(node: &Node) -> Vec<ExistingCondition> {
                     .filter_map(Result::ok)
                     .collect(),
                 last_heartbeat: c.last_heartbeat_time.as_ref().map(|t| t.0),
+                last_transition: c.last_transition_time.as_ref().map(|t| t.0),
             });
         }
     }
@@ -285,6 +296,7 @@ impl KubeReporter {
         &self,
         fault: &AgentFault,
         count: u64,
+        first_seen: SystemTime,
         now: SystemTime,
     ) -> Result<String, ReportError> {
         let nanos = timestamp(now).as_nanosecond();
@@ -298,6 +310,7 @@ impl KubeReporter {
             &self.event_namespace,
             name.clone(),
             count,
+            first_seen,
             now,
         );
         let api: Api<Event> = Api::namespaced(self.client.clone(), &self.event_namespace);
@@ -385,6 +398,7 @@ mod tests {
             "n".into(),
             1,
             t,
+            t,
         );
         let v = serde_json::to_value(&ev).expect("serialises");
         let ann = v["metadata"]["annotations"][FAULT_ANNOTATION]
@@ -393,11 +407,13 @@ mod tests {
         let wire = crate::fault::wire::parse_annotation(ann).expect("wire");
         assert_eq!(wire.code, "79");
         assert_eq!(wire.node.as_deref(), Some("gpu-7"));
+        assert_eq!(wire.at.as_deref(), Some("2027-01-15T08:00:00.000Z"));
+        assert_eq!(wire.count, Some(1));
         assert_eq!(v["eventTime"], "2027-01-15T08:00:00.000000Z");
         assert_eq!(v["regarding"]["kind"], "Node");
         assert_eq!(v["reason"], "GpuXid");
         assert!(v.get("series").is_none());
-        let ev = build_event(&fault(), "gpu-7", None, "ns", "n".into(), 5, t);
+        let ev = build_event(&fault(), "gpu-7", None, "ns", "n".into(), 5, t, t);
         assert_eq!(ev.series.map(|s| s.count), Some(5));
     }
 }

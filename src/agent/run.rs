@@ -88,8 +88,8 @@ pub fn fold_report(
     let mut parse_errors = 0;
     for ev in events {
         match ev {
-            SourceEvent::Fault { fault, at } => {
-                state.observe(fault.clone(), *at, now);
+            SourceEvent::Fault { fault, at, timed } => {
+                state.observe_as(fault.clone(), *at, now, *timed);
             }
             SourceEvent::ParseErrors { n, .. } => parse_errors += n,
             SourceEvent::Up { .. } => {}
@@ -245,9 +245,24 @@ pub fn restore(
         if before_boot {
             continue;
         }
-        for f in c.faults.iter().filter_map(restored_fault) {
+        for w in &c.faults {
+            let Some(f) = restored_fault(w) else {
+                continue;
+            };
             if f.family == c.family {
-                state.restore(f, now);
+                let transition = c.last_transition.map(SystemTime::from);
+                let first = w
+                    .at_time()
+                    .map(SystemTime::from)
+                    .or(transition)
+                    .unwrap_or(now);
+                // Heartbeats are written to the second: a record read again
+                // within that second of our last write is in the count.
+                let written = c
+                    .last_heartbeat
+                    .map(SystemTime::from)
+                    .map(|t| t + std::time::Duration::from_secs(1));
+                state.restore(f, first, w.count.unwrap_or(1), written, now);
             }
         }
     }
@@ -297,19 +312,25 @@ impl Sink {
         metrics: &Metrics,
     ) -> Option<(String, u64)> {
         match (self, due) {
-            (Sink::Kube(r), EventDue::Create { fault, count, .. }) => {
-                match r.create_event(fault, *count, now).await {
-                    Ok(name) => {
-                        metrics.event();
-                        Some((name, *count))
-                    }
-                    Err(e) => {
-                        metrics.api_error();
-                        tracing::warn!(error = %e, "event not created");
-                        None
-                    }
+            (
+                Sink::Kube(r),
+                EventDue::Create {
+                    fault,
+                    count,
+                    first_seen,
+                    ..
+                },
+            ) => match r.create_event(fault, *count, *first_seen, now).await {
+                Ok(name) => {
+                    metrics.event();
+                    Some((name, *count))
                 }
-            }
+                Err(e) => {
+                    metrics.api_error();
+                    tracing::warn!(error = %e, "event not created");
+                    None
+                }
+            },
             (Sink::Kube(r), EventDue::Series { name, count, .. }) => {
                 match r.update_series(name, *count, now).await {
                     Ok(()) => {
@@ -323,10 +344,27 @@ impl Sink {
                     }
                 }
             }
-            (Sink::Print { seq, .. }, EventDue::Create { fault, count, .. }) => {
+            (
+                Sink::Print { seq, .. },
+                EventDue::Create {
+                    fault,
+                    count,
+                    first_seen,
+                    ..
+                },
+            ) => {
                 *seq += 1;
                 let name = format!("{node}.dry-run-{seq}");
-                let ev = build_event(fault, node, None, namespace, name.clone(), *count, now);
+                let ev = build_event(
+                    fault,
+                    node,
+                    None,
+                    namespace,
+                    name.clone(),
+                    *count,
+                    *first_seen,
+                    now,
+                );
                 println!("{}", serde_json::json!({ "event": ev }));
                 Some((name, *count))
             }
@@ -372,10 +410,10 @@ async fn flush(
 
 fn handle(ev: SourceEvent, state: &mut FoldState, metrics: &Metrics) {
     match ev {
-        SourceEvent::Fault { fault, at } => {
+        SourceEvent::Fault { fault, at, timed } => {
             metrics.fault(fault.source, &fault.code);
             let (source, code, device) = (fault.source, fault.code.clone(), fault.device.clone());
-            match state.observe(fault, at, SystemTime::now()) {
+            match state.observe_as(fault, at, SystemTime::now(), timed) {
                 Observed::New => tracing::warn!(source, %code, ?device, "new fault"),
                 Observed::Repeat { count } => {
                     tracing::debug!(source, %code, ?device, count, "repeated fault")
@@ -563,6 +601,7 @@ mod tests {
             status: true,
             faults: vec![wire.clone()],
             last_heartbeat: Some(timestamp(hb)),
+            last_transition: None,
         };
         let mut s = FoldState::new(FoldConfig::default());
         restore(
@@ -580,7 +619,29 @@ mod tests {
         );
         let c = s.condition(Accelerator::Gpu, "n");
         assert_eq!(c.reason, "NvSwitchSXid20034");
-        assert_eq!(c.message, format_condition_message(&[wire]));
+        // A line without the occurrence time gets the restore's; one with
+        // it keeps it, so the controller sees the same occurrence.
+        let mut expected = wire.clone();
+        expected.node = Some("n".into());
+        expected.at = Some(crate::fault::wire::format_at(now.into()));
+        expected.count = Some(1);
+        assert_eq!(c.message, format_condition_message(&[expected]));
+        let first = now - Duration::from_secs(600);
+        let mut s = FoldState::new(FoldConfig::default());
+        let mut old = wire.clone();
+        old.at = Some(crate::fault::wire::format_at(first.into()));
+        old.count = Some(3);
+        let cond = ExistingCondition {
+            family: Accelerator::Gpu,
+            status: true,
+            faults: vec![old.clone()],
+            last_heartbeat: Some(timestamp(now)),
+            last_transition: None,
+        };
+        restore(&mut s, &[cond], Some(boot), now);
+        let c = s.condition(Accelerator::Gpu, "n");
+        old.node = Some("n".into());
+        assert_eq!(c.message, format_condition_message(&[old]));
     }
 
     #[test]

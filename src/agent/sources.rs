@@ -197,8 +197,13 @@ fn emit(
         Some(f) => {
             let now = SystemTime::now();
             let at = fault_time(&f, boot, now);
-            tx.blocking_send(SourceEvent::Fault { fault: f.fault, at })
-                .is_ok()
+            let timed = f.record.is_some() && boot.is_some();
+            tx.blocking_send(SourceEvent::Fault {
+                fault: f.fault,
+                at,
+                timed,
+            })
+            .is_ok()
         }
         None => true,
     }
@@ -237,6 +242,7 @@ impl DcgmSource {
                     tx.send(SourceEvent::Fault {
                         fault: f.to_fault(),
                         at: now,
+                        timed: false,
                     })
                     .await?;
                 }
@@ -279,6 +285,7 @@ impl DcgmSource {
                         tx.send(SourceEvent::Fault {
                             fault: f.to_fault(),
                             at: now,
+                            timed: false,
                         })
                         .await?;
                     }
@@ -327,7 +334,12 @@ impl NpuSmiSource {
                 })
                 .await?;
                 for fault in faults {
-                    tx.send(SourceEvent::Fault { fault, at: now }).await?;
+                    tx.send(SourceEvent::Fault {
+                        fault,
+                        at: now,
+                        timed: false,
+                    })
+                    .await?;
                 }
                 Ok(true)
             }

@@ -79,6 +79,17 @@ pub struct Folded {
     pub seq: u64,
 }
 
+impl Folded {
+    /// The wire form with the occurrence's identity: when it was first
+    /// seen and how often since.
+    pub fn to_wire(&self, node: &str) -> crate::fault::wire::WireFault {
+        let mut w = self.fault.to_wire(node);
+        w.at = Some(crate::fault::wire::format_at(self.first_seen.into()));
+        w.count = Some(self.count);
+        w
+    }
+}
+
 /// What an observation did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Observed {
@@ -139,6 +150,8 @@ pub enum EventDue {
         fault: AgentFault,
         /// Occurrences so far.
         count: u64,
+        /// When it was first seen (the occurrence's identity).
+        first_seen: SystemTime,
     },
     /// Repeats since the last write: update the Event's series count.
     Series {
@@ -187,6 +200,21 @@ impl FoldState {
     /// Record a fault observed at `at` (its own time, e.g. from the kernel
     /// record) when the clock says `now`.
     pub fn observe(&mut self, fault: AgentFault, at: SystemTime, now: SystemTime) -> Observed {
+        self.observe_as(fault, at, now, true)
+    }
+
+    /// [`Self::observe`], saying whether `at` is the record's own time
+    /// (`timed`): then a record no later than the last one seen is the same
+    /// record read again (a restart rereads the kernel log) and does not
+    /// count; without it, a repeat of a fault restored from our condition
+    /// does not count either.
+    pub fn observe_as(
+        &mut self,
+        fault: AgentFault,
+        at: SystemTime,
+        now: SystemTime,
+        timed: bool,
+    ) -> Observed {
         let sticky = self.is_sticky(&fault);
         let at = at.min(now);
         if !sticky && at + self.cfg.quiet_period <= now {
@@ -194,7 +222,19 @@ impl FoldState {
         }
         let key = FaultKey::of(&fault);
         if let Some(e) = self.entries.get_mut(&key) {
-            e.count = e.count.saturating_add(1);
+            // The same record read again (a restart rereads the kernel
+            // log) or a polled state seen again is not a repeat: only a
+            // later event counts, since the count names occurrences.
+            // Without the record's own time, a fault restored from our
+            // condition cannot tell a repeat from the record read again.
+            let new = if timed {
+                at > e.last_seen
+            } else {
+                e.event != EventState::Restored
+            };
+            if new && fault.counts_repeats() {
+                e.count = e.count.saturating_add(1);
+            }
             e.last_seen = e.last_seen.max(at);
             e.fault = fault;
             return Observed::Repeat { count: e.count };
@@ -217,8 +257,17 @@ impl FoldState {
     }
 
     /// Re-establish a fault listed in the Node condition written before a
-    /// restart: active again for one quiet period, without a new Event.
-    pub fn restore(&mut self, fault: AgentFault, now: SystemTime) {
+    /// restart: active again for one quiet period, without a new Event,
+    /// with the first sighting and count the condition carried (so that
+    /// its occurrences keep their identity for the controller).
+    pub fn restore(
+        &mut self,
+        fault: AgentFault,
+        first_seen: SystemTime,
+        count: u64,
+        last_written: Option<SystemTime>,
+        now: SystemTime,
+    ) {
         let key = FaultKey::of(&fault);
         if self.entries.contains_key(&key) {
             return;
@@ -230,9 +279,13 @@ impl FoldState {
             key,
             Folded {
                 fault,
-                first_seen: now,
-                last_seen: now,
-                count: 1,
+                first_seen: first_seen.min(now),
+                // Records up to our last write are in the count already.
+                last_seen: last_written
+                    .unwrap_or(now)
+                    .min(now)
+                    .max(first_seen.min(now)),
+                count: count.max(1),
                 sticky,
                 event: EventState::Restored,
                 seq,
@@ -341,7 +394,7 @@ impl FoldState {
         let wire: Vec<_> = active
             .iter()
             .take(MAX_FAULTS_IN_MESSAGE)
-            .map(|e| e.fault.to_wire(node))
+            .map(|e| e.to_wire(node))
             .collect();
         let first = &active[0].fault;
         let reason = if active.iter().all(|e| e.fault.reason == first.reason) {
@@ -378,6 +431,7 @@ impl FoldState {
                     key: k.clone(),
                     fault: e.fault.clone(),
                     count: e.count,
+                    first_seen: e.first_seen,
                 }),
                 EventState::Published { name, count, at }
                     if e.count > *count && *at + fold_interval <= now =>
@@ -437,6 +491,35 @@ mod tests {
     }
 
     #[test]
+    fn a_record_read_again_is_not_a_repeat_and_a_polled_state_never_is() {
+        let mut s = state(600);
+        assert_eq!(
+            s.observe_as(xid("13", "0"), t(10), t(10), true),
+            Observed::New
+        );
+        // A restart rereads the kernel log: the same record, same time.
+        s.observe_as(xid("13", "0"), t(10), t(20), true);
+        assert_eq!(s.active(Accelerator::Gpu)[0].count, 1);
+        // A later record is a repeat.
+        s.observe_as(xid("13", "0"), t(30), t(30), true);
+        assert_eq!(s.active(Accelerator::Gpu)[0].count, 2);
+        // A fault restored from our condition, seen again without a
+        // record time (a file read again): the count stays.
+        let mut r = state(600);
+        r.restore(xid("13", "0"), t(0), 2, Some(t(5)), t(10));
+        r.observe_as(xid("13", "0"), t(11), t(11), false);
+        assert_eq!(r.active(Accelerator::Gpu)[0].count, 2);
+        // A polled health state seen on every poll is one occurrence.
+        let mut p = state(600);
+        let mut health = xid("dcgm-health-pcie", "0");
+        health.reason = "DcgmHealthFailure";
+        p.observe_as(health.clone(), t(0), t(0), false);
+        p.observe_as(health.clone(), t(60), t(60), false);
+        p.observe_as(health, t(120), t(120), true);
+        assert_eq!(p.active(Accelerator::Gpu)[0].count, 1);
+    }
+
+    #[test]
     fn repeats_fold_into_one_fault() {
         let mut s = state(600);
         assert_eq!(s.observe(xid("13", "0"), t(0), t(0)), Observed::New);
@@ -449,9 +532,16 @@ mod tests {
         let c = s.condition(Accelerator::Gpu, "n");
         assert!(c.status);
         assert_eq!(c.reason, "GpuXid13");
+        // Each line names its occurrence: first seen, and the count of the
+        // repeats folded into it.
+        let at = |s: u64| crate::fault::wire::format_at(t(s).into());
         assert_eq!(
             c.message,
-            "source=NvidiaXid code=13 device=0 | Xid 13\nsource=NvidiaXid code=13 device=1 | Xid 13"
+            format!(
+                "source=NvidiaXid code=13 device=0 at={} n=2 | Xid 13\nsource=NvidiaXid code=13 device=1 at={} n=1 | Xid 13",
+                at(0),
+                at(2)
+            )
         );
         assert!(!s.condition(Accelerator::Npu, "n").status);
     }
@@ -566,8 +656,8 @@ mod tests {
     #[test]
     fn same_time_faults_keep_their_arrival_order() {
         let mut s = state(600);
-        s.restore(xid("79", "3"), t(0));
-        s.restore(xid("20034", "nvswitch1"), t(0));
+        s.restore(xid("79", "3"), t(0), 1, None, t(0));
+        s.restore(xid("20034", "nvswitch1"), t(0), 1, None, t(0));
         let codes: Vec<_> = s
             .active(Accelerator::Gpu)
             .iter()
@@ -579,7 +669,7 @@ mod tests {
     #[test]
     fn restored_faults_make_no_event_and_clear_after_quiet() {
         let mut s = state(600);
-        s.restore(xid("13", "0"), t(0));
+        s.restore(xid("13", "0"), t(0), 1, None, t(0));
         assert!(s.events_due(t(0), Duration::from_secs(60)).is_empty());
         assert!(s.condition(Accelerator::Gpu, "n").status);
         assert_eq!(s.expire(t(600)).len(), 1);

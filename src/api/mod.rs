@@ -12,7 +12,8 @@ pub use classification::{
 pub use conditions::Condition;
 pub use policy::{
     GradedEscalation, HangDetection, NodeActions, PolicyAction, PreserveLogs, RecoveryPolicy,
-    RecoveryPolicySpec, RecoveryPolicyStatus, RestartBudget, WorkloadKind, WorkloadSelector,
+    RecoveryPolicySpec, RecoveryPolicyStatus, RecoveryTier, RestartBudget, RestartSpec,
+    RetryLimitAction, WorkloadKind, WorkloadSelector,
 };
 
 use kube::CustomResourceExt;

@@ -71,6 +71,81 @@ pub struct RecoveryPolicySpec {
     /// that sets it is reported and the field ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_actions: Option<NodeActions>,
+    /// How a job restart is carried out: the recovery tiers to try,
+    /// cheapest first (in place, replace only the pods on faulty nodes,
+    /// recreate every pod), and the bounds of a restart in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartSpec>,
+}
+
+/// How restarts are carried out (docs/in-place.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestartSpec {
+    /// The tiers a restart may use, cheapest first. Default `[Recreate]`.
+    /// `InPlace` and `ReplaceFaulty` need pods wired with the restart agent
+    /// (`rebound inject`); a job without it is recreated, and the decision
+    /// says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3))]
+    pub tiers: Vec<RecoveryTier>,
+    /// If the job is not running again (every pod Running and Ready in the
+    /// new generation) this long after an in-place tier started, the next
+    /// tier in `tiers` takes over. Humantime duration; default 2m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub fallback_after: Option<String>,
+    /// Pods of a restarting job that sit Terminating on a NotReady or
+    /// unreachable node this long are force-deleted (grace period 0), so
+    /// that operators with fixed pod names can recreate them elsewhere. The
+    /// node's kubelet cannot confirm the deletion; if the node is only cut
+    /// off, its containers may still run until it rejoins. Default 1m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub force_delete_after: Option<String>,
+    /// What to do when a restart would exhaust the job's own retry limit
+    /// (batch Job `backoffLimit`, Volcano `maxRetry`, JobSet
+    /// `failurePolicy.maxRestarts`), after which its operator fails the
+    /// job: `Skip` (default: leave the job, with a Warning Event) or
+    /// `Proceed`. In-place restarts delete no pod and count against none.
+    #[serde(default)]
+    pub on_retry_limit: RetryLimitAction,
+}
+
+/// A way to restart a job, from cheapest to most thorough.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum RecoveryTier {
+    /// Every pod restarts its containers where it stands; nothing is
+    /// deleted. For faults at level RestartJob with no pod on a faulty node.
+    InPlace,
+    /// Pods on nodes being separated (or NotReady) are deleted and
+    /// recreated elsewhere; every other pod restarts in place.
+    ReplaceFaulty,
+    /// Delete all pods at once (Volcano: a RestartJob Command).
+    Recreate,
+}
+
+impl RecoveryTier {
+    /// The name in records and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecoveryTier::InPlace => "InPlace",
+            RecoveryTier::ReplaceFaulty => "ReplaceFaulty",
+            RecoveryTier::Recreate => "Recreate",
+        }
+    }
+}
+
+/// What to do when a restart would exhaust the job's own retry limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RetryLimitAction {
+    /// Leave the job alone and say so in a Warning Event.
+    #[default]
+    Skip,
+    /// Restart anyway; the job's operator may then fail the job.
+    Proceed,
 }
 
 /// Job kinds rebound knows how to restart.

@@ -282,9 +282,32 @@ impl Classifier {
     /// rule, then apply escalations.
     pub fn classify(
         &mut self,
+        fault: Fault,
+        node: Option<&NodeView>,
+        now: DateTime<Utc>,
+    ) -> Classified {
+        self.classify_inner(fault, node, now, true)
+    }
+
+    /// Classify a fault seen before again (a node's lasting faults, its
+    /// desired state after a change): the same answer as [`Self::classify`]
+    /// (the history ignores a time it holds), without counting it once
+    /// more in the classification's status.
+    pub fn reclassify(
+        &mut self,
+        fault: Fault,
+        node: Option<&NodeView>,
+        now: DateTime<Utc>,
+    ) -> Classified {
+        self.classify_inner(fault, node, now, false)
+    }
+
+    fn classify_inner(
+        &mut self,
         mut fault: Fault,
         node: Option<&NodeView>,
         now: DateTime<Utc>,
+        count_stat: bool,
     ) -> Classified {
         let list = self
             .by_source
@@ -373,7 +396,7 @@ impl Classifier {
                 }
             }
         }
-        if let Some(o) = object {
+        if let Some(o) = object.filter(|_| count_stat) {
             o.classified
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }

@@ -1,41 +1,40 @@
-//! `rebound controller`: watches, leader election and wiring around the
-//! pure decision core.
+//! `rebound controller`: the watches and the Lease around the recovery
+//! core ([`core`]), and the executor that carries its effects out.
+//!
+//! One loop owns the core: it takes each input (a watch change, an
+//! outcome, a tick, a leadership change), steps the core, and hands the
+//! effects to the executor. A panic in the core, or a dead Lease loop, ends
+//! the controller at once (the process, for `rebound controller`): a
+//! standby that acts is better than a leader that renews its Lease and acts
+//! on nothing.
 
-pub mod actions;
 pub mod config;
-pub mod discover;
+pub mod core;
+pub mod executor;
 pub mod http;
-pub mod inputs;
-pub mod leader;
-pub mod metrics;
-pub mod reactor;
-pub mod state;
-pub mod status;
 pub mod throttle;
-pub mod time;
-pub mod watch;
+pub mod watches;
 
+pub use crate::k8s::{discover, leader, time, watch};
+pub use crate::metrics;
 pub use config::ControllerArgs;
 
-use crate::api::{FaultClassification, RecoveryPolicy};
-use inputs::{Change, Input};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
-use kube::api::{Api, DynamicObject};
-use kube::runtime::watcher;
+use self::core::input::Input;
+use self::core::{Core, CoreConfig, Now};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch as tw};
 
 /// A running controller, for `main`, the demo, `sim` and end-to-end tests.
 pub struct ControllerHandle {
     shutdown: tw::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
-    /// Tasks that would outlive the reactor if it were aborted (a killed
+    /// Tasks that would outlive the loop if it were aborted (a killed
     /// process loses them all).
     aborts: Vec<tokio::task::AbortHandle>,
     /// Metrics of this replica.
-    pub metrics: metrics::Metrics,
+    pub metrics: crate::metrics::Metrics,
     /// Where /metrics, /healthz and /readyz are served.
     pub listen: SocketAddr,
     /// Leadership of this replica.
@@ -43,6 +42,7 @@ pub struct ControllerHandle {
     /// Readiness and liveness flags.
     pub health: Arc<http::Health>,
     decisions: tokio::sync::broadcast::Sender<Arc<crate::policy::Decision>>,
+    fatal: tw::Receiver<Option<String>>,
 }
 
 impl ControllerHandle {
@@ -54,10 +54,11 @@ impl ControllerHandle {
         self.decisions.subscribe()
     }
 
-    /// Stop gracefully: release the Lease, finish the reactor.
+    /// Stop gracefully: finish the actions in flight, then release the
+    /// Lease.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
     }
 
     /// Stop at once, as if the process were killed (no Lease release).
@@ -67,6 +68,19 @@ impl ControllerHandle {
             a.abort();
         }
         std::mem::forget(self.shutdown);
+    }
+
+    /// Why the controller stopped by itself (a panic in the core, a dead
+    /// Lease loop), once it did.
+    pub async fn fatal(&mut self) -> String {
+        loop {
+            if let Some(why) = self.fatal.borrow().clone() {
+                return why;
+            }
+            if self.fatal.changed().await.is_err() {
+                return "the controller loop ended".into();
+            }
+        }
     }
 }
 
@@ -86,7 +100,9 @@ pub async fn start(
     args: ControllerArgs,
 ) -> Result<ControllerHandle, StartError> {
     let (shutdown_tx, shutdown_rx) = tw::channel(false);
-    let metrics = metrics::Metrics::new();
+    let (lease_stop_tx, lease_stop_rx) = tw::channel(false);
+    let (fatal_tx, fatal_rx) = tw::channel(None);
+    let metrics = crate::metrics::Metrics::new();
     let health = Arc::new(http::Health::default());
     let (listen, http_task) = http::serve(
         args.listen,
@@ -109,28 +125,19 @@ pub async fn start(
             retry: (args.lease_duration / 5).max(Duration::from_millis(200)),
             grace: (args.lease_duration / 5).max(Duration::from_millis(200)),
         };
-        let (l, t) = leader::start(client.clone(), cfg, shutdown_rx.clone());
+        let (l, t) = leader::start(client.clone(), cfg, lease_stop_rx);
         (l, Some(t))
     } else {
         (leader::Leadership::always(), None)
     };
-    let (tx, rx) = mpsc::channel::<Input>(4096);
+    let (tx, rx) = mpsc::channel::<(Input, Instant)>(4096);
     let (decisions, _) = tokio::sync::broadcast::channel(1024);
-    let ctx = actions::ActionCtx {
-        client: client.clone(),
-        throttle: Arc::new(throttle::Throttle::new(args.qps, args.burst)),
-        leader: leadership.clone(),
-        metrics: metrics.clone(),
-        events: crate::recover::Events::new(client.clone(), Some(args.identity())),
-        tx: tx.clone(),
-        health: health.clone(),
-        decisions: decisions.clone(),
-        clusterd: args
-            .clusterd_view
-            .then(crate::ascend::clusterd::ClusterdView::new),
-    };
+    let clusterd = args
+        .clusterd_view
+        .then(crate::ascend::clusterd::ClusterdView::new);
+    let events = crate::recover::Events::new(client.clone(), Some(args.identity()));
     let mut aborts = vec![http_task.abort_handle()];
-    if let Some(view) = &ctx.clusterd {
+    if let Some(view) = &clusterd {
         let cfg = crate::ascend::clusterd::publish::PublishConfig::new(
             &args.clusterd_namespace,
             &args.clusterd_job_namespace,
@@ -151,7 +158,7 @@ pub async fn start(
             format: args.rank_table_format,
             leader: leadership.clone(),
             metrics: metrics.clone(),
-            events: ctx.events.clone(),
+            events: events.clone(),
         };
         let t = crate::ascend::ranktable::spawn(deps, shutdown_rx.clone());
         aborts.push(t.abort_handle());
@@ -159,16 +166,47 @@ pub async fn start(
     if let Some(t) = &lease_task {
         aborts.push(t.abort_handle());
     }
-    let task = tokio::spawn(run_loop(
+    let executor = executor::Executor::new(
+        client.clone(),
+        Arc::new(throttle::Throttle::new(args.qps, args.burst)),
+        leadership.clone(),
+        metrics.clone(),
+        events,
+        tx.clone(),
+    );
+    let progress_keys = core::pods::ProgressKeys::default();
+    let mut core = Core::new(
+        CoreConfig {
+            root,
+            condition_types: args.condition_types.clone(),
+            fault_max_age: args.fault_max_age,
+            dry_run: args.dry_run,
+            node_default: args.node_config(),
+            status_interval: args.status_interval,
+            resync_interval: Duration::from_secs(30),
+        },
+        metrics.clone(),
+        clusterd,
+        progress_keys.clone(),
+    );
+    core.observe_decisions(decisions.clone());
+    let lp = Loop {
         client,
         args,
-        ctx,
+        core,
+        executor,
         tx,
         rx,
-        shutdown_rx,
-        http_task,
+        shutdown: shutdown_rx,
+        lease_stop: lease_stop_tx,
         lease_task,
-    ));
+        http_task,
+        health: health.clone(),
+        leadership: leadership.clone(),
+        progress_keys,
+        fatal: fatal_tx,
+    };
+    let task = tokio::spawn(lp.run());
     Ok(ControllerHandle {
         shutdown: shutdown_tx,
         task,
@@ -178,159 +216,131 @@ pub async fn start(
         leader: leadership,
         health,
         decisions,
+        fatal: fatal_rx,
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_loop(
+/// The loop that owns the core.
+struct Loop {
     client: kube::Client,
     args: ControllerArgs,
-    ctx: actions::ActionCtx,
-    tx: mpsc::Sender<Input>,
-    mut rx: mpsc::Receiver<Input>,
-    mut shutdown: tw::Receiver<bool>,
-    http_task: tokio::task::JoinHandle<()>,
+    core: Core,
+    executor: executor::Executor,
+    tx: watches::Tx,
+    rx: mpsc::Receiver<(Input, Instant)>,
+    shutdown: tw::Receiver<bool>,
+    lease_stop: tw::Sender<bool>,
     lease_task: Option<tokio::task::JoinHandle<()>>,
-) {
-    let progress_keys = state::ProgressKeys::default();
-    let mut tasks = spawn_watches(&client, &args, &tx, &progress_keys).await;
-    tasks.push(http_task);
-    // Ticks for breaker retries, hang scans and status flushes.
-    let ttx = tx.clone();
-    tasks.push(tokio::spawn(async move {
-        let mut iv = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            iv.tick().await;
-            if ttx.send(Input::Tick).await.is_err() {
-                return;
-            }
-        }
-    }));
-    // Leadership changes: re-evaluate current faults on takeover.
-    let mut lead_rx = ctx.leader.subscribe();
-    let ltx = tx.clone();
-    tasks.push(tokio::spawn(async move {
-        while lead_rx.changed().await.is_ok() {
-            if *lead_rx.borrow() && ltx.send(Input::BecameLeader).await.is_err() {
-                return;
-            }
-        }
-    }));
-    let health = ctx.health.clone();
-    let mut reactor = reactor::Reactor::new(args, ctx, progress_keys);
-    health
-        .alive
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.changed() => break,
-            msg = rx.recv() => match msg {
-                Some(m) => reactor.handle(m),
-                None => break,
-            },
-        }
-        if let Some(t) = &lease_task
-            && t.is_finished()
-            && !*shutdown.borrow()
-        {
-            tracing::error!(
-                "the leader-election loop stopped; stopping so that a healthy replica takes over"
-            );
-            break;
-        }
-    }
-    health
-        .alive
-        .store(false, std::sync::atomic::Ordering::Relaxed);
-    for t in tasks {
-        t.abort();
-    }
-    if let Some(t) = lease_task {
-        let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
-    }
+    http_task: tokio::task::JoinHandle<()>,
+    health: Arc<http::Health>,
+    leadership: leader::Leadership,
+    progress_keys: core::pods::ProgressKeys,
+    fatal: tw::Sender<Option<String>>,
 }
 
-async fn spawn_watches(
-    client: &kube::Client,
-    args: &ControllerArgs,
-    tx: &mpsc::Sender<Input>,
-    progress_keys: &state::ProgressKeys,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
-    let mut pod_cfg = watch::config();
-    if let Some(sel) = &args.pod_selector {
-        pod_cfg = pod_cfg.labels(sel);
-    }
-    let max_age = args.fault_max_age;
-    let keys = progress_keys.clone();
-    let mut pool = state::Interner::default();
-    tasks.push(watch::spawn(
-        "pods",
-        watcher(Api::<Pod>::all(client.clone()), pod_cfg),
-        tx.clone(),
-        move |c, at| inputs::PodSeen::input(c, at, max_age, &keys, &mut pool),
-    ));
-    tasks.push(watch::spawn(
-        "nodes",
-        watcher(Api::<Node>::all(client.clone()), watch::config()),
-        tx.clone(),
-        Input::Node,
-    ));
-    tasks.push(watch::spawn(
-        "events",
-        watcher(Api::<Event>::all(client.clone()), watch::config()),
-        tx.clone(),
-        Input::Event,
-    ));
-    tasks.push(watch::spawn(
-        "configmaps",
-        watcher(
-            Api::<ConfigMap>::namespaced(client.clone(), "kube-system"),
-            watch::config(),
-        ),
-        tx.clone(),
-        Input::ConfigMap,
-    ));
-    tasks.push(watch::spawn(
-        "policies",
-        watcher(Api::<RecoveryPolicy>::all(client.clone()), watch::config()),
-        tx.clone(),
-        |c, _| Input::Policy(c),
-    ));
-    tasks.push(watch::spawn(
-        "classifications",
-        watcher(
-            Api::<FaultClassification>::all(client.clone()),
-            watch::config(),
-        ),
-        tx.clone(),
-        |c, _| Input::Classification(c),
-    ));
-    match discover::job_kinds(client).await {
-        Ok(kinds) => {
-            for ar in kinds {
-                let kind = if ar.group == "batch.volcano.sh" {
-                    "VolcanoJob".to_string()
-                } else {
-                    ar.kind.clone()
-                };
-                tracing::info!(kind = %kind, group = %ar.group, "watching job kind");
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                let k = kind.clone();
-                tasks.push(watch::spawn(
-                    "jobs",
-                    watcher(api, watch::config()),
-                    tx.clone(),
-                    move |c: Change<DynamicObject>, _| Input::Job(k.clone(), c),
-                ));
+impl Loop {
+    async fn run(mut self) {
+        let mut tasks =
+            watches::spawn_base(&self.client, &self.args, &self.tx, &self.progress_keys);
+        tasks.push(watches::spawn_kinds(self.client.clone(), self.tx.clone()));
+        let mut jobs = watches::JobWatches::default();
+        // Ticks: timers, resyncs, status flushes.
+        let ttx = self.tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut iv = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                iv.tick().await;
+                if ttx.send((Input::Tick, Instant::now())).await.is_err() {
+                    return;
+                }
+            }
+        }));
+        // Leadership changes.
+        let mut lead_rx = self.leadership.subscribe();
+        let ltx = self.tx.clone();
+        let leading_now = self.leadership.is_leader();
+        tasks.push(tokio::spawn(async move {
+            if ltx
+                .send((Input::Leader(leading_now), Instant::now()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            while lead_rx.changed().await.is_ok() {
+                let l = *lead_rx.borrow();
+                if ltx.send((Input::Leader(l), Instant::now())).await.is_err() {
+                    return;
+                }
+            }
+        }));
+        self.health
+            .alive
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut why_fatal: Option<String> = None;
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => break,
+                msg = self.rx.recv() => {
+                    let Some((input, received)) = msg else { break };
+                    if let Input::JobKinds(k) = &input {
+                        jobs.sync(&self.client, &self.tx, k);
+                    }
+                    let now = Now { wall: chrono::Utc::now(), mono: received };
+                    let core = &mut self.core;
+                    let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.step(input, now)));
+                    match stepped {
+                        Ok(effects) => {
+                            for e in effects {
+                                self.executor.run(e);
+                            }
+                        }
+                        Err(p) => {
+                            let what = p
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_else(|| "a panic".into());
+                            why_fatal = Some(format!("the recovery core panicked: {what}"));
+                            break;
+                        }
+                    }
+                    self.health.ready.store(self.core.ready(), std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            if let Some(t) = &self.lease_task
+                && t.is_finished()
+                && !*self.shutdown.borrow()
+            {
+                why_fatal = Some("the leader-election loop stopped".into());
+                break;
             }
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "job kind discovery failed; job objects are not watched (restart history is read from in-memory records only)")
+        self.health
+            .alive
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        for t in tasks {
+            t.abort();
         }
+        jobs.abort_all();
+        if let Some(why) = why_fatal {
+            // Act on nothing more; the Lease loop releases the Lease so a
+            // standby takes over at once.
+            tracing::error!("{why}; stopping so that a healthy replica takes over");
+            self.leadership.revoke();
+            let _ = self.fatal.send(Some(why));
+        } else {
+            // Let the actions in flight finish before giving up the Lease:
+            // the next leader must see their results, not race them.
+            self.executor.drain(Duration::from_secs(5)).await;
+        }
+        let _ = self.lease_stop.send(true);
+        if let Some(t) = self.lease_task {
+            let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+        }
+        self.http_task.abort();
     }
-    tasks
 }
 
 /// The User-Agent of the controller's requests (`rebound-controller/0.1.0`):
@@ -346,17 +356,27 @@ pub fn identify(cfg: &mut kube::Config) {
 }
 
 /// `rebound controller`: run against the cluster of the environment
-/// (in-cluster config or kubeconfig) until SIGTERM/SIGINT.
+/// (in-cluster config or kubeconfig) until SIGTERM/SIGINT. A fatal error
+/// (a panic in the core, a dead Lease loop) ends the process with an
+/// error, so that Kubernetes restarts it and the standby takes over.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let mut cfg = kube::Config::infer().await?;
     identify(&mut cfg);
     let client = kube::Client::try_from(cfg)?;
-    let handle = start(client, args).await?;
+    let mut handle = start(client, args).await?;
     tracing::info!(listen = %handle.listen, "rebound controller started");
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    handle.shutdown().await;
-    Ok(())
+    let fatal = tokio::select! {
+        _ = shutdown_signal() => None,
+        why = handle.fatal() => Some(why),
+    };
+    match fatal {
+        None => {
+            tracing::info!("shutting down");
+            handle.shutdown().await;
+            Ok(())
+        }
+        Some(why) => Err(anyhow::anyhow!("{why}")),
+    }
 }
 
 async fn shutdown_signal() {

@@ -140,6 +140,7 @@ pub fn parse_job(
                 at: now - chrono::Duration::from_std(d).map_err(|e| e.to_string())?,
                 infrastructure,
                 pod_only: false,
+                ..Default::default()
             });
         }
     }

@@ -116,6 +116,7 @@ fn structured(
             name: name(),
         });
     }
+    let at = wf.at_time();
     let mut f = base(ev, wf.code.trim(), root_namespace, now);
     f.source = source;
     f.node = wf
@@ -123,8 +124,36 @@ fn structured(
         .filter(|n| !n.is_empty())
         .or_else(|| involved_node(ev));
     f.device = wf.device.filter(|d| !d.is_empty());
+    // The reporter's occurrence identity (rebound's agent writes it): the
+    // same times and count as the Node condition line of this fault, so
+    // the two channels name the same occurrences.
+    if let Some(t) = at {
+        f.first_seen = t;
+        f.last_seen = t;
+    }
+    if let Some(n) = wf.count {
+        f.count = f.count.max(u32::try_from(n).unwrap_or(u32::MAX));
+    }
     f.message = wf.message.or_else(|| ev.message.clone());
     Ok(f)
+}
+
+/// When an Event was last observed: the latest of `series.lastObservedTime`,
+/// `lastTimestamp` and `eventTime`, else its creation time. Its age decides
+/// whether it is still news (`--fault-max-age`).
+pub fn event_time(ev: &Event) -> Option<DateTime<Utc>> {
+    [
+        ev.series
+            .as_ref()
+            .and_then(|s| s.last_observed_time.as_ref())
+            .and_then(micro_time_utc),
+        ev.last_timestamp.as_ref().and_then(time_utc),
+        ev.event_time.as_ref().and_then(micro_time_utc),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .or_else(|| ev.metadata.creation_timestamp.as_ref().and_then(time_utc))
 }
 
 fn base(ev: &Event, code: &str, root_namespace: &str, now: DateTime<Utc>) -> Fault {

@@ -26,9 +26,12 @@ pub const NOT_READY: &str = "NotReady";
 ///   `NodeCondition`, code = the type.
 /// - `Ready` `False` or `Unknown`: `NodeCondition`, code [`NOT_READY`].
 ///
-/// `first_seen` is the condition's `lastTransitionTime` (when it went bad,
-/// stable while it stays bad; else the heartbeat, else `now`), `last_seen`
-/// its `lastHeartbeatTime` (or `now`), never before `first_seen`.
+/// Times name the occurrence, so they stay the same however often the
+/// condition is rewritten (a heartbeat, another line changing): `first_seen`
+/// and `last_seen` are the agent's `at=` of the line when it has one (when
+/// the agent first saw the fault; `count` its `n=`), else the condition's
+/// `lastTransitionTime` (when it went bad, stable while it stays bad; else
+/// the heartbeat, else `now`). A heartbeat is never an occurrence.
 pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<Fault> {
     let mut out = Vec::new();
     for c in conditions(node) {
@@ -53,11 +56,20 @@ pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<F
                         continue;
                     }
                 };
+                let at = wf.at_time();
+                let count = wf.count;
                 let mut f = match wf.source.parse::<FaultSource>() {
                     Ok(source) => {
                         let mut f = base(&wf.code);
                         f.source = source;
                         f.message = wf.message;
+                        if let Some(t) = at {
+                            f.first_seen = t;
+                            f.last_seen = t;
+                        }
+                        if let Some(n) = count {
+                            f.count = u32::try_from(n).unwrap_or(u32::MAX).max(1);
+                        }
                         f
                     }
                     Err(_) => {
@@ -114,9 +126,7 @@ fn condition_fault(node: &Node, c: &NodeCondition, code: &str, now: DateTime<Utc
         .and_then(time_utc)
         .or(heartbeat)
         .unwrap_or(now);
-    let last = heartbeat.unwrap_or(now).max(first);
-    let mut f = Fault::new(FaultSource::NodeCondition, code, last);
-    f.first_seen = first;
+    let mut f = Fault::new(FaultSource::NodeCondition, code, first);
     f.reason = c.reason.clone();
     f.message = c.message.clone();
     f.node = node.metadata.name.clone();
@@ -178,11 +188,48 @@ mod tests {
             fs[0].first_seen,
             "2026-01-01T11:00:00Z".parse::<DateTime<Utc>>().unwrap()
         );
-        assert_eq!(
-            fs[0].last_seen,
-            "2026-01-01T11:30:00Z".parse::<DateTime<Utc>>().unwrap()
-        );
+        // The occurrence's time is the transition, never the heartbeat: a
+        // condition re-posted as a heartbeat is not a repeat.
+        assert_eq!(fs[0].last_seen, fs[0].first_seen);
         assert!(!node_healthy(&n, &watched()));
+    }
+
+    #[test]
+    fn rewriting_a_condition_keeps_every_occurrence_time() {
+        // One XID 13 on GPU 0; later the agent rewrites the condition with
+        // an XID 31 on GPU 1 added, and again as a heartbeat only: the
+        // first line's times must not move (they name its occurrence).
+        let line13 = "source=NvidiaXid code=13 device=0 at=2026-01-01T11:00:00.250Z n=1 | Xid 13";
+        let line31 = "source=NvidiaXid code=31 device=1 at=2026-01-01T11:20:00.000Z n=1 | Xid 31";
+        let write = |msg: &str, hb: &str| {
+            node(
+                json!([{"type": "GpuFault", "status": "True", "message": msg,
+                "lastTransitionTime": "2026-01-01T11:00:01Z", "lastHeartbeatTime": hb}]),
+            )
+        };
+        let a = node_faults(&write(line13, "2026-01-01T11:00:01Z"), &[], now());
+        let b = node_faults(
+            &write(&format!("{line13}\n{line31}"), "2026-01-01T11:20:01Z"),
+            &[],
+            now(),
+        );
+        let c = node_faults(
+            &write(&format!("{line13}\n{line31}"), "2026-01-01T11:50:00Z"),
+            &[],
+            now(),
+        );
+        let t13 = "2026-01-01T11:00:00.250Z".parse::<DateTime<Utc>>().unwrap();
+        for fs in [&a, &b, &c] {
+            assert_eq!((fs[0].first_seen, fs[0].last_seen), (t13, t13));
+            assert_eq!(fs[0].count, 1);
+        }
+        assert_eq!(b[1].first_seen, c[1].first_seen);
+        // Without `at=` (an older agent, a person): the transition time,
+        // also stable across heartbeats.
+        let plain = |hb: &str| {
+            node_faults(&write("source=NvidiaXid code=13 device=0", hb), &[], now())[0].last_seen
+        };
+        assert_eq!(plain("2026-01-01T11:00:01Z"), plain("2026-01-01T12:00:00Z"));
     }
 
     #[test]

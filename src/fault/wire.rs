@@ -34,6 +34,32 @@ pub struct WireFault {
     pub device: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When the reporter first saw this fault (RFC 3339, UTC, milliseconds):
+    /// with node, source, code and device it names the occurrence, so that
+    /// the controller counts it once however often the condition or Event
+    /// carrying it is rewritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// How many times the reporter saw it since `at` (folded repeats): each
+    /// is an occurrence of its own, counted once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+}
+
+impl WireFault {
+    /// `at`, parsed.
+    pub fn at_time(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.at
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc))
+    }
+}
+
+/// The `at` of a fault first seen at `t` (millisecond precision: the
+/// occurrence id must be the same however many times it is written).
+pub fn format_at(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// Errors reading a fault from the wire.
@@ -57,7 +83,8 @@ pub fn format_annotation(fault: &WireFault) -> String {
 }
 
 /// Render a Node condition message: one line per fault,
-/// `source=S code=C [device=D] | free text`, readable in `kubectl describe`.
+/// `source=S code=C [device=D] [at=T] [n=N] | free text`, readable in
+/// `kubectl describe`.
 pub fn format_condition_message(faults: &[WireFault]) -> String {
     let mut out = String::new();
     for (i, f) in faults.iter().enumerate() {
@@ -71,6 +98,13 @@ pub fn format_condition_message(faults: &[WireFault]) -> String {
         if let Some(d) = &f.device {
             out.push_str(" device=");
             out.push_str(&token(d));
+        }
+        if let Some(t) = &f.at {
+            out.push_str(" at=");
+            out.push_str(&token(t));
+        }
+        if let Some(n) = f.count {
+            out.push_str(&format!(" n={n}"));
         }
         if let Some(m) = &f.message {
             out.push_str(" | ");
@@ -108,6 +142,8 @@ fn parse_condition_line(line: &str) -> Result<WireFault, WireError> {
                 "code" => f.code = v.to_string(),
                 "device" => f.device = Some(v.to_string()),
                 "node" => f.node = Some(v.to_string()),
+                "at" => f.at = Some(v.to_string()),
+                "n" => f.count = v.parse().ok(),
                 _ => {}
             }
         }
@@ -159,6 +195,35 @@ mod tests {
             .collect();
         assert_eq!(back[0], faults[0]);
         assert_eq!(back[1].code, "memory_bandwidth");
+    }
+
+    #[test]
+    fn occurrence_fields_round_trip_in_lines_and_annotations() {
+        let t: chrono::DateTime<chrono::Utc> = "2026-12-01T10:00:00.123Z".parse().unwrap();
+        let f = WireFault {
+            source: "NvidiaXid".into(),
+            code: "13".into(),
+            device: Some("0".into()),
+            at: Some(format_at(t)),
+            count: Some(2),
+            message: Some("graphics engine exception".into()),
+            ..Default::default()
+        };
+        let line = format_condition_message(std::slice::from_ref(&f));
+        assert!(
+            line.contains(" at=2026-12-01T10:00:00.123Z n=2 | "),
+            "{line}"
+        );
+        let back = parse_condition_message(&line).remove(0).unwrap();
+        assert_eq!(back, f);
+        assert_eq!(back.at_time(), Some(t));
+        let ann = parse_annotation(&format_annotation(&f)).unwrap();
+        assert_eq!(ann, f);
+        // A line without them (an older agent, a person) still parses.
+        let old = parse_condition_message("source=NvidiaXid code=79 device=3")
+            .remove(0)
+            .unwrap();
+        assert_eq!((old.at, old.count), (None, None));
     }
 
     #[test]

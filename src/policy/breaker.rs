@@ -28,7 +28,10 @@ impl Breaker {
     }
 
     fn horizon(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        now - chrono::Duration::from_std(self.window).unwrap_or(chrono::Duration::minutes(5))
+        chrono::Duration::from_std(self.window)
+            .ok()
+            .and_then(|w| now.checked_sub_signed(w))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
     }
 
     /// Separations within the window ending `now`.

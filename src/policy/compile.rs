@@ -1,6 +1,8 @@
 //! Compile a RecoveryPolicy once per generation.
 
-use crate::api::{PolicyAction, RecoveryPolicy, WorkloadKind, duration};
+use crate::api::{
+    PolicyAction, RecoveryPolicy, RecoveryTier, RetryLimitAction, WorkloadKind, duration,
+};
 use crate::classify::InvalidObject;
 use crate::expr::{Expr, POLICY_VARS};
 use kube::ResourceExt;
@@ -13,6 +15,11 @@ pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(30);
 pub const DEFAULT_JOB_AFTER: Duration = Duration::from_secs(120);
 /// Default restart budget window.
 pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(3600);
+/// Default time an in-place tier has before the next tier takes over.
+pub const DEFAULT_FALLBACK_AFTER: Duration = Duration::from_secs(120);
+/// Default time a pod of a restarting job may sit Terminating on a NotReady
+/// node before it is force-deleted.
+pub const DEFAULT_FORCE_DELETE_AFTER: Duration = Duration::from_secs(60);
 /// Default annotation carrying a job's progress signal.
 pub const DEFAULT_PROGRESS_ANNOTATION: &str = "rebound.dev/progress";
 /// Default upper bound of saved logs per job.
@@ -105,6 +112,27 @@ pub struct Hang {
     pub require_progress: bool,
 }
 
+/// How a policy's restarts are carried out (`spec.restart`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestartConfig {
+    /// Tiers to try, cheapest first; never empty.
+    pub tiers: Vec<RecoveryTier>,
+    pub fallback_after: Duration,
+    pub force_delete_after: Duration,
+    pub on_retry_limit: RetryLimitAction,
+}
+
+impl Default for RestartConfig {
+    fn default() -> Self {
+        RestartConfig {
+            tiers: vec![RecoveryTier::Recreate],
+            fallback_after: DEFAULT_FALLBACK_AFTER,
+            force_delete_after: DEFAULT_FORCE_DELETE_AFTER,
+            on_retry_limit: RetryLimitAction::Skip,
+        }
+    }
+}
+
 /// A RecoveryPolicy ready to use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompiledPolicy {
@@ -124,6 +152,8 @@ pub struct CompiledPolicy {
     pub dry_run: bool,
     /// Node behaviour this policy asks for (used only for the root policy).
     pub node: Option<NodeConfig>,
+    /// `spec.restart`, compiled.
+    pub restart: RestartConfig,
     /// `namespace/name`, formatted once: records name the policy per decision.
     id: String,
 }
@@ -233,7 +263,43 @@ impl CompiledPolicy {
                 })
             })
             .transpose()?;
+        let restart = match &s.restart {
+            None => RestartConfig::default(),
+            Some(r) => {
+                let mut tiers: Vec<RecoveryTier> = Vec::new();
+                for t in &r.tiers {
+                    if tiers.contains(t) {
+                        return Err(InvalidObject {
+                            field: "spec.restart.tiers".into(),
+                            reason: "InvalidValue",
+                            message: format!("{} is listed twice", t.as_str()),
+                        });
+                    }
+                    tiers.push(*t);
+                }
+                if tiers.is_empty() {
+                    tiers.push(RecoveryTier::Recreate);
+                }
+                RestartConfig {
+                    tiers,
+                    fallback_after: r
+                        .fallback_after
+                        .as_deref()
+                        .map(|v| dur("spec.restart.fallbackAfter", v))
+                        .transpose()?
+                        .unwrap_or(DEFAULT_FALLBACK_AFTER),
+                    force_delete_after: r
+                        .force_delete_after
+                        .as_deref()
+                        .map(|v| dur("spec.restart.forceDeleteAfter", v))
+                        .transpose()?
+                        .unwrap_or(DEFAULT_FORCE_DELETE_AFTER),
+                    on_retry_limit: r.on_retry_limit,
+                }
+            }
+        };
         Ok(CompiledPolicy {
+            restart,
             namespace: p.namespace().unwrap_or_default(),
             name: p.name_any(),
             generation: p.metadata.generation,

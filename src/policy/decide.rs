@@ -13,7 +13,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// One restart in a job's history (kept in annotations on the job).
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+///
+/// The optional fields came with the recovery core's level-triggered
+/// restarts; records written without them (older versions) still read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RestartRecord {
     pub at: DateTime<Utc>,
@@ -24,6 +27,21 @@ pub struct RestartRecord {
     /// `true` for a single-pod restart of a graded escalation.
     #[serde(default)]
     pub pod_only: bool,
+    /// The job's restart generation this restart started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    /// How it was carried out (`InPlace`, `ReplaceFaulty`, `Recreate`,
+    /// `Pod`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// A pod-only restart: the pod (`name/uid`), so that its recheck acts
+    /// on that pod only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Pods of the job when it was restarted: an in-place barrier waits
+    /// for as many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<u32>,
 }
 
 /// A job as the decision sees it.
@@ -80,18 +98,39 @@ pub enum Skip {
     LevelIgnore,
     NoPolicy,
     GateFalse,
-    GateError { error: String },
+    GateError {
+        error: String,
+    },
     ActionNone,
     RestartPolicyNever,
-    Cooldown { remaining_secs: u64 },
-    CooldownError { error: String },
-    BudgetExhausted { used: u32, max: u32 },
-    WaitingForPodRestart { remaining_secs: u64 },
+    Cooldown {
+        remaining_secs: u64,
+    },
+    CooldownError {
+        error: String,
+    },
+    BudgetExhausted {
+        used: u32,
+        max: u32,
+    },
+    WaitingForPodRestart {
+        remaining_secs: u64,
+    },
     DryRun,
-    BreakerOpen { used: u32, allowed: u32 },
+    BreakerOpen {
+        used: u32,
+        allowed: u32,
+    },
     Untrusted,
     NodeActionsDisabled,
     AlreadyApplied,
+    /// The restart would exhaust the job's own retry limit (batch Job
+    /// `backoffLimit`, Volcano `maxRetry`, JobSet `maxRestarts`) and the
+    /// policy says to leave the job then.
+    RetryLimit {
+        field: String,
+        remaining: i64,
+    },
 }
 
 impl Skip {
@@ -113,6 +152,7 @@ impl Skip {
             Skip::Untrusted => "Untrusted",
             Skip::NodeActionsDisabled => "NodeActionsDisabled",
             Skip::AlreadyApplied => "AlreadyApplied",
+            Skip::RetryLimit { .. } => "RetryLimit",
         }
     }
 }
@@ -401,8 +441,12 @@ pub fn decide_job(
     if let Some(b) = &p.budget
         && (b.count_infrastructure || !d.infrastructure)
     {
-        let horizon =
-            now - chrono::Duration::from_std(b.window).unwrap_or(chrono::Duration::hours(1));
+        // Windows are bounded when the policy is compiled; checked anyway so
+        // that no input can stop the controller.
+        let horizon = chrono::Duration::from_std(b.window)
+            .ok()
+            .and_then(|w| now.checked_sub_signed(w))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
         let used = job
             .history
             .iter()
@@ -498,7 +542,10 @@ pub fn decide_job(
 fn cooldown_of(p: &CompiledPolicy, scope: Option<&crate::expr::Scope>) -> Result<Duration, String> {
     match (&p.cooldown, scope) {
         (Cooldown::Fixed(d), _) => Ok(*d),
-        (Cooldown::Cel(e), Some(scope)) => e.eval_duration_in(scope).map_err(|e| e.to_string()),
+        (Cooldown::Cel(e), Some(scope)) => e
+            .eval_duration_in(scope)
+            .map(crate::api::duration::clamp)
+            .map_err(|e| e.to_string()),
         (Cooldown::Cel(_), None) => Err("no CEL scope".into()),
     }
 }

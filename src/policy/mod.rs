@@ -7,7 +7,7 @@ pub mod engine;
 pub mod select;
 
 pub use breaker::Breaker;
-pub use compile::{CompiledPolicy, Cooldown, Hang, Limit, NodeConfig};
+pub use compile::{CompiledPolicy, Cooldown, Hang, Limit, NodeConfig, RestartConfig};
 pub use decide::{
     JobAction, JobDecision, JobInput, NodeAction, NodeDecision, NodeInput, RestartRecord, Skip,
     decide_job, decide_node,

@@ -66,6 +66,7 @@ fn ago(secs: i64, infrastructure: bool) -> RestartRecord {
         at: now() - chrono::Duration::seconds(secs),
         infrastructure,
         pod_only: false,
+        ..Default::default()
     }
 }
 
@@ -479,6 +480,7 @@ fn graded_pod_first_then_job() {
         at: now() - chrono::Duration::seconds(30),
         infrastructure: false,
         pod_only: true,
+        ..Default::default()
     };
     let d = decide_job(
         &c,

@@ -40,9 +40,12 @@ pub mod reasons {
     pub const CEL_ERROR: &str = "CelError";
     /// A restarted job's rank table (`hccl.json`) is complete again.
     pub const RECOVERY_COMPLETE: &str = "RecoveryComplete";
+    /// Pods of a restarting job stuck Terminating on a NotReady node were
+    /// force-deleted (grace period 0).
+    pub const POD_FORCE_DELETED: &str = "PodForceDeleted";
 
     /// Every reason, for docs and tests.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         JOB_RESTARTED,
         POD_RESTARTED,
         RESTART_SKIPPED,
@@ -55,6 +58,7 @@ pub mod reasons {
         INVALID_POLICY,
         CEL_ERROR,
         RECOVERY_COMPLETE,
+        POD_FORCE_DELETED,
     ];
 }
 
@@ -92,6 +96,10 @@ impl Notice {
     }
 }
 
+/// The `reportingController` of the controller's Events (what
+/// `--field-selector reportingComponent=rebound-controller` matches).
+pub const REPORTING_CONTROLLER: &str = "rebound-controller";
+
 /// Publishes Events as the rebound controller. Cheap to clone; repeats of
 /// the same Event within kube's cache window become one Event with a
 /// series count (a patch instead of a create).
@@ -104,7 +112,7 @@ impl Events {
     /// `instance` tells the replicas apart (the pod name).
     pub fn new(client: Client, instance: Option<String>) -> Events {
         let reporter = Reporter {
-            controller: "rebound".into(),
+            controller: REPORTING_CONTROLLER.into(),
             instance,
         };
         Events {

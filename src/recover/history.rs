@@ -116,6 +116,116 @@ pub async fn record_restart(
     })
 }
 
+/// A restart written on the job: the record (appended to the history when
+/// `append`), the root cause, and the in-place generation annotations
+/// (docs/in-place.md). For an in-place restart this write is what restarts
+/// the pods.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordWrite {
+    pub record: RestartRecord,
+    pub root_cause: Option<String>,
+    pub generation: u64,
+    pub released: u64,
+    /// Append the record (a new restart), or only set the generation
+    /// annotations (a fallback within the same restart).
+    pub append: bool,
+}
+
+/// Write `w` on the job in one merge patch, with the job's uid in the patch
+/// (a job recreated under the same name since the decision answers 422:
+/// `uid` is immutable) and the resourceVersion of `current` (a conflict is
+/// read again and retried, up to six attempts).
+pub async fn write_record(
+    client: &Client,
+    job: &JobRef,
+    w: &RecordWrite,
+    current: Option<&ObjectMeta>,
+) -> Result<RecordOutcome, RecoverError> {
+    let id = job.id();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
+    let mut requests = 0;
+    let mut meta = current.cloned();
+    for _ in 0..ATTEMPTS {
+        let seen = match meta.take() {
+            Some(m) => m,
+            None => {
+                requests += 1;
+                api.get(&job.name)
+                    .await
+                    .map_err(api_error(&id, "get the job", requests))?
+                    .metadata
+            }
+        };
+        let (mut patch, restart_count) = if w.append {
+            records_patch(&seen, &w.record, w.root_cause.as_deref())
+        } else {
+            let mut m = json!({"metadata": {"annotations": {}}});
+            if let Some(rv) = &seen.resource_version {
+                m["metadata"]["resourceVersion"] = json!(rv);
+            }
+            (m, 0)
+        };
+        let a = &mut patch["metadata"]["annotations"];
+        a[crate::inplace::GENERATION_ANNOTATION] = json!(w.generation.to_string());
+        a[crate::inplace::RELEASED_ANNOTATION] = json!(w.released.to_string());
+        if let Some(uid) = &job.uid {
+            patch["metadata"]["uid"] = json!(uid);
+        }
+        requests += 1;
+        match api
+            .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                return Ok(RecordOutcome {
+                    restart_count,
+                    requests,
+                });
+            }
+            Err(e) if api_code(&e) == Some(409) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10 * u64::from(requests)))
+                    .await;
+                continue;
+            }
+            Err(e) => {
+                return Err(api_error(
+                    &id,
+                    "merge-patch the job's annotations",
+                    requests,
+                )(e));
+            }
+        }
+    }
+    Err(RecoverError::Conflict {
+        target: id,
+        request: "merge-patch the job's annotations".into(),
+        attempts: ATTEMPTS,
+        requests,
+    })
+}
+
+/// Lift the in-place barrier of `generation`: one merge patch of the job's
+/// `rebound.dev/restart-released`, with the job's uid as precondition.
+pub async fn release(client: &Client, job: &JobRef, generation: u64) -> Result<(), RecoverError> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
+    let mut patch = json!({"metadata": {"annotations": {
+        crate::inplace::RELEASED_ANNOTATION: generation.to_string(),
+    }}});
+    if let Some(uid) = &job.uid {
+        patch["metadata"]["uid"] = json!(uid);
+    }
+    api.patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(api_error(
+            &job.id(),
+            "merge-patch the job's restart-released",
+            1,
+        ))
+}
+
 /// The merge patch that appends `record` to the records in `seen`, and the
 /// new restart count.
 fn records_patch(
@@ -159,6 +269,7 @@ mod tests {
             at: Utc.timestamp_opt(s, 0).single().expect("valid time"),
             infrastructure: s % 2 == 0,
             pod_only: false,
+            ..Default::default()
         }
     }
 

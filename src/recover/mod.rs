@@ -19,17 +19,21 @@ pub use error::RecoverError;
 pub use events::{Events, Notice, reasons};
 pub use history::{
     HISTORY_LEN, LAST_RESTART_ANNOTATION, RESTART_COUNT_ANNOTATION, RESTART_HISTORY_ANNOTATION,
-    ROOT_CAUSE_ANNOTATION, RecordOutcome, read_history, record_restart,
+    ROOT_CAUSE_ANNOTATION, RecordOutcome, RecordWrite, read_history, record_restart, release,
+    write_record,
 };
 pub use logs::{
     LOG_READ_CONCURRENCY, LOG_READ_TIMEOUT, LOGS_TOTAL_TIMEOUT, LogsOutcome, PodLogTarget,
     save_logs,
 };
 pub use node::{
-    CORDONED_ANNOTATION, NodeOutcome, NodeSnapshot, WAS_UNSCHEDULABLE_ANNOTATION, cordon,
+    CORDON_REASON_ANNOTATION, CORDON_STICKY_ANNOTATION, CORDONED_ANNOTATION, NodeOutcome,
+    NodeSnapshot, SEPARATED_AT_ANNOTATION, WAS_UNSCHEDULABLE_ANNOTATION, Why, cordon, cordon_for,
     cordoned_level, uncordon,
 };
-pub use restart::{PodRestartOutcome, RestartOutcome, RestartPath, restart_job, restart_pod};
+pub use restart::{
+    PodRestartOutcome, RestartOutcome, RestartPath, delete_pod, restart_job, restart_pod,
+};
 
 /// The `app.kubernetes.io/managed-by` value on what rebound creates.
 pub const MANAGED_BY: &str = "rebound";

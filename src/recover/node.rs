@@ -15,6 +15,15 @@ pub const CORDONED_ANNOTATION: &str = "rebound.dev/cordoned";
 /// when rebound acted on it: uncordoning then leaves it unschedulable.
 pub const WAS_UNSCHEDULABLE_ANNOTATION: &str = "rebound.dev/was-unschedulable";
 
+/// When rebound last took the node out of scheduling (kept when it is
+/// uncordoned: the breaker counts separations within its window from it).
+pub const SEPARATED_AT_ANNOTATION: &str = "rebound.dev/separated-at";
+/// What rebound cordoned the node for (`source/code`).
+pub const CORDON_REASON_ANNOTATION: &str = "rebound.dev/cordon-reason";
+/// `"true"`: cordoned for a fault with no clear signal; never uncordoned
+/// by rebound.
+pub const CORDON_STICKY_ANNOTATION: &str = "rebound.dev/cordon-sticky";
+
 /// Attempts of the resourceVersion-guarded patch before giving up.
 const ATTEMPTS: u32 = 3;
 
@@ -71,8 +80,37 @@ pub async fn cordon(
     taint: Option<&str>,
     current: &NodeSnapshot,
 ) -> Result<NodeOutcome, RecoverError> {
+    cordon_for(client, node, level, taint, &Why::default(), current).await
+}
+
+/// Why rebound cordons a node, written on it (`rebound.dev/cordon-reason`,
+/// `rebound.dev/cordon-sticky`, `rebound.dev/separated-at`), so that who
+/// cordoned what and why, and the breaker's window, survive a fail-over.
+#[derive(Clone, Debug, Default)]
+pub struct Why {
+    /// `source/code` of the fault.
+    pub reason: String,
+    /// The fault sends no clear signal: do not uncordon by itself.
+    pub sticky: bool,
+    /// When (RFC 3339); `None`: now.
+    pub at: Option<String>,
+}
+
+/// [`cordon`], recording why on the node.
+pub async fn cordon_for(
+    client: &Client,
+    node: &str,
+    level: Level,
+    taint: Option<&str>,
+    why: &Why,
+    current: &NodeSnapshot,
+) -> Result<NodeOutcome, RecoverError> {
+    let at = why
+        .at
+        .clone()
+        .unwrap_or_else(|| crate::fault::wire::format_at(chrono::Utc::now()));
     patch_node(client, node, "cordon", current, |snap| {
-        cordon_patch(snap, level, taint)
+        cordon_patch(snap, level, taint, why, &at)
     })
     .await
 }
@@ -146,17 +184,30 @@ async fn patch_node(
     })
 }
 
-fn cordon_patch(snap: &NodeSnapshot, level: Level, taint: Option<&str>) -> Option<Value> {
+fn cordon_patch(
+    snap: &NodeSnapshot,
+    level: Level,
+    taint: Option<&str>,
+    why: &Why,
+    at: &str,
+) -> Option<Value> {
     let recorded = cordoned_level(&snap.annotations);
     let mut spec = json!({});
     let mut annotations = json!({});
     if !snap.unschedulable {
         spec["unschedulable"] = json!(true);
+        annotations[SEPARATED_AT_ANNOTATION] = json!(at);
     } else if recorded.is_none() && !snap.annotations.contains_key(CORDONED_ANNOTATION) {
         annotations[WAS_UNSCHEDULABLE_ANNOTATION] = json!("true");
     }
     if recorded.is_none_or(|r| r < level) {
         annotations[CORDONED_ANNOTATION] = json!(level.as_str());
+        if !why.reason.is_empty() {
+            annotations[CORDON_REASON_ANNOTATION] = json!(why.reason);
+        }
+    }
+    if why.sticky && !snap.annotations.contains_key(CORDON_STICKY_ANNOTATION) {
+        annotations[CORDON_STICKY_ANNOTATION] = json!("true");
     }
     if let Some(key) = taint {
         let present = snap
@@ -183,6 +234,11 @@ fn uncordon_patch(snap: &NodeSnapshot, taint_key: Option<&str>) -> Option<Value>
     }
     let mut spec = json!({});
     let mut annotations = json!({ CORDONED_ANNOTATION: null });
+    for k in [CORDON_REASON_ANNOTATION, CORDON_STICKY_ANNOTATION] {
+        if snap.annotations.contains_key(k) {
+            annotations[k] = Value::Null;
+        }
+    }
     if snap.annotations.contains_key(WAS_UNSCHEDULABLE_ANNOTATION) {
         annotations[WAS_UNSCHEDULABLE_ANNOTATION] = Value::Null;
     } else if snap.unschedulable {

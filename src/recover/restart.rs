@@ -210,8 +210,21 @@ pub async fn restart_pod(
     pod: &str,
     uid: Option<&str>,
 ) -> Result<PodRestartOutcome, RecoverError> {
+    delete_pod(client, namespace, pod, uid, None).await
+}
+
+/// [`restart_pod`] with a grace period: `Some(0)` force-deletes a pod whose
+/// node cannot confirm (NotReady, unreachable).
+pub async fn delete_pod(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    uid: Option<&str>,
+    grace_seconds: Option<i64>,
+) -> Result<PodRestartOutcome, RecoverError> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let dp = DeleteParams {
+        grace_period_seconds: grace_seconds.and_then(|g| u32::try_from(g).ok()),
         propagation_policy: Some(PropagationPolicy::Background),
         preconditions: uid.map(|uid| Preconditions {
             uid: Some(uid.to_string()),

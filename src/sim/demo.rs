@@ -77,13 +77,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             .default_backoff();
         futures::pin_mut!(s);
         while let Some(Ok(e)) = s.next().await {
-            if e.reporting_controller.as_deref() != Some("rebound") {
+            if e.reporting_controller.as_deref()
+                != Some(crate::recover::events::REPORTING_CONTROLLER)
+            {
                 continue;
             }
             let when = e
                 .event_time
                 .as_ref()
-                .map(|t| crate::controller::time::to_chrono(&t.0));
+                .map(|t| crate::k8s::time::to_chrono(&t.0));
             if when.is_some_and(|w| w < since) {
                 continue;
             }
@@ -405,9 +407,8 @@ pub async fn xid_event(
     let api: Api<CoreEvent> =
         Api::namespaced(client.clone(), crate::fault::event::SYSTEM_NAMESPACE);
     let now = chrono::Utc::now();
-    let t = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-        crate::controller::time::to_jiff(now),
-    );
+    let t =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(crate::k8s::time::to_jiff(now));
     let fault = WireFault {
         source: "NvidiaXid".into(),
         code: code.into(),
@@ -416,6 +417,7 @@ pub async fn xid_event(
         message: Some(format!(
             "NVRM: Xid (PCI:0000:3b:00): {code}, pid=4242, name=python"
         )),
+        ..Default::default()
     };
     let ev = CoreEvent {
         metadata: ObjectMeta {

@@ -178,8 +178,11 @@ fn recorded_kernel_log_folds() {
         .expect("scan");
     let now = SystemTime::now();
     let mut state = FoldState::new(FoldConfig::default());
-    for f in &found {
-        state.observe(f.fault.clone(), now, now);
+    // Each record at its own time (the file has no kmsg headers): a
+    // repeat is a later record.
+    for (i, f) in found.iter().enumerate() {
+        let at = now - Duration::from_secs(60) + Duration::from_millis(i as u64);
+        state.observe(f.fault.clone(), at, now);
     }
     let active = state.active(Accelerator::Gpu);
     let xid119: Vec<_> = active.iter().filter(|e| e.fault.code == "119").collect();
@@ -458,12 +461,17 @@ async fn dry_run_reports_folded_faults_from_a_file() {
     assert_eq!(report.parse_errors, 1);
     assert_eq!(report.conditions[0].status, "True");
     assert_eq!(report.conditions[0].reason, "GpuXid");
+    let first = report.conditions[0]
+        .message
+        .lines()
+        .next()
+        .unwrap_or_default();
     assert_eq!(
-        report.conditions[0].message.lines().next(),
-        Some(
-            "source=NvidiaXid code=48 device=0 | Xid 48 on GPU 0000:3b:00.0: pid=1, name=train, DBE (0x2)"
-        )
+        without_occurrence(first),
+        "source=NvidiaXid code=48 device=0 | Xid 48 on GPU 0000:3b:00.0: pid=1, name=train, DBE (0x2)"
     );
+    // The line names its occurrences: when first seen, and the repeat.
+    assert!(first.contains(" at=") && first.contains(" n=2 "), "{first}");
     assert_eq!(report.conditions[1].status, "False");
 }
 
@@ -654,7 +662,7 @@ mod kube_mock {
         assert!(r.write_condition(&faulty, t).await.expect("written"));
         // Unchanged: no request.
         assert!(!r.write_condition(&faulty, t).await.expect("skipped"));
-        let name = r.create_event(&fault, 1, t).await.expect("event");
+        let name = r.create_event(&fault, 1, t, t).await.expect("event");
         assert!(name.starts_with("gpu-node-1."));
         r.update_series(&name, 7, t + Duration::from_secs(60))
             .await
@@ -774,10 +782,20 @@ mod kube_mock {
                 ),
                 (Some("GpuFault"), Some("True"), Some("GpuXid"))
             );
+            let message = c["message"].as_str().unwrap_or_default();
             assert_eq!(
-                c["message"],
-                "source=NvidiaXid code=48 device=0 | Xid 48 on GPU 0000:3b:00.0: DBE\n\
-                 source=NvidiaXid code=13 device=1 | Xid 13 on GPU 0000:5e:00.0: Graphics Exception"
+                message
+                    .lines()
+                    .map(super::without_occurrence)
+                    .collect::<Vec<_>>(),
+                [
+                    "source=NvidiaXid code=48 device=0 | Xid 48 on GPU 0000:3b:00.0: DBE",
+                    "source=NvidiaXid code=13 device=1 | Xid 13 on GPU 0000:5e:00.0: Graphics Exception"
+                ]
+            );
+            assert!(
+                message.lines().next().is_some_and(|l| l.contains(" n=2 ")),
+                "{message}"
             );
             let reply = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x"}, "eventTime": "2027-01-15T08:00:00.000000Z"});
             let (_, e13) = expect(
@@ -833,7 +851,7 @@ mod kube_mock {
                 "/api/v1/nodes/gpu-node-1",
                 node(json!([{
                     "type": "GpuFault", "status": "True", "reason": "GpuXid79",
-                    "message": "source=NvidiaXid code=79 device=0 | Xid 79 on GPU 0000:3b:00.0: GPU has fallen off the bus",
+                    "message": "source=NvidiaXid code=79 device=0 at=2026-12-01T10:00:00.000Z n=1 | Xid 79 on GPU 0000:3b:00.0: GPU has fallen off the bus",
                     "lastHeartbeatTime": now, "lastTransitionTime": now
                 }])),
             )
@@ -1194,5 +1212,20 @@ mod embedded {
         );
         agent.abort();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// A condition line without its occurrence tokens (`at=`, `n=`), which
+/// carry times the tests do not fix.
+fn without_occurrence(line: &str) -> String {
+    let (head, text) = line.split_once(" | ").unwrap_or((line, ""));
+    let head: Vec<&str> = head
+        .split(' ')
+        .filter(|t| !t.starts_with("at=") && !t.starts_with("n="))
+        .collect();
+    if text.is_empty() {
+        head.join(" ")
+    } else {
+        format!("{} | {text}", head.join(" "))
     }
 }

@@ -549,6 +549,11 @@ const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
     ("events.k8s.io", &["events"], &["create", "patch"]),
     ("", &["configmaps"], &["create"]),
     (
+        "apiextensions.k8s.io",
+        &["customresourcedefinitions"],
+        &["list", "watch"],
+    ),
+    (
         "rebound.dev",
         &["recoverypolicies", "faultclassifications"],
         &["get", "list", "watch"],

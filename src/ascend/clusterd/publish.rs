@@ -16,8 +16,8 @@
 
 use super::ClusterdView;
 use super::render::{self, DEVICE_PREFIX, FAULT_JOB_CM, NODE_CM};
-use crate::controller::leader::Leadership;
-use crate::controller::metrics::Metrics;
+use crate::k8s::leader::Leadership;
+use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 
 use super::objects::JobKind;
 use super::table::{LABEL_KEY, LABEL_VALUE};
-use crate::controller::metrics::{KindLabels, Metrics};
+use crate::metrics::{KindLabels, Metrics};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
@@ -43,8 +43,7 @@ pub(super) async fn watches(
     metrics: &Metrics,
     tx: &mpsc::Sender<In>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let labelled =
-        || crate::controller::watch::config().labels(&format!("{LABEL_KEY}={LABEL_VALUE}"));
+    let labelled = || crate::k8s::watch::config().labels(&format!("{LABEL_KEY}={LABEL_VALUE}"));
     let mut tasks = vec![
         forward(
             "rank-table pods",
@@ -63,7 +62,7 @@ pub(super) async fn watches(
         (JobKind::Batch, ApiResource::erase::<Job>(&())),
         (JobKind::Deployment, ApiResource::erase::<Deployment>(&())),
     ];
-    match crate::controller::discover::job_kinds(client).await {
+    match crate::k8s::discover::job_kinds(client).await {
         Ok(found) => kinds.extend(
             found
                 .into_iter()

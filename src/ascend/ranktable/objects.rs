@@ -4,7 +4,7 @@
 
 use super::table::{self, Group, Member, NPU_RESOURCE, RANK_INDEX_ANNOTATION};
 use crate::api::policy::WorkloadKind;
-use crate::controller::time::to_chrono;
+use crate::k8s::time::to_chrono;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;

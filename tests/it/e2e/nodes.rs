@@ -181,6 +181,7 @@ async fn fault_event(bed: &Testbed, ns: &str, node: &str, code: &str) -> Result<
         node: Some(node.into()),
         device: Some("1".into()),
         message: None,
+        ..Default::default()
     };
     let now = chrono::Utc::now();
     let t = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

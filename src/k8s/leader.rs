@@ -46,6 +46,7 @@ struct Inner {
     fast: AtomicBool,
     tx: watch::Sender<bool>,
     always: bool,
+    revoked: AtomicBool,
 }
 
 impl Leadership {
@@ -58,6 +59,7 @@ impl Leadership {
                 fast: AtomicBool::new(true),
                 tx,
                 always: true,
+                revoked: AtomicBool::new(false),
             }),
         }
     }
@@ -70,6 +72,7 @@ impl Leadership {
                 fast: AtomicBool::new(false),
                 tx,
                 always: false,
+                revoked: AtomicBool::new(false),
             }),
         }
     }
@@ -77,6 +80,9 @@ impl Leadership {
     /// Whether this replica holds the Lease with time to spare: checked
     /// right before every disruptive action.
     pub fn is_leader(&self) -> bool {
+        if self.inner.revoked.load(Ordering::Acquire) {
+            return false;
+        }
         if self.inner.always {
             return true;
         }
@@ -91,12 +97,30 @@ impl Leadership {
         }
     }
 
+    /// Stop acting at once (the controller is failing): every later
+    /// [`Self::is_leader`] is false; the Lease loop stops renewing.
+    pub fn revoke(&self) {
+        self.inner.fast.store(false, Ordering::Release);
+        self.inner.revoked.store(true, Ordering::Release);
+        self.inner.tx.send_if_modified(|v| {
+            let changed = *v;
+            *v = false;
+            changed
+        });
+    }
+
+    /// Whether [`Self::revoke`] was called.
+    pub fn is_revoked(&self) -> bool {
+        self.inner.revoked.load(Ordering::Acquire)
+    }
+
     /// Changes of leadership (true = became leader).
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.inner.tx.subscribe()
     }
 
     async fn set(&self, deadline: Option<Instant>) {
+        let deadline = deadline.filter(|_| !self.is_revoked());
         *self.inner.deadline.lock().await = deadline;
         let leading = deadline.is_some();
         self.inner.fast.store(leading, Ordering::Release);
@@ -147,6 +171,12 @@ pub fn start(
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
         let mut observed: Option<Observed> = None;
         loop {
+            if l2.is_revoked() {
+                // The controller is failing: let a standby take over now
+                // rather than after the lease duration.
+                release(&api, &cfg).await;
+                return;
+            }
             let started = Instant::now();
             let r = tokio::time::timeout(
                 cfg.retry.max(Duration::from_secs(1)) * 2,

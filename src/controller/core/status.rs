@@ -1,7 +1,10 @@
 //! Policy and classification status, computed in one place and written in
-//! batches (never once per fault), only by the leader, only when changed.
+//! batches (never once per fault), only by the leader, only when changed:
+//! the book says what status should be; the writes are effects, and only
+//! one that succeeded counts as written.
 
-use super::actions::ActionCtx;
+use super::effect::{About, EffectKind, StatusTarget};
+use super::{Core, Now};
 use crate::api::conditions::{Condition, upsert};
 use crate::api::{FaultClassification, RecoveryPolicy};
 use crate::classify::InvalidObject;
@@ -10,7 +13,6 @@ use crate::recover::{Notice, reasons};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 use std::collections::{BTreeMap, HashMap};
 
 /// An `InvalidPolicy` Event owed for an object: said once per generation
@@ -42,17 +44,14 @@ impl Invalid {
         }
     }
 
-    /// Write the owed Event, if any, about the object `reference` names.
-    fn announce(&mut self, ctx: &ActionCtx, mut reference: ObjectReference) {
-        let Some(note) = self.pending.take() else {
-            return;
-        };
+    /// The owed Event, if any, about the object `reference` names.
+    fn announce(&mut self, mut reference: ObjectReference) -> Option<EffectKind> {
+        let note = self.pending.take()?;
         reference.uid = self.uid.clone();
-        let events = ctx.events.clone();
-        tokio::spawn(async move {
-            let n = Notice::warning(reasons::INVALID_POLICY, "Validate", note);
-            events.object(reference, &n).await;
-        });
+        Some(EffectKind::Event {
+            about: About::Object(reference),
+            notice: Notice::warning(reasons::INVALID_POLICY, "Validate", note),
+        })
     }
 }
 
@@ -75,6 +74,8 @@ struct PolicyBook {
     recoveries: u64,
     last_recovery: Option<DateTime<Utc>>,
     written: Option<String>,
+    /// A write of this text is in flight.
+    writing: Option<String>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -83,6 +84,7 @@ struct ClassBook {
     generation: Option<i64>,
     conditions: Vec<Condition>,
     written: Option<String>,
+    writing: Option<String>,
 }
 
 /// What status should say, and what was last written.
@@ -167,12 +169,53 @@ impl StatusBook {
         }
     }
 
-    /// Write every status that changed since the last write.
-    pub fn flush(&mut self, ctx: &ActionCtx, engine: &Engine, workloads: HashMap<String, u32>) {
-        // Policies that lose to another for some workload are told so.
+    /// Every policy and classification key known (relists compare them).
+    pub fn policy_keys(&self) -> Vec<(String, String)> {
+        self.policies.keys().cloned().collect()
+    }
+
+    /// Every classification name known.
+    pub fn classification_keys(&self) -> Vec<String> {
+        self.classifications.keys().cloned().collect()
+    }
+
+    /// A status write ended: only a successful one counts as written.
+    pub fn written(&mut self, target: &StatusTarget, text: String, ok: bool) {
+        let (written, writing) = match target {
+            StatusTarget::Policy { namespace, name } => {
+                match self.policies.get_mut(&(namespace.clone(), name.clone())) {
+                    Some(b) => (&mut b.written, &mut b.writing),
+                    None => return,
+                }
+            }
+            StatusTarget::Classification { name } => match self.classifications.get_mut(name) {
+                Some(b) => (&mut b.written, &mut b.writing),
+                None => return,
+            },
+        };
+        if writing.as_deref() == Some(text.as_str()) {
+            *writing = None;
+        }
+        if ok {
+            *written = Some(text);
+        }
+    }
+
+    /// The writes (and owed Events) that bring every status to what it
+    /// should say: `(effect, target and text when it is a status write)`.
+    pub fn flush(
+        &mut self,
+        engine: &Engine,
+        workloads: HashMap<String, u32>,
+    ) -> Vec<(EffectKind, Option<(StatusTarget, String)>)> {
+        let mut out = Vec::new();
         for ((ns, name), b) in self.policies.iter_mut() {
-            b.invalid
-                .announce(ctx, reference("RecoveryPolicy", Some(ns), name));
+            if let Some(e) = b
+                .invalid
+                .announce(reference("RecoveryPolicy", Some(ns), name))
+            {
+                out.push((e, None));
+            }
             let id = format!("{ns}/{name}");
             let ready = b
                 .conditions
@@ -208,7 +251,7 @@ impl StatusBook {
                 )
             };
             upsert(&mut b.conditions, active);
-            let status = serde_json::json!({
+            let body = serde_json::json!({
                 "status": {
                     "observedGeneration": b.generation,
                     "conditions": b.conditions,
@@ -217,55 +260,84 @@ impl StatusBook {
                     "lastRecovery": b.last_recovery.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
                 }
             });
-            let text = status.to_string();
-            if b.written.as_deref() == Some(text.as_str()) {
+            let text = body.to_string();
+            if b.written.as_deref() == Some(text.as_str())
+                || b.writing.as_deref() == Some(text.as_str())
+            {
                 continue;
             }
-            b.written = Some(text);
-            let api: Api<RecoveryPolicy> = Api::namespaced(ctx.client.clone(), ns);
-            let (name, metrics) = (name.clone(), ctx.metrics.clone());
-            tokio::spawn(async move {
-                let r = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-                metrics.request("patch_status", r.is_ok());
-                if let Err(e) = r {
-                    tracing::debug!(policy = %name, error = %e, "status write failed");
-                }
-            });
+            b.writing = Some(text.clone());
+            let target = StatusTarget::Policy {
+                namespace: ns.clone(),
+                name: name.clone(),
+            };
+            out.push((
+                EffectKind::Status {
+                    target: target.clone(),
+                    body,
+                },
+                Some((target, text)),
+            ));
         }
         for (name, b) in self.classifications.iter_mut() {
-            b.invalid
-                .announce(ctx, reference("FaultClassification", None, name));
+            if let Some(e) = b
+                .invalid
+                .announce(reference("FaultClassification", None, name))
+            {
+                out.push((e, None));
+            }
             let classified = engine
                 .classifier
                 .in_use()
                 .find(|c| &c.name == name)
                 .map(|c| c.classified.load(std::sync::atomic::Ordering::Relaxed))
                 .unwrap_or(0);
-            let status = serde_json::json!({
+            let body = serde_json::json!({
                 "status": {
                     "observedGeneration": b.generation,
                     "conditions": b.conditions,
                     "faultsClassified": classified,
                 }
             });
-            let text = status.to_string();
-            if b.written.as_deref() == Some(text.as_str()) {
+            let text = body.to_string();
+            if b.written.as_deref() == Some(text.as_str())
+                || b.writing.as_deref() == Some(text.as_str())
+            {
                 continue;
             }
-            b.written = Some(text);
-            let api: Api<FaultClassification> = Api::all(ctx.client.clone());
-            let (name, metrics) = (name.clone(), ctx.metrics.clone());
-            tokio::spawn(async move {
-                let r = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-                metrics.request("patch_status", r.is_ok());
-                if let Err(e) = r {
-                    tracing::debug!(classification = %name, error = %e, "status write failed");
+            b.writing = Some(text.clone());
+            let target = StatusTarget::Classification { name: name.clone() };
+            out.push((
+                EffectKind::Status {
+                    target: target.clone(),
+                    body,
+                },
+                Some((target, text)),
+            ));
+        }
+        out
+    }
+}
+
+impl Core {
+    /// Write every status that changed (the leader only, batched).
+    pub(super) fn flush_status(&mut self, _now: Now) {
+        let keys: Vec<super::store::JobKey> = self.store.pods_by_job.keys().cloned().collect();
+        let mut counts: HashMap<String, u32> = HashMap::new();
+        for key in keys {
+            if let Some(p) = self.policy_of(&key) {
+                *counts.entry(p.id()).or_default() += 1;
+            }
+        }
+        for (kind, status) in self.status.flush(&self.engine, counts) {
+            match status {
+                Some((target, text)) => {
+                    self.effect_for(super::Waiting::Status(target, text), kind, None);
                 }
-            });
+                None => {
+                    self.effect(kind, None);
+                }
+            }
         }
     }
 }

@@ -61,6 +61,7 @@ pub struct Metrics {
     pub clusterd_errors: Family<VerbLabels, Counter>,
     pub rank_table_writes: Family<StatusLabels, Counter>,
     pub recovery: Histogram,
+    pub time_to_resume: Histogram,
 }
 
 /// Metric names, for the docs check.
@@ -81,6 +82,7 @@ pub const NAMES: &[&str] = &[
     "rebound_clusterd_view_errors_total",
     "rebound_rank_table_writes_total",
     "rebound_recovery_seconds",
+    "rebound_time_to_resume_seconds",
 ];
 
 impl Default for Metrics {
@@ -191,8 +193,18 @@ impl Metrics {
             "Time from a job restart to its rank table completed again",
             recovery.clone(),
         );
+        // 0.1 s .. 30 min
+        let time_to_resume = Histogram::new([
+            0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+        ]);
+        r.register(
+            "rebound_time_to_resume_seconds",
+            "Time from a fault to every pod of the job it restarted running and Ready again (what the job loses to the fault)",
+            time_to_resume.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
+            time_to_resume,
             faults,
             decisions,
             reaction,

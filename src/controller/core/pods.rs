@@ -1,14 +1,12 @@
-//! The controller's caches: compact copies of what the watches deliver, so
-//! that the hot path needs no GET (the job's pods, the node, the history
-//! are all here) and memory stays small at 20,000 pods.
+//! What the controller keeps of a pod: compact copies with shared strings,
+//! so that 20,000 pods fit in a few MiB, plus what the recovery core reads
+//! of each (its job, its node, whether it runs, its in-place agent).
 
-use crate::fault::Level;
-use crate::policy::RestartRecord;
-use crate::recover::NodeSnapshot;
+use crate::inplace;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, RwLock};
 
 /// The annotation keys that policies read as a progress signal
@@ -167,6 +165,78 @@ pub struct PodInfo {
     /// The pod's progress annotations (key, value): only those whose key a
     /// policy reads (`ProgressKeys`), usually none or one.
     pub progress: Vec<(String, String)>,
+    /// `creationTimestamp` in seconds: a fault that happened before a pod
+    /// existed does not concern it (a restart recreated it since).
+    pub created: i64,
+    /// `deletionTimestamp` in seconds, while the pod is being deleted.
+    pub deleting_since: Option<i64>,
+    /// The pod's `Ready` condition is `True`.
+    pub ready: bool,
+    /// The in-place restart agent of the pod, if it is wired for it.
+    pub agent: Option<AgentStatus>,
+    /// When the pod's last in-place restart (`AllContainersRestarting`
+    /// back to `False`) ended, in seconds; `Some(i64::MAX)` while one runs.
+    pub restarted_in_place: Option<i64>,
+}
+
+/// The in-place agent container of a pod (docs/in-place.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// The exit code its `RestartAllContainers` rule matches.
+    pub exit_code: i32,
+    /// What its container status says.
+    pub phase: AgentPhase,
+}
+
+/// Where a pod's agent stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentPhase {
+    /// Running, startup probe passed: the barrier is open, workers run.
+    Past,
+    /// Running, startup probe not passed: waiting at the barrier.
+    Waiting,
+    /// Not running (terminated, waiting to start, no status yet).
+    Down,
+}
+
+impl AgentPhase {
+    fn of(status: Option<&k8s_openapi::api::core::v1::ContainerStatus>) -> AgentPhase {
+        match status {
+            Some(s) if s.state.as_ref().is_some_and(|st| st.running.is_some()) => {
+                if s.started == Some(true) {
+                    AgentPhase::Past
+                } else {
+                    AgentPhase::Waiting
+                }
+            }
+            _ => AgentPhase::Down,
+        }
+    }
+}
+
+/// The in-place wiring of a pod spec: the agent init container with
+/// `restartPolicy: Always` and a `RestartAllContainers` rule on an exit
+/// code (`In` with one value, as `rebound inject` writes it). The code is
+/// read from the rule, never assumed.
+pub fn agent_exit_code(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<i32> {
+    let c = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == inplace::AGENT_CONTAINER)?;
+    if c.restart_policy.as_deref() != Some("Always") {
+        return None;
+    }
+    c.restart_policy_rules.iter().flatten().find_map(|r| {
+        let codes = r.exit_codes.as_ref()?;
+        (r.action == "RestartAllContainers" && codes.operator == "In")
+            .then(|| codes.values.iter().flatten().next().copied())
+            .flatten()
+    })
+}
+
+fn secs(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> i64 {
+    t.0.as_second()
 }
 
 impl PodInfo {
@@ -199,13 +269,37 @@ impl PodInfo {
                     && t.exit_code != 0
                     && let Some(f) = t.finished_at.as_ref()
                 {
-                    let ts = crate::controller::time::to_chrono(&f.0);
+                    let ts = crate::k8s::time::to_chrono(&f.0);
                     first_failure = Some(first_failure.map_or(ts, |x| x.min(ts)));
                 }
             }
         }
         let labels = Labels::new(m.labels.as_ref(), pool);
+        let conditions = status.and_then(|s| s.conditions.as_ref());
+        let condition = |t: &str| conditions.into_iter().flatten().find(|c| c.type_ == t);
+        let agent = spec.and_then(agent_exit_code).map(|exit_code| AgentStatus {
+            exit_code,
+            phase: AgentPhase::of(
+                status
+                    .and_then(|s| s.init_container_statuses.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c.name == inplace::AGENT_CONTAINER),
+            ),
+        });
+        let restarted_in_place = condition("AllContainersRestarting").and_then(|c| {
+            if c.status == "True" {
+                Some(i64::MAX)
+            } else {
+                c.last_transition_time.as_ref().map(secs)
+            }
+        });
         PodInfo {
+            created: m.creation_timestamp.as_ref().map(secs).unwrap_or(0),
+            deleting_since: m.deletion_timestamp.as_ref().map(secs),
+            ready: condition("Ready").is_some_and(|c| c.status == "True"),
+            agent,
+            restarted_in_place,
             uid: m.uid.as_deref().unwrap_or_default().into(),
             namespace: pool.str(m.namespace.as_deref().unwrap_or_default()),
             name: Arc::from(m.name.as_deref().unwrap_or_default()),
@@ -241,186 +335,6 @@ impl PodInfo {
                 .collect(),
             labels,
         }
-    }
-}
-
-/// What the controller keeps of a node.
-#[derive(Clone, Debug, Default)]
-pub struct NodeInfo {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    /// What the cordon patch is computed from.
-    pub snap: NodeSnapshot,
-    /// The level at which rebound cordoned it (from its annotation).
-    pub cordoned_by: Option<Level>,
-}
-
-impl NodeInfo {
-    /// Compact a node from a watch event.
-    pub fn from_node(n: &Node) -> NodeInfo {
-        let snap = NodeSnapshot::from_node(n);
-        NodeInfo {
-            name: n.metadata.name.clone().unwrap_or_default(),
-            labels: n.metadata.labels.clone().unwrap_or_default(),
-            cordoned_by: crate::recover::cordoned_level(&snap.annotations),
-            snap,
-        }
-    }
-}
-
-/// What the controller keeps of a job object.
-#[derive(Clone, Debug, Default)]
-pub struct JobInfo {
-    pub resource_version: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    pub uid: Option<String>,
-    /// Restart policy says never restart (per kind, see workload).
-    pub never: bool,
-    pub history: Vec<RestartRecord>,
-}
-
-/// Key of a job in the caches: (namespace, kind, name).
-pub type JobKey = (String, String, String);
-
-/// The key of a job reference.
-pub fn job_key(j: &JobRef) -> JobKey {
-    (
-        j.namespace.clone(),
-        j.kind.as_str().to_string(),
-        j.name.clone(),
-    )
-}
-
-/// A pod's (namespace, name), sharing the cache's strings.
-pub type PodKey = (Arc<str>, Arc<str>);
-
-/// All caches with their indices.
-#[derive(Debug, Default)]
-pub struct Cache {
-    /// Pods by namespace, then name (looked up by `&str`, no key copies).
-    pub pods: HashMap<Arc<str>, HashMap<Arc<str>, PodInfo>>,
-    /// Pod names of each job, in order (the first one's labels stand for a
-    /// job without an object).
-    pub pods_by_job: HashMap<JobKey, BTreeSet<Arc<str>>>,
-    /// (namespace, name) of the pods on each node.
-    pub pods_by_node: HashMap<Arc<str>, BTreeSet<PodKey>>,
-    pub nodes: HashMap<String, NodeInfo>,
-    pub jobs: HashMap<JobKey, JobInfo>,
-    /// Restarts made by this process not yet seen back in annotations.
-    pub pending: HashMap<JobKey, Vec<RestartRecord>>,
-}
-
-impl Cache {
-    /// A pod by namespace and name.
-    pub fn pod(&self, ns: &str, name: &str) -> Option<&PodInfo> {
-        self.pods.get(ns)?.get(name)
-    }
-
-    /// Every cached pod.
-    pub fn all_pods(&self) -> impl Iterator<Item = &PodInfo> {
-        self.pods.values().flat_map(|m| m.values())
-    }
-
-    /// Number of cached pods.
-    pub fn pod_count(&self) -> usize {
-        self.pods.values().map(HashMap::len).sum()
-    }
-
-    /// Insert or replace a pod, keeping indices right.
-    pub fn upsert_pod(&mut self, p: PodInfo) {
-        self.remove_pod(&p.namespace, &p.name);
-        self.pods_by_job
-            .entry(job_key(&p.job))
-            .or_default()
-            .insert(p.name.clone());
-        if let Some(n) = &p.node {
-            self.pods_by_node
-                .entry(n.clone())
-                .or_default()
-                .insert((p.namespace.clone(), p.name.clone()));
-        }
-        self.pods
-            .entry(p.namespace.clone())
-            .or_default()
-            .insert(p.name.clone(), p);
-    }
-
-    /// Remove a pod and its index entries.
-    pub fn remove_pod(&mut self, ns: &str, name: &str) {
-        let Some(in_ns) = self.pods.get_mut(ns) else {
-            return;
-        };
-        let Some(old) = in_ns.remove(name) else {
-            return;
-        };
-        if in_ns.is_empty() {
-            self.pods.remove(ns);
-        }
-        let jk = job_key(&old.job);
-        if let Some(s) = self.pods_by_job.get_mut(&jk) {
-            s.remove(name);
-            if s.is_empty() {
-                self.pods_by_job.remove(&jk);
-            }
-        }
-        if let Some(n) = &old.node
-            && let Some(s) = self.pods_by_node.get_mut(n)
-        {
-            s.remove(&(old.namespace.clone(), old.name.clone()));
-            if s.is_empty() {
-                self.pods_by_node.remove(n);
-            }
-        }
-    }
-
-    /// Pods of a job.
-    pub fn job_pods(&self, j: &JobKey) -> Vec<&PodInfo> {
-        self.pods_by_job
-            .get(j)
-            .map(|names| names.iter().filter_map(|n| self.pod(&j.0, n)).collect())
-            .unwrap_or_default()
-    }
-
-    /// Distinct jobs with a live pod on a node.
-    pub fn jobs_on_node(&self, node: &str) -> Vec<JobRef> {
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
-        for (ns, name) in self.pods_by_node.get(node).into_iter().flatten() {
-            if let Some(p) = self.pod(ns, name)
-                && !p.deleting
-                && seen.insert(job_key(&p.job))
-            {
-                out.push((*p.job).clone());
-            }
-        }
-        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        out
-    }
-
-    /// Restart history: annotations on the job merged with restarts this
-    /// process made that the annotations do not show yet.
-    pub fn history(&self, j: &JobKey) -> Vec<RestartRecord> {
-        let mut h = self
-            .jobs
-            .get(j)
-            .map(|i| i.history.clone())
-            .unwrap_or_default();
-        if let Some(p) = self.pending.get(j) {
-            for r in p {
-                if !h.iter().any(|x| x.at == r.at) {
-                    h.push(r.clone());
-                }
-            }
-        }
-        h.sort_by_key(|r| r.at);
-        h
-    }
-
-    /// Whether every known pod of the job runs (and there is at least one).
-    pub fn job_running(&self, j: &JobKey) -> bool {
-        let pods = self.job_pods(j);
-        !pods.is_empty() && pods.iter().all(|p| p.running && !p.deleting)
     }
 }
 
@@ -483,27 +397,5 @@ mod tests {
         pool.sweep();
         assert!(pool.len() < before);
         assert!(pool.is_empty(), "nothing holds the strings any more");
-    }
-
-    #[test]
-    fn the_indices_follow_upserts_moves_and_removals() {
-        let mut pool = Interner::default();
-        let keys = BTreeSet::new();
-        let mut c = Cache::default();
-        c.upsert_pod(PodInfo::from_pod(&pod("a", "n1", "j"), &keys, &mut pool));
-        c.upsert_pod(PodInfo::from_pod(&pod("b", "n1", "j"), &keys, &mut pool));
-        assert_eq!(c.pod_count(), 2);
-        assert_eq!(c.jobs_on_node("n1").len(), 1);
-        let jk = job_key(&c.pod("ns", "a").unwrap().job);
-        assert_eq!(c.job_pods(&jk).len(), 2);
-        // a moves to another node (a new pod of the same name)
-        c.upsert_pod(PodInfo::from_pod(&pod("a", "n2", "j"), &keys, &mut pool));
-        assert_eq!(c.pods_by_node.get("n1").map(BTreeSet::len), Some(1));
-        assert_eq!(c.pods_by_node.get("n2").map(BTreeSet::len), Some(1));
-        c.remove_pod("ns", "a");
-        c.remove_pod("ns", "b");
-        assert_eq!(c.pod_count(), 0);
-        assert!(c.pods.is_empty() && c.pods_by_job.is_empty() && c.pods_by_node.is_empty());
-        assert!(c.pod("ns", "a").is_none());
     }
 }

@@ -1,0 +1,574 @@
+//! From an occurrence to what happens to each job it concerns: classify,
+//! find the jobs (only pods that existed when it happened), recognise what
+//! was handled already (a recovery under way absorbs it; a restart in the
+//! job's history after it handled it), ask the policy engine, choose the
+//! tier, check the job's own retry limit, and start the recovery — or say
+//! why not, or hold it until its cooldown ends.
+
+use super::effect::{EffectKind, PodTarget};
+use super::jobs::{Cause, Tier};
+use super::occurrence::{Fate, OccurrenceId};
+use super::store::{JobKey, job_key};
+use super::{Core, Now, Scope};
+use crate::api::{RecoveryTier, RetryLimitAction, WorkloadKind};
+use crate::expr::{JobView, NodeView};
+use crate::fault::{Fault, Level};
+use crate::policy::{JobAction, JobDecision, JobInput, RestartConfig, RestartRecord, Skip};
+use crate::recover::{Notice, reasons};
+use crate::workload::JobRef;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Kubernetes writes termination and transition times to the second: a
+/// restart made in the same second as a fault's (truncated) time may have
+/// come before it. Only a restart a whole second later surely handled it.
+pub fn handled_before(fault_time: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(fault_time.timestamp() + 1, 0).unwrap_or(fault_time)
+}
+
+impl Core {
+    /// The CEL `node` variable for a fault's node.
+    pub(super) fn node_view(&self, node: Option<&str>) -> Option<NodeView> {
+        let n = self.store.nodes.get(node?)?;
+        Some(NodeView {
+            name: n.name.clone(),
+            labels: n.labels.clone(),
+            level: n.cordoned_by,
+            faults: self
+                .store
+                .node_faults(&n.name)
+                .map(|f| f.code.clone())
+                .collect(),
+        })
+    }
+
+    /// The restart history of a job: its annotations, plus records this
+    /// process wrote that no annotation shows yet (bare pods carry none).
+    pub(super) fn history(&self, key: &JobKey) -> Vec<RestartRecord> {
+        let mut h = self
+            .store
+            .jobs
+            .get(key)
+            .map(|i| i.history.clone())
+            .unwrap_or_default();
+        for r in self.recorded.get(key).into_iter().flatten() {
+            if !h.iter().any(|x| x.at == r.at) {
+                h.push(r.clone());
+            }
+        }
+        h.sort_by_key(|r| r.at);
+        h
+    }
+
+    fn job_input(&self, job: &JobRef, fault: &Fault) -> JobInput {
+        let key = job_key(job);
+        let info = self.store.jobs.get(&key);
+        let pods = self.store.job_pods(&key);
+        let pod = fault
+            .pod
+            .as_ref()
+            .and_then(|p| self.store.pod(&job.namespace, p));
+        let labels = match info {
+            Some(i) => i.labels.clone(),
+            None => pod.map(|p| p.labels.to_map()).unwrap_or_default(),
+        };
+        let never = match job.kind {
+            WorkloadKind::Pod => pod.is_none_or(|p| p.restart_never || !p.has_controller),
+            _ => info.is_some_and(|i| i.never),
+        };
+        JobInput {
+            kind: Some(job.kind),
+            view: JobView {
+                kind: job.kind.as_str().to_string(),
+                name: job.name.clone(),
+                namespace: job.namespace.clone(),
+                labels,
+                annotations: info.map(|i| i.annotations.clone()).unwrap_or_default(),
+                restarts: 0,
+                last_restart: None,
+                replicas: pods.len() as i64,
+            },
+            pod_labels: pod.map(|p| p.labels.to_map()).unwrap_or_default(),
+            history: self.history(&key),
+            restart_policy_never: never,
+            running: self.store.job_running(&key),
+        }
+    }
+
+    /// Decide an occurrence whose carrier is present now.
+    pub(super) fn decide_current(&mut self, id: OccurrenceId, now: Now) {
+        let Some(occ) = self.current.get(&id).cloned() else {
+            return;
+        };
+        let view = self.node_view(occ.fault.node.as_deref());
+        let c = self
+            .engine
+            .classifier
+            .reclassify(occ.fault.clone(), view.as_ref(), now.wall);
+        if !self.acting() {
+            if self.ledger.needs_decision(id, c.level) {
+                self.ledger.set(id, c.level, Fate::Pending { until: None });
+            }
+            return;
+        }
+        if !self.ledger.needs_decision(id, c.level) {
+            return;
+        }
+        if let Some(until) = self.ledger.get(id).and_then(|e| match e.fate {
+            Fate::Pending { until } => until,
+            _ => None,
+        }) && until > now.wall
+        {
+            return;
+        }
+        let when = occ.fault.last_seen;
+        let refs: Vec<JobRef> = match &occ.scope {
+            Scope::Pod(j) => vec![(**j).clone()],
+            Scope::Node | Scope::NodeEvent => occ
+                .fault
+                .node
+                .as_deref()
+                .map(|n| self.store.jobs_on_node(n, Some(when.timestamp())))
+                .unwrap_or_default(),
+        };
+        let mut fates: Vec<Fate> = Vec::new();
+        let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
+        for r in refs {
+            let key = job_key(&r);
+            if self.recoveries.contains_key(&key) {
+                self.absorb(&key, &occ.fault, c.level, now);
+                fates.push(Fate::Absorbed);
+                continue;
+            }
+            let input = self.job_input(&r, &occ.fault);
+            let handled = input
+                .history
+                .iter()
+                .rfind(|h| !h.pod_only)
+                .is_some_and(|h| h.at >= handled_before(when));
+            if handled {
+                fates.push(Fate::Handled);
+                continue;
+            }
+            inputs.push((r, input));
+        }
+        let jobs: Vec<JobInput> = inputs.iter().map(|(_, i)| i.clone()).collect();
+        let decision = self.engine.decide_classified(c, None, &jobs, now.wall);
+        self.metrics
+            .faults
+            .get_or_create(&crate::metrics::FaultLabels {
+                source: decision.fault.source.to_string(),
+                level: decision.level.to_string(),
+            })
+            .inc();
+        self.metrics.cel_errors.inc_by(
+            self.engine
+                .classifier
+                .stats()
+                .cel_errors
+                .saturating_sub(self.metrics.cel_errors.get()),
+        );
+        let decision = Arc::new(decision);
+        if let Some(tx) = &self.decisions
+            && tx.receiver_count() > 0
+        {
+            let _ = tx.send(decision.clone());
+            self.effect(EffectKind::Decision(decision.clone()), None);
+        }
+        for ((job, _), jd) in inputs.into_iter().zip(decision.jobs.iter()) {
+            let fate = self.apply_job_decision(id, &occ, &decision, jd, job, now);
+            fates.push(fate);
+        }
+        let fate = aggregate(fates);
+        self.ledger.set(id, decision.level, fate);
+    }
+
+    /// A recovery under way covers a new occurrence: one recovery, not
+    /// two. A node fault under an in-place restart turns it into a
+    /// replacement of the pods on that node.
+    fn absorb(&mut self, key: &JobKey, fault: &Fault, level: Level, now: Now) {
+        if !level.cordons_node() {
+            return;
+        }
+        let Some(node) = fault.node.as_deref() else {
+            return;
+        };
+        let pods: Vec<PodTarget> = self
+            .store
+            .job_pods(key)
+            .into_iter()
+            .filter(|p| !p.deleting && p.node.as_deref() == Some(node))
+            .map(|p| PodTarget {
+                namespace: p.namespace.to_string(),
+                name: p.name.to_string(),
+                uid: p.uid.to_string(),
+                grace_seconds: None,
+            })
+            .collect();
+        let Some(rec) = self.recoveries.get_mut(key) else {
+            return;
+        };
+        if pods.is_empty() || rec.tier != Tier::InPlace {
+            return;
+        }
+        rec.tier = Tier::ReplaceFaulty { pods: pods.clone() };
+        let job = rec.job.clone();
+        self.effect(
+            EffectKind::DeletePods {
+                job: job.clone(),
+                pods,
+            },
+            None,
+        );
+        self.job_event(
+            &job,
+            Notice::normal(
+                reasons::JOB_RESTARTED,
+                "Restart",
+                format!("node {node} failed during the in-place restart: its pods are replaced, the others go on in place"),
+            ),
+        );
+        self.dirty_jobs.insert(key.clone());
+        let _ = now;
+    }
+
+    fn apply_job_decision(
+        &mut self,
+        id: OccurrenceId,
+        occ: &super::Occurrence,
+        decision: &crate::policy::Decision,
+        jd: &JobDecision,
+        job: JobRef,
+        now: Now,
+    ) -> Fate {
+        let action = match &jd.action {
+            Some(JobAction::RestartPod { .. }) => "restart_pod",
+            Some(JobAction::RestartJob { .. }) => "restart_job",
+            None => "none",
+        };
+        let key = job_key(&job);
+        if !jd.acts() {
+            let skip = jd.skip.clone().unwrap_or(Skip::ActionNone);
+            self.metrics.decision(
+                action,
+                if matches!(skip, Skip::DryRun) {
+                    "dry_run"
+                } else {
+                    skip.name()
+                },
+            );
+            return self.skipped(&job, &skip, &jd.reasons.join("; "), now);
+        }
+        let policy = jd
+            .policy
+            .as_deref()
+            .and_then(|id| id.split_once('/'))
+            .and_then(|(ns, n)| self.engine.policies.get(ns, n).cloned());
+        let cfg = policy
+            .as_ref()
+            .map(|p| p.restart.clone())
+            .unwrap_or_default();
+        let job_after = policy.as_ref().map(|p| p.job_after).unwrap_or_default();
+        let mut reasons = jd.reasons.clone();
+        let (tier, logs) = match &jd.action {
+            Some(JobAction::RestartPod { pod, preserve_logs }) => {
+                let Some(p) = self.store.pod(&job.namespace, pod) else {
+                    return Fate::Handled;
+                };
+                let target = PodTarget {
+                    namespace: job.namespace.clone(),
+                    name: pod.clone(),
+                    uid: p.uid.to_string(),
+                    grace_seconds: None,
+                };
+                (Tier::PodFirst { pod: target }, *preserve_logs)
+            }
+            Some(JobAction::RestartJob { preserve_logs }) => {
+                if self.store.jobs.get(&key).is_some_and(|j| j.native_in_place)
+                    && self.faulty_pods(&key).is_empty()
+                {
+                    self.metrics.decision(action, "NativeInPlace");
+                    return Fate::Skipped("NativeInPlace");
+                }
+                let (tier, why) = self.plan_tier(&key, &cfg, Some(decision.level));
+                if let Some(w) = why {
+                    reasons.push(w);
+                }
+                (tier, *preserve_logs)
+            }
+            None => return Fate::Skipped("ActionNone"),
+        };
+        if let Some(skip) = self.retry_limit_skip(&key, &tier, &cfg, &mut reasons) {
+            self.metrics.decision(action, skip.name());
+            return self.skipped(&job, &skip, &reasons.join("; "), now);
+        }
+        self.metrics.decision(action, "acted");
+        let root_cause = self.root_cause(&key, &occ.fault);
+        let cause = Cause {
+            occurrence: id,
+            fault: decision.fault.clone(),
+            level: decision.level,
+            policy: jd.policy.clone(),
+            reasons: reasons.join("; "),
+            root_cause,
+            infrastructure: jd.infrastructure,
+        };
+        let mut jref = job.clone();
+        if jref.uid.is_none() {
+            jref.uid = self.store.jobs.get(&key).and_then(|i| i.uid.clone());
+        }
+        let generation = self.start_recovery(
+            key,
+            jref,
+            tier,
+            cause,
+            cfg,
+            logs,
+            job_after,
+            occ.received,
+            now,
+        );
+        Fate::Acted { generation }
+    }
+
+    /// A decision that does not act: held for its cooldown, or recorded
+    /// with its reason (an Event where people should hear of it).
+    fn skipped(&mut self, job: &JobRef, skip: &Skip, why: &str, now: Now) -> Fate {
+        match skip {
+            Skip::Cooldown { remaining_secs } | Skip::WaitingForPodRestart { remaining_secs } => {
+                let until = now
+                    .wall
+                    .checked_add_signed(chrono::Duration::seconds(*remaining_secs as i64))
+                    .unwrap_or(now.wall);
+                return Fate::Pending { until: Some(until) };
+            }
+            Skip::BudgetExhausted { .. } => {
+                self.effect(EffectKind::MarkBudgetExhausted { job: job.clone() }, None);
+                self.job_event(
+                    job,
+                    Notice::warning(
+                        reasons::RESTART_BUDGET_EXHAUSTED,
+                        "Restart",
+                        format!("{}: {why}", skip.name()),
+                    ),
+                );
+            }
+            Skip::GateError { .. } | Skip::CooldownError { .. } => self.job_event(
+                job,
+                Notice::warning(
+                    reasons::CEL_ERROR,
+                    "Restart",
+                    format!("{}: {why}", skip.name()),
+                ),
+            ),
+            Skip::RetryLimit { .. } => self.job_event(
+                job,
+                Notice::warning(
+                    reasons::RESTART_SKIPPED,
+                    "Restart",
+                    format!("{}: {why}", skip.name()),
+                ),
+            ),
+            Skip::DryRun | Skip::RestartPolicyNever => self.job_event(
+                job,
+                Notice::normal(
+                    reasons::RESTART_SKIPPED,
+                    "Restart",
+                    format!("{}: {why}", skip.name()),
+                ),
+            ),
+            _ => {}
+        }
+        Fate::Skipped(skip.name())
+    }
+
+    /// Whether a node is being taken out of scheduling, or is NotReady:
+    /// pods there must move.
+    pub(super) fn node_is_faulty(&self, node: &str) -> bool {
+        self.nodes.level(node).is_some_and(|l| l.cordons_node())
+            || self.store.nodes.get(node).is_some_and(|n| !n.ready)
+    }
+
+    /// The job's pods on faulty nodes.
+    pub(super) fn faulty_pods(&self, key: &JobKey) -> Vec<PodTarget> {
+        self.store
+            .job_pods(key)
+            .into_iter()
+            .filter(|p| !p.deleting && p.node.as_deref().is_some_and(|n| self.node_is_faulty(n)))
+            .map(|p| PodTarget {
+                namespace: p.namespace.to_string(),
+                name: p.name.to_string(),
+                uid: p.uid.to_string(),
+                grace_seconds: None,
+            })
+            .collect()
+    }
+
+    /// The cheapest tier of the policy's list that can restart this job,
+    /// and why cheaper ones could not, if they were skipped.
+    pub(super) fn plan_tier(
+        &self,
+        key: &JobKey,
+        cfg: &RestartConfig,
+        _level: Option<Level>,
+    ) -> (Tier, Option<String>) {
+        let pods: Vec<_> = self
+            .store
+            .job_pods(key)
+            .into_iter()
+            .filter(|p| !p.deleting)
+            .collect();
+        let faulty = self.faulty_pods(key);
+        let wired = |all: bool| {
+            pods.iter()
+                .filter(|p| all || !faulty.iter().any(|f| f.uid == *p.uid))
+                .all(|p| p.agent.is_some())
+                && !pods.is_empty()
+        };
+        let mut why: Vec<String> = Vec::new();
+        for t in &cfg.tiers {
+            match t {
+                RecoveryTier::InPlace => {
+                    if !faulty.is_empty() {
+                        why.push(format!(
+                            "not in place: {} pod(s) on faulty nodes must move",
+                            faulty.len()
+                        ));
+                    } else if !wired(true) {
+                        why.push("not in place: the job's pods lack the in-place wiring (rebound inject)".into());
+                    } else {
+                        return (Tier::InPlace, join(why));
+                    }
+                }
+                RecoveryTier::ReplaceFaulty => {
+                    if faulty.is_empty() {
+                        continue;
+                    }
+                    if !wired(false) {
+                        why.push("not replacing only the faulty pods: the job's pods lack the in-place wiring (rebound inject)".into());
+                    } else {
+                        return (Tier::ReplaceFaulty { pods: faulty }, join(why));
+                    }
+                }
+                RecoveryTier::Recreate => return (Tier::Recreate, join(why)),
+            }
+        }
+        why.push("falling back to Recreate".into());
+        (Tier::Recreate, join(why))
+    }
+
+    /// Whether the restart would exhaust the job's own retry limit, and
+    /// the policy says to leave the job then.
+    fn retry_limit_skip(
+        &self,
+        key: &JobKey,
+        tier: &Tier,
+        cfg: &RestartConfig,
+        reasons: &mut Vec<String>,
+    ) -> Option<Skip> {
+        let info = self.store.jobs.get(key)?;
+        let limit = info.retry_limit.as_ref()?;
+        let deleted = match tier {
+            Tier::InPlace => 0,
+            Tier::PodFirst { .. } => 1,
+            Tier::ReplaceFaulty { pods } | Tier::NativeReplace { pods } => pods.len() as i64,
+            Tier::Recreate => self
+                .store
+                .job_pods(key)
+                .iter()
+                .filter(|p| !p.deleting)
+                .count() as i64,
+        };
+        let cost = match key.1.parse::<WorkloadKind>().ok()? {
+            WorkloadKind::Job => deleted,
+            _ if deleted > 0 => 1,
+            _ => 0,
+        };
+        if cost == 0 || limit.remaining > cost {
+            return None;
+        }
+        let what = format!(
+            "the restart would use {cost} of the {} left under the job's {} (its operator then fails the job)",
+            limit.remaining.max(0),
+            limit.field
+        );
+        match cfg.on_retry_limit {
+            RetryLimitAction::Proceed => {
+                reasons.push(format!(
+                    "{what}; proceeding (spec.restart.onRetryLimit: Proceed)"
+                ));
+                None
+            }
+            RetryLimitAction::Skip => {
+                reasons.push(format!(
+                    "{what}; not restarting (spec.restart.onRetryLimit: Skip)"
+                ));
+                Some(Skip::RetryLimit {
+                    field: limit.field.to_string(),
+                    remaining: limit.remaining.max(0),
+                })
+            }
+        }
+    }
+
+    /// The pod to look at first: one on a node that carries a fault, else
+    /// the earliest failure among the job's pods.
+    fn root_cause(&self, key: &JobKey, fault: &Fault) -> Option<String> {
+        let pods = self.store.job_pods(key);
+        let on_faulty = pods.iter().find(|p| {
+            p.node
+                .as_ref()
+                .is_some_and(|n| self.store.node_has_faults(n))
+        });
+        if let Some(p) = on_faulty {
+            return Some(format!(
+                "{} (on faulty node {})",
+                p.name,
+                p.node.clone().unwrap_or_default()
+            ));
+        }
+        pods.iter()
+            .filter_map(|p| p.first_failure.map(|t| (t, &p.name)))
+            .min()
+            .map(|(t, n)| format!("{n} (first failure at {})", t.to_rfc3339()))
+            .or_else(|| fault.pod.clone())
+    }
+}
+
+fn join(v: Vec<String>) -> Option<String> {
+    (!v.is_empty()).then(|| v.join("; "))
+}
+
+/// One fate for an occurrence that concerned several jobs: acted if any
+/// acted, else pending if any waits, else absorbed, handled or skipped.
+fn aggregate(fates: Vec<Fate>) -> Fate {
+    if fates.is_empty() {
+        return Fate::Skipped("NoAffectedJob");
+    }
+    if let Some(f) = fates.iter().find(|f| matches!(f, Fate::Acted { .. })) {
+        return f.clone();
+    }
+    let until = fates
+        .iter()
+        .filter_map(|f| match f {
+            Fate::Pending { until } => Some(*until),
+            _ => None,
+        })
+        .min();
+    if let Some(until) = until {
+        return Fate::Pending { until };
+    }
+    for want in [Fate::Absorbed, Fate::Handled] {
+        if fates.contains(&want) {
+            return want;
+        }
+    }
+    fates
+        .into_iter()
+        .next()
+        .unwrap_or(Fate::Skipped("NoAffectedJob"))
+}
+
+/// Longest a cooldown can hold an occurrence (bounded like every duration).
+pub const MAX_HOLD: Duration = crate::api::duration::MAX;

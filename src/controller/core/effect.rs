@@ -1,0 +1,160 @@
+//! What the core asks the executor to do. Every destructive effect names
+//! the identity it was decided for (a uid, a resourceVersion, a label of
+//! the job's uid), so that carrying out a stale decision on an object
+//! recreated meanwhile fails instead of acting on the wrong one.
+
+use crate::fault::{Fault, Level};
+use crate::recover::{NodeSnapshot, Notice, PodLogTarget};
+use crate::workload::JobRef;
+use std::time::Instant;
+
+/// Identity of one effect; its outcome comes back with it.
+pub type EffectId = u64;
+
+/// One effect, with the instant its cause was received (for the
+/// reaction-time histogram; `None` for effects with no watch event behind
+/// them, such as retries).
+#[derive(Clone, Debug)]
+pub struct Effect {
+    pub id: EffectId,
+    pub kind: EffectKind,
+    pub received: Option<Instant>,
+}
+
+/// How a job's pods are deleted all at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteAll {
+    /// One `deletecollection` by this label selector (it names the job's
+    /// uid where the operator labels pods with it).
+    Selector(String),
+    /// A Volcano `RestartJob` Command targeting the job's uid (the pods are
+    /// deleted by selector when the Command kind is not installed).
+    VolcanoCommand,
+}
+
+/// One pod to delete, with its uid as precondition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodTarget {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `Some(0)`: force-delete (the node cannot confirm).
+    pub grace_seconds: Option<i64>,
+}
+
+/// The restart record written on the job (see [`crate::recover::RecordWrite`]).
+pub type JobRecord = crate::recover::RecordWrite;
+
+/// What the executor does.
+#[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum EffectKind {
+    /// Delete every pod of the job (or a Volcano Command).
+    RestartJob { job: JobRef, how: DeleteAll },
+    /// Delete these pods (uid preconditions).
+    DeletePods { job: JobRef, pods: Vec<PodTarget> },
+    /// Append a restart record to the job and set its generation; for an
+    /// in-place restart this write is what restarts the pods.
+    Record {
+        job: JobRef,
+        /// The job's metadata as last seen (resourceVersion and
+        /// annotations): the history is appended to it; a conflict is read
+        /// again. `None`: read the job first.
+        current: Option<kube::api::ObjectMeta>,
+        write: JobRecord,
+    },
+    /// Lift the barrier of a generation (`restart-released`).
+    Release { job: JobRef, generation: u64 },
+    /// Mark a job whose restart budget is exhausted.
+    MarkBudgetExhausted { job: JobRef },
+    /// Save the tail of the job's pods' logs in a ConfigMap (after the
+    /// restart started: a pod being deleted or restarted in place still
+    /// serves its logs). The root-cause pod comes first.
+    SaveLogs {
+        job: JobRef,
+        pods: Vec<PodLogTarget>,
+        tail_lines: u32,
+        max_bytes: u32,
+    },
+    /// Cordon (and taint) a node, recording why in its annotations.
+    Cordon {
+        node: String,
+        snapshot: NodeSnapshot,
+        level: Level,
+        taint: Option<String>,
+        reason: String,
+        sticky: bool,
+    },
+    /// Return a node rebound cordoned to scheduling.
+    Uncordon {
+        node: String,
+        snapshot: NodeSnapshot,
+        taint_key: String,
+    },
+    /// An Event (best effort; no outcome is awaited).
+    Event { about: About, notice: Notice },
+    /// A status write of a RecoveryPolicy or FaultClassification.
+    Status {
+        target: StatusTarget,
+        body: serde_json::Value,
+    },
+    /// A decision for in-process observers (demo, tests); no request.
+    Decision(std::sync::Arc<crate::policy::Decision>),
+}
+
+/// What an Event is about.
+#[derive(Clone, Debug)]
+pub enum About {
+    Job(JobRef),
+    Node(String),
+    /// A rebound object (RecoveryPolicy, FaultClassification).
+    Object(k8s_openapi::api::core::v1::ObjectReference),
+}
+
+/// Whose status is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatusTarget {
+    Policy { namespace: String, name: String },
+    Classification { name: String },
+}
+
+/// How an effect ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done; the text says what happened (for Events and logs).
+    Ok(String),
+    /// The object it was decided for is gone or another one now (a uid or
+    /// resourceVersion precondition failed, 404): the decision is stale.
+    Gone(String),
+    /// Not done because this replica does not lead (checked right before
+    /// the request).
+    NotLeader,
+    /// Failed; retried later.
+    Failed(String),
+}
+
+impl Outcome {
+    /// Whether it succeeded.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Outcome::Ok(_))
+    }
+}
+
+/// A short description of a fault for notes.
+pub fn describe(f: &Fault) -> String {
+    let mut s = format!("{} {}", f.source, f.code);
+    if let Some(r) = &f.reason {
+        s.push_str(&format!(" ({r})"));
+    }
+    for (k, v) in [
+        ("node", &f.node),
+        ("device", &f.device),
+        ("pod", &f.pod),
+        ("container", &f.container),
+    ] {
+        if let Some(v) = v {
+            s.push_str(&format!(" {k}={v}"));
+        }
+    }
+    s
+}

@@ -1,0 +1,100 @@
+//! Everything the core reacts to, as one enum: watch changes (relists
+//! included), action outcomes, leadership changes and ticks. Inputs carry
+//! no client and no clock: the time of a step is passed beside it.
+
+use super::effect::{EffectId, Outcome};
+use super::pods::{Interner, PodInfo};
+use crate::api::{FaultClassification, RecoveryPolicy, WorkloadKind};
+use crate::fault::Fault;
+use crate::inplace;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// A watch change of one kind, with reflector semantics: a relist
+/// (`Relist`, then `Apply` for every current object, then `Synced`)
+/// replaces what the core holds of that kind.
+#[derive(Debug)]
+pub enum Change<K> {
+    Apply(K),
+    Delete(K),
+    /// A (re)list starts: objects not applied again before `Synced` are gone.
+    Relist,
+    /// The (re)list is complete.
+    Synced,
+}
+
+/// One input of the core.
+///
+/// Watch changes carry the objects unboxed: they are moved through the
+/// channel once and compacted at once.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Input {
+    Pod(Change<PodSeen>),
+    Node(Change<Node>),
+    Event(Change<Event>),
+    DeviceInfo(Change<ConfigMap>),
+    Policy(Change<RecoveryPolicy>),
+    Classification(Change<FaultClassification>),
+    Job(WorkloadKind, Change<DynamicObject>),
+    /// The job kinds installed now (discovery), with their resources; a
+    /// kind missing from the list is not installed (its objects are gone).
+    JobKinds(Vec<(WorkloadKind, ApiResource)>),
+    /// A watch stream failed and restarts (for metrics).
+    WatchError(&'static str),
+    /// An effect finished.
+    Done(EffectId, Outcome),
+    /// This replica's leadership changed.
+    Leader(bool),
+    /// Periodic work: timers, resyncs, status flushes.
+    Tick,
+}
+
+/// A pod as the core needs it, read in its watch task: the full object
+/// never waits in the core's queue (memory during the initial list of
+/// 20,000 pods), and parsing runs beside the core, not in it.
+#[derive(Debug)]
+pub struct PodSeen {
+    pub info: PodInfo,
+    /// Its faults (none for a pod being deleted), younger than the
+    /// controller's `--fault-max-age`, without the terminations its last
+    /// in-place restart caused or superseded.
+    pub faults: Vec<Fault>,
+}
+
+impl PodSeen {
+    /// Compact `p` and read its faults as of `now`.
+    pub fn read(
+        p: &Pod,
+        max_age: Duration,
+        progress_keys: &BTreeSet<String>,
+        pool: &mut Interner,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> PodSeen {
+        let info = PodInfo::from_pod(p, progress_keys, pool);
+        let faults = if info.deleting {
+            Vec::new()
+        } else {
+            let restarted = info.restarted_in_place;
+            crate::fault::pod::pod_faults(p, now)
+                .into_iter()
+                .filter(|f| (now - f.last_seen).to_std().unwrap_or(Duration::ZERO) <= max_age)
+                // The agent exits to restart the pod: that is rebound's
+                // doing, never a fault.
+                .filter(|f| f.container.as_deref() != Some(inplace::AGENT_CONTAINER))
+                // A termination before (or during) the pod's last in-place
+                // restart was handled by that restart or caused by it (the
+                // kubelet kills every container).
+                .filter(|f| restarted.is_none_or(|t| f.last_seen.timestamp() > t))
+                .map(|mut f| {
+                    f.uid = p.metadata.uid.clone();
+                    f
+                })
+                .collect()
+        };
+        PodSeen { info, faults }
+    }
+}

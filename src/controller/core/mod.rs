@@ -1,0 +1,393 @@
+//! The recovery core: a state machine with no client inside. Inputs in
+//! (watch changes with relists, ticks, effect outcomes, leadership), effects
+//! out (restart, delete pods, record, release, cordon, uncordon, Events,
+//! status); the executor carries effects out and feeds outcomes back.
+//!
+//! What rebound wants of nodes and jobs is recomputed from what it observes
+//! (level-triggered): a failed action is retried, a fault that cleared
+//! while the controller was down is uncordoned, and nothing depends on
+//! having seen an edge. State that must outlive a process lives in the
+//! cluster: restart history and generation on the job, who cordoned what and
+//! why on the node, the breaker's window in the nodes' separation times.
+//!
+//! Split by concern: [`ingest`] (watch changes into the store and
+//! occurrences), [`occurrence`] (identity and the ledger), [`decide`]
+//! (occurrence → recovery or a reason), [`jobs`] (a recovery's tiers and
+//! phases), [`nodes`] (desired node state and the breaker), [`hang`],
+//! [`status`].
+
+pub mod decide;
+pub mod effect;
+pub mod hang;
+pub mod ingest;
+pub mod input;
+pub mod jobs;
+pub mod nodes;
+pub mod occurrence;
+pub mod pods;
+pub mod status;
+pub mod store;
+
+use crate::ascend::clusterd::ClusterdView;
+use crate::metrics::Metrics;
+use crate::policy::{Engine, NodeConfig};
+use chrono::{DateTime, Utc};
+use effect::{Effect, EffectId, EffectKind, Outcome};
+use input::Input;
+use occurrence::{Ledger, OccurrenceId};
+use pods::ProgressKeys;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use store::{JobKey, Store, Watched};
+
+/// The time of one step: wall time for decisions and records, the
+/// monotonic instant for reaction-time metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct Now {
+    pub wall: DateTime<Utc>,
+    pub mono: Instant,
+}
+
+impl Now {
+    /// The current time.
+    pub fn current() -> Now {
+        Now {
+            wall: Utc::now(),
+            mono: Instant::now(),
+        }
+    }
+}
+
+/// What the core is configured with (from the controller's flags).
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    /// The root namespace (cluster-default policies, trusted Events).
+    pub root: String,
+    /// Node condition types read as faults besides the agent's and Ready.
+    pub condition_types: Vec<String>,
+    /// Faults older than this when first seen are not acted on.
+    pub fault_max_age: Duration,
+    /// `--dry-run`.
+    pub dry_run: bool,
+    /// Node behaviour from the flags.
+    pub node_default: NodeConfig,
+    /// How often policy and classification status is written.
+    pub status_interval: Duration,
+    /// How often every node and job is reconciled even without a change.
+    pub resync_interval: Duration,
+}
+
+/// A fault occurrence whose carrier is present now.
+#[derive(Clone, Debug)]
+pub struct Occurrence {
+    pub id: OccurrenceId,
+    pub fault: crate::fault::Fault,
+    pub scope: Scope,
+    /// When the watch event that carried it arrived.
+    pub received: Option<Instant>,
+}
+
+/// Which jobs an occurrence concerns.
+#[derive(Clone, Debug)]
+pub enum Scope {
+    /// The pod's own job.
+    Pod(Arc<crate::workload::JobRef>),
+    /// Every job with a pod on the fault's node at the time it happened.
+    Node,
+    /// The same, for a fault an Event carries: no clear signal follows, so
+    /// a cordon it causes stays until a person lifts it.
+    NodeEvent,
+}
+
+/// What an effect in flight was for, to route its outcome.
+#[derive(Clone, Debug)]
+enum Waiting {
+    Job(JobKey),
+    Node(String),
+    Status(effect::StatusTarget, String),
+}
+
+/// The core.
+pub struct Core {
+    cfg: CoreConfig,
+    pub engine: Engine,
+    pub store: Store,
+    ledger: Ledger,
+    /// Occurrences whose carrier is present, and the carriers' occurrences.
+    current: HashMap<OccurrenceId, Occurrence>,
+    carriers: HashMap<String, Vec<OccurrenceId>>,
+    synced: HashSet<Watched>,
+    /// Installed job kinds; `None` until discovery answered once.
+    kinds: Option<BTreeSet<crate::api::WorkloadKind>>,
+    leading: bool,
+    recoveries: HashMap<JobKey, jobs::Recovery>,
+    /// Restart records this process wrote for jobs it keeps no object of
+    /// (bare pods), for their cooldowns.
+    recorded: HashMap<JobKey, Vec<crate::policy::RestartRecord>>,
+    nodes: nodes::NodeBook,
+    hang: hang::HangBook,
+    status: status::StatusBook,
+    next_id: EffectId,
+    inflight: HashMap<EffectId, Waiting>,
+    /// Jobs and nodes to reconcile at the end of the step.
+    dirty_jobs: BTreeSet<JobKey>,
+    dirty_nodes: BTreeSet<String>,
+    metrics: Metrics,
+    clusterd: Option<ClusterdView>,
+    progress_keys: ProgressKeys,
+    decisions: Option<tokio::sync::broadcast::Sender<Arc<crate::policy::Decision>>>,
+    last_status: Option<DateTime<Utc>>,
+    last_resync: Option<DateTime<Utc>>,
+    last_scan: Option<DateTime<Utc>>,
+    out: Vec<Effect>,
+}
+
+impl Core {
+    /// A core with nothing observed yet.
+    pub fn new(
+        cfg: CoreConfig,
+        metrics: Metrics,
+        clusterd: Option<ClusterdView>,
+        progress_keys: ProgressKeys,
+    ) -> Core {
+        let mut engine = Engine::new(&cfg.root, cfg.node_default.clone(), 0);
+        engine.global_dry_run = cfg.dry_run;
+        Core {
+            cfg,
+            engine,
+            store: Store::default(),
+            ledger: Ledger::default(),
+            current: HashMap::new(),
+            carriers: HashMap::new(),
+            synced: HashSet::new(),
+            kinds: None,
+            leading: false,
+            recoveries: HashMap::new(),
+            recorded: HashMap::new(),
+            nodes: nodes::NodeBook::default(),
+            hang: hang::HangBook::default(),
+            status: status::StatusBook::default(),
+            next_id: 1,
+            inflight: HashMap::new(),
+            dirty_jobs: BTreeSet::new(),
+            dirty_nodes: BTreeSet::new(),
+            metrics,
+            clusterd,
+            progress_keys,
+            decisions: None,
+            last_status: None,
+            last_resync: None,
+            last_scan: None,
+            out: Vec::new(),
+        }
+    }
+
+    /// Send every decision to `tx` (in-process observers: the demo's
+    /// timeline, tests). Cheap when nobody listens.
+    pub fn observe_decisions(
+        &mut self,
+        tx: tokio::sync::broadcast::Sender<Arc<crate::policy::Decision>>,
+    ) {
+        self.decisions = Some(tx);
+    }
+
+    /// Whether every watch the decisions read has delivered its list (job
+    /// kinds included) and no relist is under way.
+    pub fn ready(&self) -> bool {
+        const BASE: [Watched; 7] = [
+            Watched::Pods,
+            Watched::Nodes,
+            Watched::Events,
+            Watched::DeviceInfo,
+            Watched::Policies,
+            Watched::Classifications,
+            Watched::Kinds,
+        ];
+        let Some(kinds) = &self.kinds else {
+            return false;
+        };
+        BASE.iter().all(|w| self.synced.contains(w))
+            && kinds
+                .iter()
+                .all(|k| self.synced.contains(&Watched::Jobs(*k)))
+            && !self.store.relists.any_open()
+    }
+
+    /// Whether this replica leads (as last told).
+    pub fn leading(&self) -> bool {
+        self.leading
+    }
+
+    /// Whether the core may act now: ready and leading.
+    fn acting(&self) -> bool {
+        self.leading && self.ready()
+    }
+
+    /// Recoveries under way (tests, metrics).
+    pub fn recoveries(&self) -> usize {
+        self.recoveries.len()
+    }
+
+    /// The ledger (property tests check invariants over it).
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Effects in flight (tests).
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Handle one input; returns the effects to carry out.
+    pub fn step(&mut self, input: Input, now: Now) -> Vec<Effect> {
+        let was_ready = self.ready();
+        let was_acting = self.acting();
+        match input {
+            Input::Pod(c) => self.on_pod(c, now),
+            Input::Node(c) => self.on_node(c, now),
+            Input::Event(c) => self.on_event(c, now),
+            Input::DeviceInfo(c) => self.on_device_info(c, now),
+            Input::Policy(c) => self.on_policy(c, now),
+            Input::Classification(c) => self.on_classification(c, now),
+            Input::Job(kind, c) => self.on_job(kind, c, now),
+            Input::JobKinds(kinds) => self.on_job_kinds(kinds),
+            Input::WatchError(name) => {
+                self.metrics
+                    .watch_restarts
+                    .get_or_create(&crate::metrics::KindLabels {
+                        kind: name.to_string(),
+                    })
+                    .inc();
+            }
+            Input::Done(id, outcome) => self.on_done(id, outcome, now),
+            Input::Leader(l) => {
+                self.leading = l;
+                self.metrics.leader.set(i64::from(l));
+            }
+            Input::Tick => self.on_tick(now),
+        }
+        if !was_ready && self.ready() {
+            tracing::info!(
+                occurrences = self.current.len(),
+                "initial lists complete; deciding faults seen at start-up"
+            );
+            self.engine.breaker.total_nodes = self.store.nodes.len() as u32;
+        }
+        if !was_acting && self.acting() {
+            self.take_over(now);
+        }
+        self.reconcile_dirty(now);
+        std::mem::take(&mut self.out)
+    }
+
+    /// Became able to act (ready and leading): resume recoveries recorded on
+    /// the jobs, reconcile every node and job, decide every current
+    /// occurrence not decided yet. What a previous leader did is recognised
+    /// from the cluster (restart history, generations, node annotations),
+    /// so nothing is done twice.
+    fn take_over(&mut self, now: Now) {
+        self.resume_recoveries(now);
+        self.dirty_nodes.extend(self.store.nodes.keys().cloned());
+        self.dirty_jobs
+            .extend(self.store.pods_by_job.keys().cloned());
+        let ids: Vec<OccurrenceId> = self.current.keys().copied().collect();
+        for id in ids {
+            self.decide_current(id, now);
+        }
+    }
+
+    fn effect(&mut self, kind: EffectKind, received: Option<Instant>) -> EffectId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.out.push(Effect { id, kind, received });
+        id
+    }
+
+    /// An effect whose outcome is routed back to `w`.
+    fn effect_for(&mut self, w: Waiting, kind: EffectKind, received: Option<Instant>) -> EffectId {
+        let id = self.effect(kind, received);
+        self.inflight.insert(id, w);
+        id
+    }
+
+    fn on_done(&mut self, id: EffectId, outcome: Outcome, now: Now) {
+        let Some(w) = self.inflight.remove(&id) else {
+            return;
+        };
+        self.metrics.request("action", outcome.is_ok());
+        match w {
+            Waiting::Job(key) => self.job_done(&key, id, outcome, now),
+            Waiting::Node(name) => self.node_done(&name, id, outcome, now),
+            Waiting::Status(target, text) => self.status.written(&target, text, outcome.is_ok()),
+        }
+    }
+
+    fn on_tick(&mut self, now: Now) {
+        // Occurrences held for a cooldown whose time has come.
+        if self.acting() {
+            for id in self.ledger.due(now.wall) {
+                self.decide_current(id, now);
+            }
+        }
+        let every = |last: &mut Option<DateTime<Utc>>, d: Duration| {
+            let due = last.is_none_or(|l| (now.wall - l).to_std().unwrap_or(Duration::ZERO) >= d);
+            if due {
+                *last = Some(now.wall);
+            }
+            due
+        };
+        if every(&mut self.last_scan, Duration::from_secs(5)) {
+            // Lasting faults escalate with time, the breaker's window moves
+            // on: nodes with faults or held separations are looked at again.
+            let faulty: Vec<String> = self
+                .store
+                .nodes
+                .keys()
+                .filter(|n| self.store.node_has_faults(n) || self.nodes.is_held(n))
+                .cloned()
+                .collect();
+            self.dirty_nodes.extend(faulty);
+            self.rescan_lasting(now);
+            self.scan_hangs(now);
+        }
+        let resync = self.cfg.resync_interval;
+        if every(&mut self.last_resync, resync) {
+            self.dirty_nodes.extend(self.store.nodes.keys().cloned());
+            self.dirty_jobs.extend(self.recoveries.keys().cloned());
+        }
+        // Recoveries waiting for a deadline or a retry.
+        let due: Vec<JobKey> = self
+            .recoveries
+            .iter()
+            .filter(|(_, r)| r.wakes_by(now.wall))
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.dirty_jobs.extend(due);
+        let interval = self.cfg.status_interval;
+        if self.leading && every(&mut self.last_status, interval) {
+            self.flush_status(now);
+        }
+    }
+
+    fn reconcile_dirty(&mut self, now: Now) {
+        if !self.acting() {
+            return;
+        }
+        for name in std::mem::take(&mut self.dirty_nodes) {
+            self.reconcile_node(&name, now);
+        }
+        for key in std::mem::take(&mut self.dirty_jobs) {
+            self.advance(&key, now);
+        }
+        self.metrics
+            .breaker_held
+            .set(self.nodes.held_count() as i64);
+        self.metrics
+            .breaker_open
+            .set(i64::from(self.nodes.held_count() > 0));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,388 @@
+//! What rebound wants of each node, recomputed from what it observes:
+//! cordoned (and tainted at Separate) while a trusted fault at a cordoning
+//! level is present, uncordoned once it clears (only nodes rebound
+//! cordoned, never one cordoned for an Event-borne fault, which sends no
+//! clear signal). The circuit breaker counts separations within its window
+//! from the nodes' `rebound.dev/separated-at` annotations, so its state is
+//! in the cluster; a separation it holds back stays wanted and happens when
+//! the window allows.
+
+use super::effect::{EffectKind, Outcome, describe};
+use super::store::{CORDON_STICKY_ANNOTATION, SEPARATED_AT_ANNOTATION};
+use super::{Core, Now, Waiting};
+use crate::fault::{Classified, Level};
+use crate::policy::{Breaker, NodeAction, NodeInput, Skip, decide_node};
+use crate::recover::{Notice, reasons};
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A node action in flight, with what its Event will say.
+#[derive(Clone, Debug)]
+enum InFlight {
+    Cordon {
+        level: Level,
+        taint: Option<String>,
+        note: String,
+    },
+    Uncordon {
+        taint_key: String,
+    },
+}
+
+/// The core's bookkeeping of node actions.
+#[derive(Debug, Default)]
+pub struct NodeBook {
+    inflight: HashMap<String, InFlight>,
+    /// Separations the breaker holds back (node → level wanted).
+    held: BTreeMap<String, Level>,
+    /// Nodes whose hold was announced (one BreakerOpen Event an episode).
+    announced: HashSet<String>,
+    /// Nodes whose dry-run decision was announced, at that level.
+    noted: HashMap<String, Level>,
+    /// Each node's current fault level (its highest trusted fault).
+    levels: HashMap<String, Level>,
+    /// When a failed node action may be tried again.
+    retry_at: HashMap<String, (DateTime<Utc>, u32)>,
+}
+
+impl NodeBook {
+    /// The node's current fault level, if it has faults.
+    pub fn level(&self, node: &str) -> Option<Level> {
+        self.levels.get(node).copied()
+    }
+
+    /// Whether the breaker holds a separation of `node` back.
+    pub fn is_held(&self, node: &str) -> bool {
+        self.held.contains_key(node)
+    }
+
+    /// Separations held back.
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Cordons in flight (they count against the breaker).
+    fn cordons_in_flight(&self) -> u32 {
+        self.inflight
+            .values()
+            .filter(|f| matches!(f, InFlight::Cordon { .. }))
+            .count() as u32
+    }
+
+    /// Forget a node that is gone.
+    pub fn forget(&mut self, node: &str) {
+        self.inflight.remove(node);
+        self.held.remove(node);
+        self.announced.remove(node);
+        self.noted.remove(node);
+        self.levels.remove(node);
+        self.retry_at.remove(node);
+    }
+}
+
+impl Core {
+    /// The breaker as the cluster shows it: separations within the window
+    /// are the nodes separated since its start, plus cordons in flight.
+    fn breaker(&self, now: DateTime<Utc>) -> Breaker {
+        let (cfg, _) = self.engine.policies.node_config(&self.engine.node_default);
+        let mut b = Breaker::new(
+            cfg.max_separated,
+            cfg.breaker_window,
+            self.store.nodes.len() as u32,
+        );
+        let mut times: Vec<DateTime<Utc>> = self
+            .store
+            .nodes
+            .values()
+            .filter_map(|n| n.separated_at)
+            .collect();
+        times.extend(std::iter::repeat_n(
+            now,
+            self.nodes.cordons_in_flight() as usize,
+        ));
+        times.sort();
+        for t in times {
+            b.record(t);
+        }
+        b
+    }
+
+    /// The trusted fault of the highest level a node carries now, and
+    /// whether it came from an Event (no clear signal).
+    fn worst_fault(&mut self, name: &str, now: Now) -> Option<(Classified, bool)> {
+        let view = self.node_view(Some(name));
+        let mut faults: Vec<(crate::fault::Fault, bool)> = self
+            .store
+            .node_faults(name)
+            .cloned()
+            .map(|f| (f, false))
+            .collect();
+        faults.extend(
+            self.store
+                .event_faults
+                .values()
+                .filter(|e| e.fault.node.as_deref() == Some(name) && e.fault.pod.is_none())
+                .map(|e| (e.fault.clone(), true)),
+        );
+        let mut best: Option<(Classified, bool)> = None;
+        for (f, sticky) in faults {
+            let c = self
+                .engine
+                .classifier
+                .reclassify(f, view.as_ref(), now.wall);
+            let better = match &best {
+                None => true,
+                Some((b, _)) => (c.fault.trusted, c.level) > (b.fault.trusted, b.level),
+            };
+            if better {
+                best = Some((c, sticky));
+            }
+        }
+        best
+    }
+
+    /// Bring one node to what its faults want.
+    pub(super) fn reconcile_node(&mut self, name: &str, now: Now) {
+        let Some(node) = self.store.nodes.get(name).cloned() else {
+            self.nodes.forget(name);
+            return;
+        };
+        if self.nodes.inflight.contains_key(name)
+            || self
+                .nodes
+                .retry_at
+                .get(name)
+                .is_some_and(|(t, _)| *t > now.wall)
+        {
+            return;
+        }
+        let worst = self.worst_fault(name, now);
+        let level = worst
+            .as_ref()
+            .filter(|(c, _)| c.fault.trusted)
+            .map(|(c, _)| c.level);
+        match level {
+            Some(l) => {
+                self.nodes.levels.insert(name.to_string(), l);
+            }
+            None => {
+                self.nodes.levels.remove(name);
+            }
+        }
+        let (cfg, from) = self.engine.policies.node_config(&self.engine.node_default);
+        let Some((c, sticky)) = worst.filter(|(c, _)| c.fault.trusted && c.level.cordons_node())
+        else {
+            self.nodes.held.remove(name);
+            self.nodes.announced.remove(name);
+            self.nodes.noted.remove(name);
+            self.maybe_uncordon(&node, &cfg, now);
+            return;
+        };
+        let input = NodeInput {
+            name: name.to_string(),
+            unschedulable: node.snap.unschedulable,
+            cordoned_by_rebound: node.cordoned_by,
+            tainted: node.snap.taints.iter().any(|t| t.key == cfg.taint_key),
+        };
+        let dry = self.engine.global_dry_run || self.engine.policies.node_dry_run();
+        let breaker = self.breaker(now.wall);
+        let d = decide_node(&c, &input, &cfg, from, &breaker, dry, now.wall);
+        match &d.skip {
+            None if d.acts() => {
+                let taint = d.actions.iter().find_map(|a| match a {
+                    NodeAction::Taint { key } => Some(key.clone()),
+                    _ => None,
+                });
+                let note = format!(
+                    "Cordoned{} at level {} after {}: {}",
+                    if taint.is_some() { " and tainted" } else { "" },
+                    c.level,
+                    describe(&c.fault),
+                    d.reasons.join("; ")
+                );
+                self.nodes.held.remove(name);
+                self.nodes.announced.remove(name);
+                self.metrics.decision("cordon", "acted");
+                let received = self
+                    .current
+                    .values()
+                    .filter(|o| o.fault.node.as_deref() == Some(name))
+                    .filter_map(|o| o.received)
+                    .max();
+                self.effect_for(
+                    Waiting::Node(name.to_string()),
+                    EffectKind::Cordon {
+                        node: name.to_string(),
+                        snapshot: node.snap.clone(),
+                        level: c.level,
+                        taint: taint.clone(),
+                        reason: format!("{}/{}", c.fault.source, c.fault.code),
+                        sticky,
+                    },
+                    received,
+                );
+                self.nodes.inflight.insert(
+                    name.to_string(),
+                    InFlight::Cordon {
+                        level: c.level,
+                        taint,
+                        note,
+                    },
+                );
+            }
+            Some(Skip::BreakerOpen { used, allowed }) => {
+                self.metrics.decision("cordon", "BreakerOpen");
+                self.nodes.held.insert(name.to_string(), c.level);
+                if self.nodes.announced.insert(name.to_string()) {
+                    tracing::warn!(node = %name, used, allowed, "circuit breaker open: cordon held back");
+                    let note = format!(
+                        "Circuit breaker open: {used} of {allowed} nodes already separated in the window; cordon of this node is held and made when the window allows"
+                    );
+                    self.node_event(name, Notice::warning(reasons::BREAKER_OPEN, "Cordon", note));
+                }
+            }
+            Some(Skip::DryRun) => {
+                if self.nodes.noted.get(name) != Some(&c.level) {
+                    self.nodes.noted.insert(name.to_string(), c.level);
+                    self.metrics.decision("cordon", "dry_run");
+                    let note = format!("dry run: would cordon: {}", d.reasons.join("; "));
+                    self.node_event(
+                        name,
+                        Notice::normal(reasons::RESTART_SKIPPED, "Cordon", note),
+                    );
+                }
+            }
+            _ => {
+                self.nodes.held.remove(name);
+            }
+        }
+    }
+
+    fn maybe_uncordon(
+        &mut self,
+        node: &super::store::NodeInfo,
+        cfg: &crate::policy::NodeConfig,
+        _now: Now,
+    ) {
+        if node.cordoned_by.is_none()
+            || node.sticky
+            || !cfg.auto_uncordon
+            || self.engine.global_dry_run
+            || self.store.node_has_faults(&node.name)
+            || self
+                .store
+                .device_faults
+                .get(&node.name)
+                .is_some_and(|(_, healthy)| !healthy)
+        {
+            return;
+        }
+        self.metrics.decision("uncordon", "acted");
+        self.effect_for(
+            Waiting::Node(node.name.clone()),
+            EffectKind::Uncordon {
+                node: node.name.clone(),
+                snapshot: node.snap.clone(),
+                taint_key: cfg.taint_key.clone(),
+            },
+            None,
+        );
+        self.nodes.inflight.insert(
+            node.name.clone(),
+            InFlight::Uncordon {
+                taint_key: cfg.taint_key.clone(),
+            },
+        );
+    }
+
+    /// A node action finished: on success the store shows its result at
+    /// once (the watch confirms it soon), so the node is not acted on
+    /// twice; a failure is retried with backoff.
+    pub(super) fn node_done(&mut self, name: &str, _id: u64, outcome: Outcome, now: Now) {
+        let Some(what) = self.nodes.inflight.remove(name) else {
+            return;
+        };
+        match outcome {
+            Outcome::Ok(_) => {
+                self.nodes.retry_at.remove(name);
+                let stamp = crate::fault::wire::format_at(now.wall);
+                if let Some(n) = self.store.nodes.get_mut(name) {
+                    match &what {
+                        InFlight::Cordon { level, taint, .. } => {
+                            n.snap.unschedulable = true;
+                            n.cordoned_by = Some(n.cordoned_by.map_or(*level, |l| l.max(*level)));
+                            n.separated_at = Some(now.wall);
+                            n.snap
+                                .annotations
+                                .insert(SEPARATED_AT_ANNOTATION.to_string(), stamp);
+                            if let Some(k) = taint {
+                                n.snap.taints.push(k8s_openapi::api::core::v1::Taint {
+                                    key: k.clone(),
+                                    effect: "NoSchedule".into(),
+                                    ..Default::default()
+                                });
+                            }
+                        }
+                        InFlight::Uncordon { taint_key } => {
+                            n.cordoned_by = None;
+                            n.snap.unschedulable = false;
+                            n.sticky = false;
+                            n.snap.annotations.remove(CORDON_STICKY_ANNOTATION);
+                            n.snap.taints.retain(|t| &t.key != taint_key);
+                        }
+                    }
+                }
+                match what {
+                    InFlight::Cordon { taint, note, .. } => {
+                        let reason = if taint.is_some() {
+                            reasons::NODE_TAINTED
+                        } else {
+                            reasons::NODE_CORDONED
+                        };
+                        self.node_event(name, Notice::warning(reason, "Cordon", note));
+                    }
+                    InFlight::Uncordon { .. } => self.node_event(
+                        name,
+                        Notice::normal(
+                            reasons::NODE_UNCORDONED,
+                            "Uncordon",
+                            "Fault cleared: uncordoned (rebound had cordoned it)",
+                        ),
+                    ),
+                }
+                self.metrics.cordoned_nodes.set(
+                    self.store
+                        .nodes
+                        .values()
+                        .filter(|n| n.cordoned_by.is_some())
+                        .count() as i64,
+                );
+            }
+            Outcome::Gone(_) | Outcome::NotLeader => {}
+            Outcome::Failed(why) => {
+                let attempts = self.nodes.retry_at.get(name).map_or(0, |(_, a)| *a) + 1;
+                let wait = chrono::Duration::seconds(1i64 << attempts.min(5));
+                tracing::warn!(node = %name, attempts, %why, "node action failed; retrying");
+                self.nodes.retry_at.insert(
+                    name.to_string(),
+                    (
+                        now.wall.checked_add_signed(wait).unwrap_or(now.wall),
+                        attempts,
+                    ),
+                );
+            }
+        }
+        self.dirty_nodes.insert(name.to_string());
+    }
+
+    /// Write an Event about a node.
+    pub(super) fn node_event(&mut self, node: &str, notice: Notice) {
+        self.effect(
+            EffectKind::Event {
+                about: super::effect::About::Node(node.to_string()),
+                notice,
+            },
+            None,
+        );
+    }
+}

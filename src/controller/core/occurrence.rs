@@ -1,0 +1,259 @@
+//! Occurrences, not observations: a fault is counted and decided once
+//! however often its carrier (a pod status, a Node condition, an Event, a
+//! device-plugin ConfigMap) is rewritten or replayed by a relist.
+//!
+//! An occurrence's identity is a 128-bit fingerprint of what makes it this
+//! occurrence: the object and its place, the code, and the time it
+//! happened as its reporter wrote it (never when we saw it). The agent
+//! writes that time (`at=`) and its repeat count (`n=`) on every condition
+//! line and in every Event, so both channels name the same occurrences.
+//! The ledger remembers what became of each.
+
+use crate::fault::{Fault, FaultSource, Level};
+use chrono::{DateTime, Utc};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+
+/// A fault occurrence's identity.
+pub type OccurrenceId = u128;
+
+/// The fingerprint of `parts`: two differently keyed 64-bit hashes. Two
+/// different occurrences share one with a chance near 2^-128 per pair.
+pub fn fingerprint<T: Hash>(parts: &T) -> OccurrenceId {
+    let half = |salt: u64| {
+        let mut h = std::hash::DefaultHasher::new();
+        salt.hash(&mut h);
+        parts.hash(&mut h);
+        h.finish()
+    };
+    (u128::from(half(0)) << 64) | u128::from(half(0x9e37_79b9_7f4a_7c15))
+}
+
+/// The identity of the `k`-th occurrence of a fault line (1-based):
+/// `(node, source, code, device, first time)` plus `k`.
+pub fn line_occurrence(f: &Fault, k: u32) -> OccurrenceId {
+    fingerprint(&(
+        "line",
+        f.node.as_deref().unwrap_or(""),
+        f.source,
+        f.code.as_str(),
+        f.device.as_deref().unwrap_or(""),
+        f.first_seen.timestamp_millis(),
+        k,
+    ))
+}
+
+/// The identity of a container termination or a pod failure: the pod's
+/// uid, the container, the code and the termination time.
+pub fn pod_occurrence(f: &Fault) -> OccurrenceId {
+    fingerprint(&(
+        "pod",
+        f.uid.as_deref().unwrap_or(""),
+        f.namespace.as_deref().unwrap_or(""),
+        f.pod.as_deref().unwrap_or(""),
+        f.container.as_deref().unwrap_or(""),
+        f.code.as_str(),
+        f.last_seen.timestamp_millis(),
+    ))
+}
+
+/// The identity of the `k`-th count of an Event without the agent's
+/// occurrence time (kcover's annotation, a custom checker): its uid.
+pub fn event_occurrence(uid: &str, k: u32) -> OccurrenceId {
+    fingerprint(&("event", uid, k))
+}
+
+/// The identity of a hang: the job and when its clock started.
+pub fn hang_occurrence(job: &str, since: DateTime<Utc>) -> OccurrenceId {
+    fingerprint(&("hang", job, since.timestamp_millis()))
+}
+
+/// What became of an occurrence.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fate {
+    /// Decided to wait: decided again at `until` (cooldown) or when the
+    /// core is ready and leads.
+    Pending { until: Option<DateTime<Utc>> },
+    /// A recovery of generation `generation` was started for it.
+    Acted { generation: u64 },
+    /// A recovery already under way covers it (one recovery, not two).
+    Absorbed,
+    /// The job's history shows a restart after it (this process's or a
+    /// previous leader's).
+    Handled,
+    /// Deliberately not acted on, for this reason (a `Skip` name).
+    Skipped(&'static str),
+}
+
+/// One ledger line.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The level it was decided at: a replay at the same level is
+    /// dropped, an escalation (a repeat, a lasting fault) is decided again.
+    pub level: Level,
+    pub fate: Fate,
+}
+
+/// What the core knows of the occurrences it has seen, bounded: the
+/// oldest lines go first, which at worst re-decides an old occurrence,
+/// which the job's restart history then recognises.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    lines: HashMap<OccurrenceId, Entry>,
+    order: VecDeque<OccurrenceId>,
+    /// Occurrences counted into the classifier's history already.
+    counted: HashMap<OccurrenceId, ()>,
+    counted_order: VecDeque<OccurrenceId>,
+}
+
+impl Ledger {
+    /// Most lines kept.
+    pub const MAX: usize = 200_000;
+
+    /// The line of an occurrence.
+    pub fn get(&self, id: OccurrenceId) -> Option<&Entry> {
+        self.lines.get(&id)
+    }
+
+    /// Whether `id` needs a decision at `level`: unknown, or known at a
+    /// lower level (escalated), or pending.
+    pub fn needs_decision(&self, id: OccurrenceId, level: Level) -> bool {
+        match self.lines.get(&id) {
+            None => true,
+            Some(e) => level > e.level || matches!(e.fate, Fate::Pending { .. }),
+        }
+    }
+
+    /// Record what became of `id`.
+    pub fn set(&mut self, id: OccurrenceId, level: Level, fate: Fate) {
+        if self.lines.insert(id, Entry { level, fate }).is_none() {
+            self.order.push_back(id);
+            if self.order.len() > Self::MAX
+                && let Some(old) = self.order.pop_front()
+            {
+                self.lines.remove(&old);
+            }
+        }
+    }
+
+    /// Forget `id` (its carrier is gone and it was never acted on).
+    pub fn forget(&mut self, id: OccurrenceId) {
+        self.lines.remove(&id);
+    }
+
+    /// Occurrences pending with a wake-up at or before `now`, and those
+    /// pending without one (waiting for readiness or leadership).
+    pub fn due(&self, now: DateTime<Utc>) -> Vec<OccurrenceId> {
+        self.lines
+            .iter()
+            .filter(|(_, e)| match e.fate {
+                Fate::Pending { until } => until.is_none_or(|u| u <= now),
+                _ => false,
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Whether `id` is counted into the escalation history already; marks
+    /// it counted.
+    pub fn count_once(&mut self, id: OccurrenceId) -> bool {
+        if self.counted.insert(id, ()).is_some() {
+            return false;
+        }
+        self.counted_order.push_back(id);
+        if self.counted_order.len() > Self::MAX
+            && let Some(old) = self.counted_order.pop_front()
+        {
+            self.counted.remove(&old);
+        }
+        true
+    }
+
+    /// Lines held (metrics, tests).
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Every line (property tests check the invariants over it).
+    pub fn iter(&self) -> impl Iterator<Item = (&OccurrenceId, &Entry)> {
+        self.lines.iter()
+    }
+}
+
+/// The occurrences a node fault line stands for: `count` of them, the
+/// first at its own time, later ones at `seen` (when the count that
+/// includes them was first observed), each with its identity.
+pub fn line_occurrences(f: &Fault, seen: DateTime<Utc>) -> Vec<(OccurrenceId, Fault)> {
+    (1..=f.count.max(1))
+        .map(|k| {
+            let mut g = f.clone();
+            if k > 1 {
+                g.last_seen = seen.max(f.first_seen);
+            }
+            g.count = k;
+            (line_occurrence(f, k), g)
+        })
+        .collect()
+}
+
+/// Whether the fault's source sends a clear signal (its carrier goes back
+/// to healthy): an Event never does.
+pub fn clears(source: FaultSource, from_event: bool) -> bool {
+    !from_event && !matches!(source, FaultSource::KubeEvent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap_or_default()
+    }
+
+    fn xid(at: i64, n: u32) -> Fault {
+        let mut f = Fault::new(FaultSource::NvidiaXid, "13", t(at));
+        f.node = Some("gpu-1".into());
+        f.device = Some("0".into());
+        f.count = n;
+        f
+    }
+
+    #[test]
+    fn a_line_rewritten_keeps_its_occurrences_and_a_repeat_adds_one() {
+        let first = line_occurrences(&xid(0, 1), t(5));
+        // The same line written again later (a heartbeat, another GPU's
+        // line changing): the same identities.
+        let again = line_occurrences(&xid(0, 1), t(60));
+        assert_eq!(first[0].0, again[0].0);
+        // The agent folded a repeat: n=2 names one more occurrence.
+        let repeated = line_occurrences(&xid(0, 2), t(90));
+        assert_eq!(repeated.len(), 2);
+        assert_eq!(repeated[0].0, first[0].0);
+        assert_ne!(repeated[1].0, first[0].0);
+        assert_eq!(repeated[1].1.last_seen, t(90));
+        // The same code on another GPU is another occurrence.
+        let mut other = xid(0, 1);
+        other.device = Some("1".into());
+        assert_ne!(line_occurrences(&other, t(5))[0].0, first[0].0);
+    }
+
+    #[test]
+    fn the_ledger_drops_replays_and_decides_escalations_again() {
+        let mut l = Ledger::default();
+        let id = 7;
+        assert!(l.needs_decision(id, Level::RestartJob));
+        l.set(id, Level::RestartJob, Fate::Acted { generation: 1 });
+        assert!(!l.needs_decision(id, Level::RestartJob), "replay");
+        assert!(l.needs_decision(id, Level::ResetDevice), "escalated");
+        l.set(id, Level::ResetDevice, Fate::Pending { until: Some(t(10)) });
+        assert!(l.due(t(9)).is_empty());
+        assert_eq!(l.due(t(10)), vec![id]);
+        assert!(l.count_once(id));
+        assert!(!l.count_once(id), "counted once");
+    }
+}

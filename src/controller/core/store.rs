@@ -1,0 +1,387 @@
+//! The core's observed state: compact copies of what the watches deliver,
+//! with the indices the decisions need (pods by job and by node), so that
+//! the hot path reads memory only. A relist replaces what it covers: an
+//! object not seen again by the end of a relist is gone ([`Relists`]).
+
+use super::pods::PodInfo;
+use crate::api::WorkloadKind;
+use crate::fault::{Fault, Level};
+use crate::inplace::Generation;
+use crate::policy::RestartRecord;
+use crate::recover::NodeSnapshot;
+use crate::workload::JobRef;
+use k8s_openapi::api::core::v1::Node;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+/// Key of a job in the store: (namespace, kind, name).
+pub type JobKey = (String, String, String);
+
+/// The key of a job reference.
+pub fn job_key(j: &JobRef) -> JobKey {
+    (
+        j.namespace.clone(),
+        j.kind.as_str().to_string(),
+        j.name.clone(),
+    )
+}
+
+/// A pod's (namespace, name), sharing the store's strings.
+pub type PodKey = (Arc<str>, Arc<str>);
+
+pub use crate::recover::{CORDON_STICKY_ANNOTATION, SEPARATED_AT_ANNOTATION};
+
+/// What the core keeps of a node.
+#[derive(Clone, Debug, Default)]
+pub struct NodeInfo {
+    pub name: String,
+    pub uid: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// What the cordon patch is computed from.
+    pub snap: NodeSnapshot,
+    /// The level at which rebound cordoned it (from its annotation).
+    pub cordoned_by: Option<Level>,
+    /// When rebound last separated it (from its annotation).
+    pub separated_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Cordoned for a fault without a clear signal.
+    pub sticky: bool,
+    /// `Ready` is `True`.
+    pub ready: bool,
+    /// The faults its conditions carry now.
+    pub faults: Vec<Fault>,
+}
+
+impl NodeInfo {
+    /// Compact a node; `faults` are its conditions' faults as read now.
+    pub fn from_node(n: &Node, faults: Vec<Fault>) -> NodeInfo {
+        let snap = NodeSnapshot::from_node(n);
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        NodeInfo {
+            name: n.metadata.name.clone().unwrap_or_default(),
+            uid: n.metadata.uid.clone(),
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            cordoned_by: crate::recover::cordoned_level(&snap.annotations),
+            separated_at: snap
+                .annotations
+                .get(SEPARATED_AT_ANNOTATION)
+                .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+                .map(|t| t.with_timezone(&chrono::Utc)),
+            sticky: snap
+                .annotations
+                .get(CORDON_STICKY_ANNOTATION)
+                .is_some_and(|v| v == "true"),
+            ready,
+            faults,
+            snap,
+        }
+    }
+}
+
+/// What a job object's own spec and status say about restarts it can take
+/// before its operator fails it (`backoffLimit`, `maxRetry`,
+/// `maxRestarts`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetryLimit {
+    /// The field that limits, for the Event (`spec.maxRetry`).
+    pub field: &'static str,
+    /// How many more restarts rebound can make before the limit is hit
+    /// (0: the next restart exhausts it).
+    pub remaining: i64,
+}
+
+/// What the core keeps of a job object.
+#[derive(Clone, Debug, Default)]
+pub struct JobInfo {
+    pub resource_version: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub uid: Option<String>,
+    /// Restart policy says never restart (per kind, see workload).
+    pub never: bool,
+    /// The restart history in its annotations, oldest first.
+    pub history: Vec<RestartRecord>,
+    /// Its in-place restart generation.
+    pub generation: Generation,
+    /// The job operator's own retry limit, where the kind has one.
+    pub retry_limit: Option<RetryLimit>,
+    /// A JobSet using JobSet's own in-place restart protocol.
+    pub native_in_place: bool,
+}
+
+/// The watches whose data the core keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Watched {
+    Pods,
+    Nodes,
+    Events,
+    DeviceInfo,
+    Policies,
+    Classifications,
+    /// The installed job kinds (discovery); their object watches follow.
+    Kinds,
+    Jobs(WorkloadKind),
+}
+
+impl Watched {
+    /// The name in metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Watched::Pods => "pods",
+            Watched::Nodes => "nodes",
+            Watched::Events => "events",
+            Watched::DeviceInfo => "configmaps",
+            Watched::Policies => "policies",
+            Watched::Classifications => "classifications",
+            Watched::Kinds => "kinds",
+            Watched::Jobs(_) => "jobs",
+        }
+    }
+}
+
+/// Relist bookkeeping: between a watch's relist start and its end, the keys
+/// it delivered; at the end, every object of that watch not delivered again
+/// was deleted meanwhile.
+#[derive(Debug, Default)]
+pub struct Relists {
+    open: HashMap<Watched, HashSet<String>>,
+}
+
+impl Relists {
+    /// A relist of `w` starts.
+    pub fn begin(&mut self, w: Watched) {
+        self.open.insert(w, HashSet::new());
+    }
+
+    /// `key` was delivered by `w`.
+    pub fn saw(&mut self, w: Watched, key: &str) {
+        if let Some(s) = self.open.get_mut(&w) {
+            s.insert(key.to_string());
+        }
+    }
+
+    /// The relist of `w` ended: the keys it delivered (`None` when no
+    /// relist was open, e.g. a watch that reported synced twice).
+    pub fn end(&mut self, w: Watched) -> Option<HashSet<String>> {
+        self.open.remove(&w)
+    }
+
+    /// Whether any relist is open (decisions wait for it to end).
+    pub fn any_open(&self) -> bool {
+        !self.open.is_empty()
+    }
+
+    /// Whether the relist of `w` is open.
+    pub fn is_open(&self, w: Watched) -> bool {
+        self.open.contains_key(&w)
+    }
+}
+
+/// A fault an Event carries, kept while the Event exists.
+#[derive(Clone, Debug)]
+pub struct EventFault {
+    pub fault: Fault,
+    /// The Event's uid and count: an occurrence per count.
+    pub uid: String,
+    pub count: u32,
+}
+
+/// Everything observed, with indices.
+#[derive(Debug, Default)]
+pub struct Store {
+    /// Pods by namespace, then name (looked up by `&str`, no key copies).
+    pub pods: HashMap<Arc<str>, HashMap<Arc<str>, PodInfo>>,
+    /// Pod names of each job, in order.
+    pub pods_by_job: HashMap<JobKey, BTreeSet<Arc<str>>>,
+    /// (namespace, name) of the pods on each node.
+    pub pods_by_node: HashMap<Arc<str>, BTreeSet<PodKey>>,
+    pub nodes: HashMap<String, NodeInfo>,
+    pub jobs: HashMap<JobKey, JobInfo>,
+    /// Faults of the Ascend device plugin's ConfigMaps, by node, and
+    /// whether the plugin calls the node healthy.
+    pub device_faults: HashMap<String, (Vec<Fault>, bool)>,
+    /// Fault-carrying Events by `namespace/name`.
+    pub event_faults: HashMap<String, EventFault>,
+    pub relists: Relists,
+}
+
+impl Store {
+    /// A pod by namespace and name.
+    pub fn pod(&self, ns: &str, name: &str) -> Option<&PodInfo> {
+        self.pods.get(ns)?.get(name)
+    }
+
+    /// Every pod.
+    pub fn all_pods(&self) -> impl Iterator<Item = &PodInfo> {
+        self.pods.values().flat_map(|m| m.values())
+    }
+
+    /// Number of pods.
+    pub fn pod_count(&self) -> usize {
+        self.pods.values().map(HashMap::len).sum()
+    }
+
+    /// Insert or replace a pod, keeping indices right.
+    pub fn upsert_pod(&mut self, p: PodInfo) {
+        self.remove_pod(&p.namespace, &p.name);
+        self.pods_by_job
+            .entry(job_key(&p.job))
+            .or_default()
+            .insert(p.name.clone());
+        if let Some(n) = &p.node {
+            self.pods_by_node
+                .entry(n.clone())
+                .or_default()
+                .insert((p.namespace.clone(), p.name.clone()));
+        }
+        self.pods
+            .entry(p.namespace.clone())
+            .or_default()
+            .insert(p.name.clone(), p);
+    }
+
+    /// Remove a pod and its index entries; the pod, if it was there.
+    pub fn remove_pod(&mut self, ns: &str, name: &str) -> Option<PodInfo> {
+        let in_ns = self.pods.get_mut(ns)?;
+        let old = in_ns.remove(name)?;
+        if in_ns.is_empty() {
+            self.pods.remove(ns);
+        }
+        let jk = job_key(&old.job);
+        if let Some(s) = self.pods_by_job.get_mut(&jk) {
+            s.remove(name);
+            if s.is_empty() {
+                self.pods_by_job.remove(&jk);
+            }
+        }
+        if let Some(n) = &old.node
+            && let Some(s) = self.pods_by_node.get_mut(n)
+        {
+            s.remove(&(old.namespace.clone(), old.name.clone()));
+            if s.is_empty() {
+                self.pods_by_node.remove(n);
+            }
+        }
+        Some(old)
+    }
+
+    /// Pods of a job.
+    pub fn job_pods(&self, j: &JobKey) -> Vec<&PodInfo> {
+        self.pods_by_job
+            .get(j)
+            .map(|names| names.iter().filter_map(|n| self.pod(&j.0, n)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Pods on a node.
+    pub fn node_pods(&self, node: &str) -> Vec<&PodInfo> {
+        self.pods_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|(ns, n)| self.pod(ns, n))
+            .collect()
+    }
+
+    /// Distinct jobs with a live pod on a node that existed at `since`
+    /// (seconds; `None`: any): a fault there concerns only pods that were
+    /// there when it happened.
+    pub fn jobs_on_node(&self, node: &str, since: Option<i64>) -> Vec<JobRef> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for p in self.node_pods(node) {
+            if !p.deleting && since.is_none_or(|t| p.created <= t) && seen.insert(job_key(&p.job)) {
+                out.push((*p.job).clone());
+            }
+        }
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        out
+    }
+
+    /// Whether every known pod of the job runs (and there is at least one).
+    pub fn job_running(&self, j: &JobKey) -> bool {
+        let pods = self.job_pods(j);
+        !pods.is_empty() && pods.iter().all(|p| p.running && !p.deleting)
+    }
+
+    /// The faults a node carries now: its conditions' and its device
+    /// plugin's.
+    pub fn node_faults(&self, node: &str) -> impl Iterator<Item = &Fault> {
+        self.nodes
+            .get(node)
+            .map(|n| n.faults.as_slice())
+            .unwrap_or(&[])
+            .iter()
+            .chain(
+                self.device_faults
+                    .get(node)
+                    .map(|(f, _)| f.as_slice())
+                    .unwrap_or(&[])
+                    .iter(),
+            )
+    }
+
+    /// Whether a node carries any fault (conditions or device plugin).
+    pub fn node_has_faults(&self, node: &str) -> bool {
+        self.node_faults(node).next().is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::core::pods::Interner;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(name: &str, node: &str, job: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                uid: Some(format!("uid-{name}")),
+                labels: Some(BTreeMap::from([
+                    ("training.kubeflow.org/job-name".into(), job.into()),
+                    ("training.kubeflow.org/replica-type".into(), "worker".into()),
+                    (
+                        "training.kubeflow.org/operator-name".into(),
+                        "pytorchjob-controller".into(),
+                    ),
+                ])),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                node_name: Some(node.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_indices_follow_upserts_moves_and_removals() {
+        let mut pool = Interner::default();
+        let keys = BTreeSet::new();
+        let mut c = Store::default();
+        c.upsert_pod(PodInfo::from_pod(&pod("a", "n1", "j"), &keys, &mut pool));
+        c.upsert_pod(PodInfo::from_pod(&pod("b", "n1", "j"), &keys, &mut pool));
+        assert_eq!(c.pod_count(), 2);
+        assert_eq!(c.jobs_on_node("n1", None).len(), 1);
+        let jk = job_key(&c.pod("ns", "a").unwrap().job);
+        assert_eq!(c.job_pods(&jk).len(), 2);
+        // a moves to another node (a new pod of the same name)
+        c.upsert_pod(PodInfo::from_pod(&pod("a", "n2", "j"), &keys, &mut pool));
+        assert_eq!(c.pods_by_node.get("n1").map(BTreeSet::len), Some(1));
+        assert_eq!(c.pods_by_node.get("n2").map(BTreeSet::len), Some(1));
+        c.remove_pod("ns", "a");
+        c.remove_pod("ns", "b");
+        assert_eq!(c.pod_count(), 0);
+        assert!(c.pods.is_empty() && c.pods_by_job.is_empty() && c.pods_by_node.is_empty());
+        assert!(c.pod("ns", "a").is_none());
+    }
+}

@@ -1,0 +1,353 @@
+//! The executor: carries the core's effects out against the API and feeds
+//! each outcome back as an input. Actions are rate limited first, records
+//! (Events) after them; leadership is checked right before every request;
+//! in-flight work is tracked so that a shutdown lets it finish before the
+//! Lease is released.
+
+use super::core::effect::{About, DeleteAll, Effect, EffectKind, Outcome, StatusTarget};
+use super::core::input::Input;
+use super::throttle::Throttle;
+use crate::api::{FaultClassification, RecoveryPolicy, WorkloadKind};
+use crate::k8s::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::recover::{self, Events, Notice, RecoverError, reasons};
+use kube::api::{Api, Patch, PatchParams};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// What every effect task needs.
+#[derive(Clone)]
+pub struct Executor {
+    pub client: kube::Client,
+    pub throttle: Arc<Throttle>,
+    pub leader: Leadership,
+    pub metrics: Metrics,
+    pub events: Events,
+    pub tx: super::watches::Tx,
+    /// Effects started and not finished.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Map a failed action to an outcome: the object decided for is gone or
+/// another one now (404, a failed uid or resourceVersion precondition on
+/// a delete, an immutable uid on a patch), or the request failed.
+fn failed(e: RecoverError) -> Outcome {
+    match e.status_code() {
+        Some(404) => Outcome::Gone(e.to_string()),
+        Some(422) if e.to_string().contains("uid") => Outcome::Gone(e.to_string()),
+        _ => Outcome::Failed(e.to_string()),
+    }
+}
+
+impl Executor {
+    /// An executor reporting outcomes to `tx`.
+    pub fn new(
+        client: kube::Client,
+        throttle: Arc<Throttle>,
+        leader: Leadership,
+        metrics: Metrics,
+        events: Events,
+        tx: super::watches::Tx,
+    ) -> Executor {
+        Executor {
+            client,
+            throttle,
+            leader,
+            metrics,
+            events,
+            tx,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Carry out an effect in a task of its own.
+    pub fn run(&self, e: Effect) {
+        if matches!(e.kind, EffectKind::Decision(_)) {
+            return;
+        }
+        let ex = self.clone();
+        ex.in_flight.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(async move {
+            let id = e.id;
+            let reports = !matches!(
+                e.kind,
+                EffectKind::Event { .. }
+                    | EffectKind::SaveLogs { .. }
+                    | EffectKind::MarkBudgetExhausted { .. }
+            );
+            let outcome = ex.carry_out(e).await;
+            if reports {
+                let _ = ex
+                    .tx
+                    .send((Input::Done(id, outcome), std::time::Instant::now()))
+                    .await;
+            }
+            ex.in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+
+    /// Wait until no effect is in flight, at most `within`.
+    pub async fn drain(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.in_flight.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Effects in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Take an action token, then check leadership: the last thing before
+    /// a request.
+    async fn may_act(&self) -> bool {
+        self.throttle.acquire().await;
+        self.leader.is_leader()
+    }
+
+    async fn carry_out(&self, e: Effect) -> Outcome {
+        let observe = |ex: &Executor| {
+            if let Some(r) = e.received {
+                ex.metrics.reaction.observe(r.elapsed().as_secs_f64());
+            }
+        };
+        match e.kind {
+            EffectKind::RestartJob { job, how } => {
+                if !self.may_act().await {
+                    return Outcome::NotLeader;
+                }
+                observe(self);
+                let r = recover::restart_job(&self.client, &job).await;
+                self.metrics.request("delete", r.is_ok());
+                match r {
+                    Ok(o) => Outcome::Ok(match (o.path, how) {
+                        (recover::RestartPath::VolcanoCommand { command }, _) => {
+                            format!("Volcano Command {command} (RestartJob) created")
+                        }
+                        (recover::RestartPath::VolcanoFallbackDeletedPods, _) => format!(
+                            "Volcano Command kind not installed: {} pod(s) deleted",
+                            o.pods_deleted
+                        ),
+                        (_, DeleteAll::Selector(sel)) => {
+                            format!("{} pod(s) deleted in one request ({sel})", o.pods_deleted)
+                        }
+                        _ => format!("{} pod(s) deleted", o.pods_deleted),
+                    }),
+                    Err(e) => failed(e),
+                }
+            }
+            EffectKind::DeletePods { job: _, pods } => {
+                let mut deleted = 0;
+                let mut gone = 0;
+                for (i, p) in pods.iter().enumerate() {
+                    if !self.may_act().await {
+                        return Outcome::NotLeader;
+                    }
+                    if i == 0 {
+                        observe(self);
+                    }
+                    let r = recover::delete_pod(
+                        &self.client,
+                        &p.namespace,
+                        &p.name,
+                        Some(&p.uid),
+                        p.grace_seconds,
+                    )
+                    .await;
+                    self.metrics.request("delete", r.is_ok());
+                    match r {
+                        Ok(o) if o.deleted => deleted += 1,
+                        Ok(_) => gone += 1,
+                        Err(e) => return failed(e),
+                    }
+                }
+                Outcome::Ok(if gone == 0 {
+                    format!("{deleted} pod(s) deleted")
+                } else {
+                    format!("{deleted} pod(s) deleted, {gone} already gone or replaced")
+                })
+            }
+            EffectKind::Record {
+                job,
+                current,
+                write,
+            } => {
+                // A bare pod that was deleted keeps no record: nothing to
+                // write it on.
+                if job.kind == WorkloadKind::Pod && write.generation == write.released {
+                    return Outcome::Ok("no record for a bare pod".into());
+                }
+                if !self.may_act().await {
+                    return Outcome::NotLeader;
+                }
+                observe(self);
+                let r = recover::write_record(&self.client, &job, &write, current.as_ref()).await;
+                self.metrics.request("patch", r.is_ok());
+                match r {
+                    Ok(o) => Outcome::Ok(format!(
+                        "restart {} recorded (generation {})",
+                        o.restart_count, write.generation
+                    )),
+                    Err(e) => failed(e),
+                }
+            }
+            EffectKind::Release { job, generation } => {
+                if !self.may_act().await {
+                    return Outcome::NotLeader;
+                }
+                let r = recover::release(&self.client, &job, generation).await;
+                self.metrics.request("patch", r.is_ok());
+                match r {
+                    Ok(()) => Outcome::Ok(format!("generation {generation} released")),
+                    Err(e) => failed(e),
+                }
+            }
+            EffectKind::MarkBudgetExhausted { job } => {
+                if !self.may_act().await {
+                    return Outcome::NotLeader;
+                }
+                let api: Api<kube::api::DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), &job.namespace, &job.api_resource());
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    BUDGET_EXHAUSTED_ANNOTATION: chrono::Utc::now().to_rfc3339()
+                }}});
+                let r = api
+                    .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                self.metrics.request("patch", r.is_ok());
+                if let Err(e) = r {
+                    tracing::warn!(job = %job.name, error = %e, "could not mark the job");
+                }
+                Outcome::Ok(String::new())
+            }
+            EffectKind::SaveLogs {
+                job,
+                pods,
+                tail_lines,
+                max_bytes,
+            } => {
+                if !self.leader.is_leader() {
+                    return Outcome::NotLeader;
+                }
+                match recover::save_logs(
+                    &self.client,
+                    &job,
+                    &pods,
+                    tail_lines,
+                    max_bytes,
+                    chrono::Utc::now(),
+                )
+                .await
+                {
+                    Ok(out) => {
+                        let n = Notice::normal(
+                            reasons::LOGS_PRESERVED,
+                            "PreserveLogs",
+                            format!(
+                                "Saved the last {tail_lines} log lines of {} pod(s) in ConfigMap {}",
+                                pods.len(),
+                                out.config_map
+                            ),
+                        );
+                        self.throttle.acquire_record().await;
+                        self.events.job(&job, &n).await;
+                    }
+                    Err(e) => tracing::warn!(job = %job.id(), error = %e, "saving logs failed"),
+                }
+                Outcome::Ok(String::new())
+            }
+            EffectKind::Cordon {
+                node,
+                snapshot,
+                level,
+                taint,
+                reason,
+                sticky,
+            } => {
+                if !self.may_act().await {
+                    return Outcome::NotLeader;
+                }
+                observe(self);
+                let why = recover::Why {
+                    reason,
+                    sticky,
+                    at: None,
+                };
+                let r = recover::cordon_for(
+                    &self.client,
+                    &node,
+                    level,
+                    taint.as_deref(),
+                    &why,
+                    &snapshot,
+                )
+                .await;
+                self.metrics.request("patch", r.is_ok());
+                match r {
+                    Ok(_) => Outcome::Ok("cordoned".into()),
+                    Err(e) => failed(e),
+                }
+            }
+            EffectKind::Uncordon {
+                node,
+                snapshot,
+                taint_key,
+            } => {
+                if !self.may_act().await {
+                    return Outcome::NotLeader;
+                }
+                let r = recover::uncordon(&self.client, &node, Some(&taint_key), &snapshot).await;
+                self.metrics.request("patch", r.is_ok());
+                match r {
+                    Ok(_) => Outcome::Ok("uncordoned".into()),
+                    Err(e) => failed(e),
+                }
+            }
+            EffectKind::Event { about, notice } => {
+                self.throttle.acquire_record().await;
+                if !self.leader.is_leader() {
+                    return Outcome::NotLeader;
+                }
+                match about {
+                    About::Job(j) => self.events.job(&j, &notice).await,
+                    About::Node(n) => self.events.node(&n, &notice).await,
+                    About::Object(r) => self.events.object(r, &notice).await,
+                };
+                Outcome::Ok(String::new())
+            }
+            EffectKind::Status { target, body } => {
+                if !self.leader.is_leader() {
+                    return Outcome::NotLeader;
+                }
+                let r = match &target {
+                    StatusTarget::Policy { namespace, name } => {
+                        Api::<RecoveryPolicy>::namespaced(self.client.clone(), namespace)
+                            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                            .await
+                            .map(|_| ())
+                    }
+                    StatusTarget::Classification { name } => {
+                        Api::<FaultClassification>::all(self.client.clone())
+                            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                            .await
+                            .map(|_| ())
+                    }
+                };
+                self.metrics.request("patch_status", r.is_ok());
+                match r {
+                    Ok(()) => Outcome::Ok(String::new()),
+                    Err(e) => {
+                        tracing::debug!(?target, error = %e, "status write failed");
+                        Outcome::Failed(e.to_string())
+                    }
+                }
+            }
+            EffectKind::Decision(_) => Outcome::Ok(String::new()),
+        }
+    }
+}
+
+/// Annotation marking a job whose restart budget is exhausted (value: when).
+pub const BUDGET_EXHAUSTED_ANNOTATION: &str = "rebound.dev/budget-exhausted";

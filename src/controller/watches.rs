@@ -1,0 +1,258 @@
+//! The controller's watches: pods (compacted in their task), nodes, fault
+//! Events, device-plugin ConfigMaps, policies, classifications, and one
+//! watch per installed job kind. Job kinds are discovered, not assumed:
+//! a discovery that fails is retried with backoff (the core decides
+//! nothing until it answered), and CRDs installed or removed later start
+//! or stop their kind's watch.
+
+use super::config::ControllerArgs;
+use super::core::input::{Change, Input, PodSeen};
+use super::core::pods::{Interner, PodInfo, ProgressKeys};
+use crate::api::{FaultClassification, RecoveryPolicy, WorkloadKind};
+use crate::k8s::watch::{self, Change as W};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
+use kube::runtime::watcher::watcher;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Where watch tasks send their inputs, stamped with arrival.
+pub type Tx = mpsc::Sender<(Input, Instant)>;
+
+/// A watch change as the core takes it; `Err` for a stream error.
+fn core_change<K>(c: W<K>) -> Result<Change<K>, String> {
+    match c {
+        W::Apply(o) => Ok(Change::Apply(o)),
+        W::Delete(o) => Ok(Change::Delete(o)),
+        W::Relist => Ok(Change::Relist),
+        W::Synced => Ok(Change::Synced),
+        W::Error(e) => Err(e),
+    }
+}
+
+fn wrap<K>(
+    name: &'static str,
+    f: impl Fn(Change<K>) -> Input,
+) -> impl FnMut(W<K>) -> Option<Input> {
+    move |c| {
+        Some(match core_change(c) {
+            Ok(c) => f(c),
+            Err(_) => Input::WatchError(name),
+        })
+    }
+}
+
+/// Start the watches of everything but the job kinds.
+pub fn spawn_base(
+    client: &kube::Client,
+    args: &ControllerArgs,
+    tx: &Tx,
+    progress_keys: &ProgressKeys,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    let mut pod_cfg = watch::config();
+    if let Some(sel) = &args.pod_selector {
+        pod_cfg = pod_cfg.labels(sel);
+    }
+    let max_age = args.fault_max_age;
+    let keys = progress_keys.clone();
+    let mut pool = Interner::default();
+    tasks.push(watch::spawn(
+        "pods",
+        watcher(Api::<Pod>::all(client.clone()), pod_cfg),
+        tx.clone(),
+        move |c: W<Pod>| {
+            Some(match core_change(c) {
+                Ok(Change::Apply(p)) => Input::Pod(Change::Apply(PodSeen::read(
+                    &p,
+                    max_age,
+                    &keys.get(),
+                    &mut pool,
+                    chrono::Utc::now(),
+                ))),
+                Ok(Change::Delete(p)) => Input::Pod(Change::Delete(PodSeen {
+                    info: PodInfo::from_pod(&p, &BTreeSet::new(), &mut pool),
+                    faults: Vec::new(),
+                })),
+                Ok(Change::Relist) => Input::Pod(Change::Relist),
+                Ok(Change::Synced) => Input::Pod(Change::Synced),
+                Err(_) => Input::WatchError("pods"),
+            })
+        },
+    ));
+    tasks.push(watch::spawn(
+        "nodes",
+        watcher(Api::<Node>::all(client.clone()), watch::config()),
+        tx.clone(),
+        wrap("nodes", Input::Node),
+    ));
+    tasks.push(watch::spawn(
+        "events",
+        watcher(Api::<Event>::all(client.clone()), watch::config()),
+        tx.clone(),
+        wrap("events", Input::Event),
+    ));
+    tasks.push(watch::spawn(
+        "configmaps",
+        watcher(
+            Api::<ConfigMap>::namespaced(client.clone(), "kube-system"),
+            watch::config(),
+        ),
+        tx.clone(),
+        wrap("configmaps", Input::DeviceInfo),
+    ));
+    tasks.push(watch::spawn(
+        "policies",
+        watcher(Api::<RecoveryPolicy>::all(client.clone()), watch::config()),
+        tx.clone(),
+        wrap("policies", Input::Policy),
+    ));
+    tasks.push(watch::spawn(
+        "classifications",
+        watcher(
+            Api::<FaultClassification>::all(client.clone()),
+            watch::config(),
+        ),
+        tx.clone(),
+        wrap("classifications", Input::Classification),
+    ));
+    tasks
+}
+
+/// The workload kind of a discovered job resource.
+pub fn kind_of(ar: &ApiResource) -> Option<WorkloadKind> {
+    if ar.group == "batch.volcano.sh" {
+        return Some(WorkloadKind::VolcanoJob);
+    }
+    ar.kind.parse().ok()
+}
+
+/// Discover the installed job kinds now and whenever a CRD of one of their
+/// groups changes; a failed discovery is retried with backoff (1 s doubling
+/// to 30 s), and nothing is sent until one succeeded.
+pub fn spawn_kinds(client: kube::Client, tx: Tx) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let (changed_tx, mut changed) = mpsc::channel::<((), Instant)>(16);
+        let groups: BTreeSet<&str> = crate::k8s::discover::JOB_KINDS
+            .iter()
+            .map(|(g, _)| *g)
+            .collect();
+        let crds = watch::spawn(
+            "crds",
+            watcher(
+                Api::<kube::core::PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()),
+                watch::config(),
+            ),
+            changed_tx,
+            move |c: W<kube::core::PartialObjectMeta<CustomResourceDefinition>>| match c {
+                W::Apply(o) | W::Delete(o) => {
+                    let name = o.metadata.name.unwrap_or_default();
+                    let group = name.split_once('.').map(|(_, g)| g).unwrap_or_default();
+                    groups.contains(group).then_some(())
+                }
+                W::Synced => Some(()),
+                _ => None,
+            },
+        );
+        let mut last: Option<Vec<(WorkloadKind, ApiResource)>> = None;
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match crate::k8s::discover::job_kinds(&client).await {
+                Ok(found) => {
+                    wait = Duration::from_secs(1);
+                    let kinds: Vec<(WorkloadKind, ApiResource)> = found
+                        .into_iter()
+                        .filter_map(|ar| kind_of(&ar).map(|k| (k, ar)))
+                        .collect();
+                    let names = |v: &Vec<(WorkloadKind, ApiResource)>| {
+                        v.iter()
+                            .map(|(k, ar)| (*k, ar.api_version.clone()))
+                            .collect::<Vec<_>>()
+                    };
+                    if last.as_ref().map(names) != Some(names(&kinds)) {
+                        for (k, ar) in &kinds {
+                            tracing::info!(kind = %k.as_str(), group = %ar.group, version = %ar.version, "job kind installed");
+                        }
+                        last = Some(kinds.clone());
+                        if tx
+                            .send((Input::JobKinds(kinds), Instant::now()))
+                            .await
+                            .is_err()
+                        {
+                            crds.abort();
+                            return;
+                        }
+                    }
+                    // Wait for a CRD of a job group to change.
+                    let Some((_, _)) = changed.recv().await else {
+                        crds.abort();
+                        return;
+                    };
+                    // Several changes come together (a CRD and its status).
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    while changed.try_recv().is_ok() {}
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?wait, "job kind discovery failed; decisions wait until it succeeds");
+                    if tx
+                        .send((Input::WatchError("discovery"), Instant::now()))
+                        .await
+                        .is_err()
+                    {
+                        crds.abort();
+                        return;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    })
+}
+
+/// The watches of the installed job kinds, started and stopped as kinds
+/// come and go.
+#[derive(Default)]
+pub struct JobWatches {
+    tasks: HashMap<WorkloadKind, (String, tokio::task::JoinHandle<()>)>,
+}
+
+impl JobWatches {
+    /// Watch exactly these kinds.
+    pub fn sync(&mut self, client: &kube::Client, tx: &Tx, kinds: &[(WorkloadKind, ApiResource)]) {
+        self.tasks.retain(|k, (version, task)| {
+            let keep = kinds
+                .iter()
+                .any(|(kk, ar)| kk == k && &ar.api_version == version);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (kind, ar) in kinds {
+            if self.tasks.contains_key(kind) {
+                continue;
+            }
+            tracing::info!(kind = %kind.as_str(), "watching job kind");
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+            let k = *kind;
+            let task = watch::spawn(
+                "jobs",
+                watcher(api, watch::config()),
+                tx.clone(),
+                wrap("jobs", move |c| Input::Job(k, c)),
+            );
+            self.tasks.insert(*kind, (ar.api_version.clone(), task));
+        }
+    }
+
+    /// Stop every job watch.
+    pub fn abort_all(&mut self) {
+        for (_, (_, t)) in self.tasks.drain() {
+            t.abort();
+        }
+    }
+}
