@@ -76,7 +76,12 @@ impl Executor {
                     | EffectKind::SaveLogs { .. }
                     | EffectKind::MarkBudgetExhausted { .. }
             );
-            let outcome = ex.carry_out(e).await;
+            // A request that hangs must not hold its step forever: the
+            // core retries a failed step (idempotently).
+            let outcome = match tokio::time::timeout(EFFECT_TIMEOUT, ex.carry_out(e)).await {
+                Ok(o) => o,
+                Err(_) => Outcome::Failed(format!("no answer within {EFFECT_TIMEOUT:?}")),
+            };
             if reports {
                 let _ = ex
                     .tx
@@ -348,6 +353,10 @@ impl Executor {
         }
     }
 }
+
+/// Longest an effect may take (rate-limit waits included) before it counts
+/// as failed; below the core's own outcome timeout.
+pub const EFFECT_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// Annotation marking a job whose restart budget is exhausted (value: when).
 pub const BUDGET_EXHAUSTED_ANNOTATION: &str = "rebound.dev/budget-exhausted";

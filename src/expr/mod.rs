@@ -36,6 +36,12 @@ pub enum CompileError {
     UnknownVariable { name: String, allowed: String },
     #[error("expression is {len} bytes long; the limit is {MAX_EXPRESSION_LEN}")]
     TooLong { len: usize },
+    #[error("`{var}` has no field `{field}`; its fields: {allowed}")]
+    UnknownField {
+        var: String,
+        field: String,
+        allowed: String,
+    },
 }
 
 /// Why an evaluation gave no usable answer; counted and treated as no match.
@@ -111,6 +117,21 @@ impl Expr {
                 name: name.to_string(),
                 allowed: allowed.join(", "),
             });
+        }
+        for (var, field) in free_vars::selected_fields(program.expression()) {
+            let known: &[&str] = match var.as_str() {
+                "fault" => &views::FAULT_FIELDS,
+                "job" => &views::JOB_FIELDS,
+                "node" => &views::NODE_FIELDS,
+                _ => continue,
+            };
+            if !known.contains(&field.as_str()) {
+                return Err(CompileError::UnknownField {
+                    var,
+                    field,
+                    allowed: known.join(", "),
+                });
+            }
         }
         let vars = VarSet {
             fault: free.contains("fault"),

@@ -60,6 +60,34 @@ fn unknown_variables_are_rejected_at_compile_time() {
 }
 
 #[test]
+fn unknown_fields_of_known_variables_are_rejected_at_compile_time() {
+    let err = Expr::compile("job.restartz < 3", POLICY_VARS).unwrap_err();
+    assert!(
+        matches!(err, CompileError::UnknownField { ref var, ref field, .. } if var == "job" && field == "restartz"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("restarts"),
+        "the message lists the fields: {err}"
+    );
+    for bad in [
+        "fault.cod == '79'",
+        "has(node.levels)",
+        "node.faults.exists(f, fault.nodes == f)",
+    ] {
+        assert!(Expr::compile(bad, POLICY_VARS).is_err(), "{bad}");
+    }
+    // A comprehension's own variable and map keys are not fields of ours.
+    for ok in [
+        r#"node.faults.exists(job, job == "79")"#,
+        r#"job.labels["team"] == "a" && job.labels.team == "a""#,
+        "fault.count >= 3 && has(job.annotations)",
+    ] {
+        assert!(Expr::compile(ok, POLICY_VARS).is_ok(), "{ok}");
+    }
+}
+
+#[test]
 fn comprehensions_may_bind_their_own_variables() {
     let e = Expr::compile(r#"node.faults.exists(f, f == "79")"#, POLICY_VARS).unwrap();
     assert!(!e.eval_bool(&vars(0)).unwrap());
@@ -78,7 +106,9 @@ fn syntax_errors_and_limits_are_clear() {
 
 #[test]
 fn evaluation_errors_are_errors_not_panics() {
-    let e = Expr::compile("fault.nosuchfield == 1", POLICY_VARS).unwrap();
+    // A field that is not there is refused at compile time; one reached
+    // by index fails at evaluation, as an error.
+    let e = Expr::compile(r#"fault["nosuchfield"] == 1"#, POLICY_VARS).unwrap();
     assert!(e.eval_bool(&vars(0)).is_err());
     let e = Expr::compile("fault.code", POLICY_VARS).unwrap();
     assert!(matches!(
@@ -135,11 +165,11 @@ fn views_answer_as_eager_maps_do() {
         r#"job.kind == "PyTorchJob" && size(job.annotations) == 0"#,
         r#"node.level == "PreSeparate" && "79" in node.faults && size(node.faults) == 2"#,
         r#"node.faults.exists(c, c == "48") && node.faults.all(c, c != "13")"#,
-        r#"has(fault.code) && !has(fault.nosuch) && "code" in fault && !("x" in fault)"#,
+        r#"has(fault.code) && !("nosuch" in fault) && "code" in fault && !("x" in fault)"#,
         r#"size(fault) == 14 && size(job) == 8 && size(node) == 4"#,
         r#"fault.exists(k, k == "exitCode") && job.all(k, k != "")"#,
         r#"job.labels.exists(k, k == "team")"#,
-        r#"fault.nosuch == 1"#,
+        r#"fault["nosuch"] == 1"#,
         r#"job.labels["missing"] == "x""#,
         r#"fault[1] == 1"#,
         r#"job.name"#,

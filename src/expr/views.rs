@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
 
 /// Keys of `fault`, in the order documented in docs/cel.md.
-static FAULT_FIELDS: [&str; 14] = [
+pub(super) static FAULT_FIELDS: [&str; 14] = [
     "source",
     "code",
     "level",
@@ -39,7 +39,7 @@ static FAULT_FIELDS: [&str; 14] = [
     "lastSeen",
 ];
 /// Keys of `job`.
-static JOB_FIELDS: [&str; 8] = [
+pub(super) static JOB_FIELDS: [&str; 8] = [
     "kind",
     "name",
     "namespace",
@@ -50,7 +50,7 @@ static JOB_FIELDS: [&str; 8] = [
     "replicas",
 ];
 /// Keys of `node`.
-static NODE_FIELDS: [&str; 4] = ["name", "labels", "level", "faults"];
+pub(super) static NODE_FIELDS: [&str; 4] = ["name", "labels", "level", "faults"];
 
 /// One of the core's values seen by CEL, fields built on access.
 #[derive(Debug, Clone, Copy)]

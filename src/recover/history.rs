@@ -157,21 +157,7 @@ pub async fn write_record(
                     .metadata
             }
         };
-        let (mut patch, restart_count) = if w.append {
-            records_patch(&seen, &w.record, w.root_cause.as_deref())
-        } else {
-            let mut m = json!({"metadata": {"annotations": {}}});
-            if let Some(rv) = &seen.resource_version {
-                m["metadata"]["resourceVersion"] = json!(rv);
-            }
-            (m, 0)
-        };
-        let a = &mut patch["metadata"]["annotations"];
-        a[crate::inplace::GENERATION_ANNOTATION] = json!(w.generation.to_string());
-        a[crate::inplace::RELEASED_ANNOTATION] = json!(w.released.to_string());
-        if let Some(uid) = &job.uid {
-            patch["metadata"]["uid"] = json!(uid);
-        }
+        let (patch, restart_count) = record_write_patch(&seen, w, job.uid.as_deref());
         requests += 1;
         match api
             .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -203,6 +189,29 @@ pub async fn write_record(
         attempts: ATTEMPTS,
         requests,
     })
+}
+
+/// The merge patch of [`write_record`] for a job whose metadata is `seen`,
+/// and the restart count after it: the record appended (when `w.append`),
+/// the generation annotations, the resourceVersion of `seen` and the job's
+/// `uid` as preconditions.
+pub fn record_write_patch(seen: &ObjectMeta, w: &RecordWrite, uid: Option<&str>) -> (Value, u64) {
+    let (mut patch, restart_count) = if w.append {
+        records_patch(seen, &w.record, w.root_cause.as_deref())
+    } else {
+        let mut m = json!({"metadata": {"annotations": {}}});
+        if let Some(rv) = &seen.resource_version {
+            m["metadata"]["resourceVersion"] = json!(rv);
+        }
+        (m, 0)
+    };
+    let a = &mut patch["metadata"]["annotations"];
+    a[crate::inplace::GENERATION_ANNOTATION] = json!(w.generation.to_string());
+    a[crate::inplace::RELEASED_ANNOTATION] = json!(w.released.to_string());
+    if let Some(uid) = uid {
+        patch["metadata"]["uid"] = json!(uid);
+    }
+    (patch, restart_count)
 }
 
 /// Lift the in-place barrier of `generation`: one merge patch of the job's
@@ -240,6 +249,18 @@ fn records_patch(
         .get(RESTART_COUNT_ANNOTATION)
         .and_then(|c| c.trim().parse::<u64>().ok())
         .unwrap_or(history.len() as u64);
+    // Written already (a retry after a lost answer): the same record is
+    // not appended, nor counted, twice.
+    if history
+        .iter()
+        .any(|r| r.at == record.at && r.generation == record.generation)
+    {
+        let mut metadata = json!({"annotations": {}});
+        if let Some(rv) = &seen.resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        return (json!({ "metadata": metadata }), previous);
+    }
     history.push(record.clone());
     let excess = history.len().saturating_sub(HISTORY_LEN);
     history.drain(..excess);

@@ -19,8 +19,8 @@ pub use error::RecoverError;
 pub use events::{Events, Notice, reasons};
 pub use history::{
     HISTORY_LEN, LAST_RESTART_ANNOTATION, RESTART_COUNT_ANNOTATION, RESTART_HISTORY_ANNOTATION,
-    ROOT_CAUSE_ANNOTATION, RecordOutcome, RecordWrite, read_history, record_restart, release,
-    write_record,
+    ROOT_CAUSE_ANNOTATION, RecordOutcome, RecordWrite, read_history, record_restart,
+    record_write_patch, release, write_record,
 };
 pub use logs::{
     LOG_READ_CONCURRENCY, LOG_READ_TIMEOUT, LOGS_TOTAL_TIMEOUT, LogsOutcome, PodLogTarget,
@@ -29,7 +29,7 @@ pub use logs::{
 pub use node::{
     CORDON_REASON_ANNOTATION, CORDON_STICKY_ANNOTATION, CORDONED_ANNOTATION, NodeOutcome,
     NodeSnapshot, SEPARATED_AT_ANNOTATION, WAS_UNSCHEDULABLE_ANNOTATION, Why, cordon, cordon_for,
-    cordoned_level, uncordon,
+    cordon_patch, cordoned_level, uncordon, uncordon_patch,
 };
 pub use restart::{
     PodRestartOutcome, RestartOutcome, RestartPath, delete_pod, restart_job, restart_pod,

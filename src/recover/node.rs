@@ -184,7 +184,9 @@ async fn patch_node(
     })
 }
 
-fn cordon_patch(
+/// The merge patch that cordons (and taints) a node as `snap` shows it,
+/// recording why; `None` when it is already so.
+pub fn cordon_patch(
     snap: &NodeSnapshot,
     level: Level,
     taint: Option<&str>,
@@ -228,7 +230,9 @@ fn cordon_patch(
     finish(snap, spec, annotations)
 }
 
-fn uncordon_patch(snap: &NodeSnapshot, taint_key: Option<&str>) -> Option<Value> {
+/// The merge patch that undoes [`cordon_patch`]; `None` for a node rebound
+/// did not cordon.
+pub fn uncordon_patch(snap: &NodeSnapshot, taint_key: Option<&str>) -> Option<Value> {
     if !snap.annotations.contains_key(CORDONED_ANNOTATION) {
         return None;
     }

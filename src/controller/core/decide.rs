@@ -480,10 +480,10 @@ impl Core {
                 .filter(|p| !p.deleting)
                 .count() as i64,
         };
-        let cost = match key.1.parse::<WorkloadKind>().ok()? {
-            WorkloadKind::Job => deleted,
-            _ if deleted > 0 => 1,
-            _ => 0,
+        let cost = match limit.per_restart {
+            None => deleted,
+            Some(c) if deleted > 0 => c,
+            Some(_) => 0,
         };
         if cost == 0 || limit.remaining > cost {
             return None;

@@ -462,6 +462,15 @@ impl Core {
                     kind.as_str().to_string(),
                     o.name_any(),
                 );
+                // The delete of an earlier incarnation (same name, another
+                // uid) leaves the current one's recovery alone.
+                let other = |u: &Option<String>| u.is_some() && o.uid().is_some() && *u != o.uid();
+                if self.recoveries.get(&key).is_some_and(|r| other(&r.job.uid)) {
+                    if self.store.jobs.get(&key).is_some_and(|j| !other(&j.uid)) {
+                        self.store.jobs.remove(&key);
+                    }
+                    return;
+                }
                 self.job_removed(&key);
             }
             Change::Relist => self.store.relists.begin(w),
@@ -487,6 +496,8 @@ impl Core {
     fn job_removed(&mut self, key: &super::store::JobKey) {
         self.store.jobs.remove(key);
         self.hang.forget_job(key);
+        self.recorded.remove(key);
+        self.written_gen.remove(key);
         if self.recoveries.remove(key).is_some() {
             tracing::info!(job = ?key, "job deleted during its recovery");
         }
@@ -546,7 +557,13 @@ pub fn job_info(kind: WorkloadKind, o: &DynamicObject) -> JobInfo {
     JobInfo {
         resource_version: o.resource_version(),
         labels: o.labels().clone(),
-        never: crate::workload::restart_policy_never(kind, &o.data, None),
+        // For the kinds with a retry limit of their own (batch Job,
+        // Volcano, JobSet), the limit decides (`spec.restart.onRetryLimit`);
+        // `Never` is the training operators' and bare pods' word.
+        never: !matches!(
+            kind,
+            WorkloadKind::Job | WorkloadKind::VolcanoJob | WorkloadKind::JobSet
+        ) && crate::workload::restart_policy_never(kind, &o.data, None),
         uid: o.uid(),
         history: crate::recover::read_history(&annotations),
         generation: crate::inplace::Generation::from_annotations(&annotations),
@@ -565,8 +582,8 @@ pub fn job_info(kind: WorkloadKind, o: &DynamicObject) -> JobInfo {
 /// - Volcano Job: `spec.maxRetry` (default 3) minus `status.retryCount`:
 ///   a restart counts one retry.
 /// - JobSet: `spec.failurePolicy.maxRestarts` (default 0) minus
-///   `status.restarts`: a restart that fails a child Job (pods deleted
-///   beyond its `backoffLimit`) restarts the JobSet once.
+///   `status.restarts`: a restart that fails a child Job (one whose
+///   `backoffLimit` is 0) restarts the JobSet once.
 /// - Kubeflow: none (the training operator recreates deleted pods without
 ///   counting them against `runPolicy.backoffLimit`, which counts container
 ///   restarts).
@@ -576,16 +593,32 @@ pub fn retry_limit(kind: WorkloadKind, data: &Value) -> Option<RetryLimit> {
         WorkloadKind::Job => Some(RetryLimit {
             field: "spec.backoffLimit",
             remaining: int(&data["spec"]["backoffLimit"], 6) - int(&data["status"]["failed"], 0),
+            per_restart: None,
         }),
         WorkloadKind::VolcanoJob => Some(RetryLimit {
             field: "spec.maxRetry",
             remaining: int(&data["spec"]["maxRetry"], 3) - int(&data["status"]["retryCount"], 0),
+            per_restart: Some(1),
         }),
-        WorkloadKind::JobSet => Some(RetryLimit {
-            field: "spec.failurePolicy.maxRestarts",
-            remaining: int(&data["spec"]["failurePolicy"]["maxRestarts"], 0)
-                - int(&data["status"]["restarts"], 0),
-        }),
+        WorkloadKind::JobSet => {
+            // A deleted pod fails its child Job only when that Job allows
+            // no failure; then the JobSet restarts once.
+            let fails_child = data["spec"]["replicatedJobs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|rj| {
+                    let s = &rj["template"]["spec"];
+                    s["backoffLimit"].as_i64() == Some(0)
+                        || s["backoffLimitPerIndex"].as_i64() == Some(0)
+                });
+            Some(RetryLimit {
+                field: "spec.failurePolicy.maxRestarts",
+                remaining: int(&data["spec"]["failurePolicy"]["maxRestarts"], 0)
+                    - int(&data["status"]["restarts"], 0),
+                per_restart: Some(i64::from(fails_child)),
+            })
+        }
         _ => None,
     }
 }

@@ -66,11 +66,11 @@ impl Tier {
 /// Where a recovery stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Delete pods (or create the Volcano Command).
+    /// Delete pods (or create the Volcano Command) and write the restart
+    /// record, both at once: the delete is the first request after the
+    /// fault, and the record (which for in-place tiers is what restarts the
+    /// pods) follows without waiting for it. Each is retried until done.
     Act,
-    /// Write the restart record (for in-place tiers this write restarts
-    /// the pods).
-    Record,
     /// Every pod must wait at the barrier before the generation is released.
     Barrier,
     /// Lift the barrier.
@@ -110,7 +110,14 @@ pub struct Recovery {
     pub expected: usize,
     pub cause: Cause,
     pub received: Option<Instant>,
-    pub in_flight: Option<super::effect::EffectId>,
+    /// The action (delete, Command, release) in flight.
+    pub acting: Option<super::effect::EffectId>,
+    /// The record in flight.
+    pub recording: Option<super::effect::EffectId>,
+    /// The action of this phase is done.
+    pub acted: bool,
+    /// The record is written.
+    pub recorded: bool,
     pub retry_at: Option<DateTime<Utc>>,
     pub attempts: u32,
     pub cfg: RestartConfig,
@@ -125,13 +132,16 @@ pub struct Recovery {
     pub forced: HashSet<String>,
     /// Logs were asked for (once a recovery).
     pub logs_saved: bool,
+    /// The pods a recreate was decided for (a retry deletes what is left
+    /// of them, never a pod recreated since).
+    pub targets: Vec<PodTarget>,
 }
 
 impl Recovery {
     /// Whether it has a timer due by `now` (a deadline, a retry, or the
     /// give-up time).
     pub fn wakes_by(&self, now: DateTime<Utc>) -> bool {
-        self.in_flight.is_none()
+        (self.acting.is_none() || self.recording.is_none())
             && (self.retry_at.is_some_and(|t| t <= now)
                 || self.deadline.is_some_and(|t| t <= now)
                 || self.give_up <= now
@@ -177,8 +187,7 @@ impl Core {
         received: Option<Instant>,
         now: Now,
     ) -> u64 {
-        let info = self.store.jobs.get(&key);
-        let g = info.map(|i| i.generation).unwrap_or_default();
+        let g = self.generation_of(&key);
         let generation = if tier.bumps() {
             g.current + 1
         } else {
@@ -200,11 +209,8 @@ impl Core {
                 .collect(),
             _ => Vec::new(),
         };
-        let phase = if tier == Tier::InPlace {
-            Phase::Record
-        } else {
-            Phase::Act
-        };
+        let phase = Phase::Act;
+        let acted = tier == Tier::InPlace;
         let give_up = later(now.wall, cfg.fallback_after.max(Duration::from_secs(600)));
         let rec = Recovery {
             job: job.clone(),
@@ -218,7 +224,10 @@ impl Core {
             expected,
             cause,
             received,
-            in_flight: None,
+            acting: None,
+            recording: None,
+            acted,
+            recorded: false,
             retry_at: None,
             attempts: 0,
             cfg,
@@ -228,6 +237,7 @@ impl Core {
             fallbacks,
             forced: HashSet::new(),
             logs_saved: false,
+            targets: Vec::new(),
         };
         if let Some(v) = &self.clusterd {
             v.set_recovering_job(
@@ -249,7 +259,7 @@ impl Core {
         let Some(rec) = self.recoveries.get(key) else {
             return;
         };
-        if rec.in_flight.is_some() || rec.retry_at.is_some_and(|t| t > now.wall) {
+        if rec.retry_at.is_some_and(|t| t > now.wall) {
             return;
         }
         if rec.give_up <= now.wall {
@@ -269,9 +279,20 @@ impl Core {
         }
         let (phase, tier) = (rec.phase, rec.tier.clone());
         match phase {
-            Phase::Act => self.act(key, &tier, now),
-            Phase::Record => self.record(key, now),
+            Phase::Act => {
+                let (acted, acting, recorded, recording) =
+                    (rec.acted, rec.acting, rec.recorded, rec.recording);
+                if !acted && acting.is_none() {
+                    self.act(key, &tier, now);
+                }
+                if !recorded && recording.is_none() {
+                    self.record(key, now);
+                }
+            }
             Phase::Barrier => {
+                if rec.acting.is_some() {
+                    return;
+                }
                 if self.at_barrier(key) {
                     self.set_phase(key, Phase::Release);
                     self.release(key, now);
@@ -280,7 +301,11 @@ impl Core {
                     self.check_deadline(key, now);
                 }
             }
-            Phase::Release => self.release(key, now),
+            Phase::Release => {
+                if rec.acting.is_none() {
+                    self.release(key, now);
+                }
+            }
             Phase::Resume => {
                 if self.resumed(key) {
                     self.finish(key, true, now);
@@ -297,6 +322,7 @@ impl Core {
             r.phase = phase;
             r.attempts = 0;
             r.retry_at = None;
+            r.acting = None;
         }
     }
 
@@ -308,9 +334,57 @@ impl Core {
         let received = rec.received;
         let kind = match tier {
             Tier::Recreate => {
+                // Level-triggered: a retry (an outcome failed or lost)
+                // deletes only what is left of the pods the restart was
+                // decided for, by uid; when none is left, it is done.
+                let pods = self.store.job_pods(key);
+                let live = |t: &PodTarget| {
+                    pods.iter()
+                        .any(|p| !p.deleting && *p.uid == *t.uid && *p.name == *t.name)
+                };
+                if rec.attempts > 0 && !rec.targets.is_empty() {
+                    let left: Vec<PodTarget> =
+                        rec.targets.iter().filter(|t| live(t)).cloned().collect();
+                    if left.is_empty() {
+                        if let Some(r) = self.recoveries.get_mut(key) {
+                            r.acted = true;
+                        }
+                        self.dirty_jobs.insert(key.clone());
+                        return;
+                    }
+                    if left.len() < rec.targets.len() {
+                        let id = self.effect_for(
+                            Waiting::Job(key.clone()),
+                            EffectKind::DeletePods { job, pods: left },
+                            None,
+                        );
+                        if let Some(r) = self.recoveries.get_mut(key) {
+                            r.acting = Some(id);
+                        }
+                        return;
+                    }
+                }
+                let targets: Vec<PodTarget> = pods
+                    .iter()
+                    .filter(|p| !p.deleting)
+                    .map(|p| PodTarget {
+                        namespace: p.namespace.to_string(),
+                        name: p.name.to_string(),
+                        uid: p.uid.to_string(),
+                        grace_seconds: None,
+                    })
+                    .collect();
+                if rec.targets.is_empty()
+                    && let Some(r) = self.recoveries.get_mut(key)
+                {
+                    r.targets = targets;
+                }
                 if let Some(other) = self.foreign_pod(key, &job) {
                     // A job of the same name but another uid owns pods
                     // the selector would match: the decision is stale.
+                    if let Some(r) = self.recoveries.get_mut(key) {
+                        r.acting = Some(0);
+                    }
                     self.job_done(key, 0, Outcome::Gone(other), now);
                     return;
                 }
@@ -327,15 +401,11 @@ impl Core {
                 job,
                 pods: pods.clone(),
             },
-            Tier::InPlace => {
-                self.set_phase(key, Phase::Record);
-                self.record(key, now);
-                return;
-            }
+            Tier::InPlace => return,
         };
         let id = self.effect_for(Waiting::Job(key.clone()), kind, received);
         let first = self.recoveries.get_mut(key).map(|r| {
-            r.in_flight = Some(id);
+            r.acting = Some(id);
             std::mem::replace(&mut r.logs_saved, true)
         });
         // Logs are read beside the restart, never before it: a pod being
@@ -410,7 +480,7 @@ impl Core {
             received,
         );
         if let Some(r) = self.recoveries.get_mut(key) {
-            r.in_flight = Some(id);
+            r.recording = Some(id);
         }
     }
 
@@ -424,7 +494,7 @@ impl Core {
         };
         let id = self.effect_for(Waiting::Job(key.clone()), kind, None);
         if let Some(r) = self.recoveries.get_mut(key) {
-            r.in_flight = Some(id);
+            r.acting = Some(id);
         }
     }
 
@@ -534,11 +604,15 @@ impl Core {
             r.fallbacks.retain(|t| t.as_str() != next.name());
             r.tier = next;
             r.phase = Phase::Act;
+            r.acted = false;
+            r.recorded = false;
+            r.acting = None;
+            r.recording = None;
+            r.targets.clear();
             r.append = false;
             r.deadline = None;
             r.attempts = 0;
             r.retry_at = None;
-            r.expected = r.expected.max(1);
         }
         self.advance(key, now);
     }
@@ -579,9 +653,6 @@ impl Core {
         let Some(rec) = self.recoveries.get(key) else {
             return;
         };
-        if rec.in_flight.is_some() {
-            return;
-        }
         let bound = rec.cfg.force_delete_after.as_secs() as i64;
         let stuck: Vec<PodTarget> = self
             .store
@@ -633,13 +704,21 @@ impl Core {
     }
 
     /// An effect of a job's recovery finished.
-    pub(super) fn job_done(&mut self, key: &JobKey, _id: u64, outcome: Outcome, now: Now) {
+    pub(super) fn job_done(&mut self, key: &JobKey, id: u64, outcome: Outcome, now: Now) {
         let Some(rec) = self.recoveries.get_mut(key) else {
             return;
         };
-        rec.in_flight = None;
+        let is_record = rec.recording == Some(id);
+        if is_record {
+            rec.recording = None;
+        } else if rec.acting == Some(id) {
+            rec.acting = None;
+        } else {
+            // An outcome of an earlier phase or tier: nothing to do with it.
+            return;
+        }
         match outcome {
-            Outcome::Ok(how) => self.step_done(key, how, now),
+            Outcome::Ok(how) => self.step_done(key, is_record, how, now),
             Outcome::Gone(why) => {
                 let job = rec.job.clone();
                 tracing::warn!(job = %job.id(), %why, "the job changed under a recovery; dropping it");
@@ -675,48 +754,50 @@ impl Core {
         }
     }
 
-    fn step_done(&mut self, key: &JobKey, how: String, now: Now) {
+    fn step_done(&mut self, key: &JobKey, record: bool, how: String, now: Now) {
         let Some(rec) = self.recoveries.get(key).cloned() else {
             return;
         };
         match rec.phase {
             Phase::Act => {
-                self.restarted_event(&rec, &how);
-                self.set_phase(key, Phase::Record);
-                self.record(key, now);
-            }
-            Phase::Record => {
-                self.store_record(key, &rec);
-                if rec.append
-                    && let Some(p) = &rec.cause.policy
-                {
-                    self.status.recovered(p, now.wall);
-                }
-                let (phase, deadline) = match rec.tier {
-                    Tier::InPlace | Tier::ReplaceFaulty { .. } => {
-                        if rec.tier == Tier::InPlace {
-                            self.restarted_event(&rec, &how);
-                            if !rec.logs_saved {
-                                self.save_logs(key, &rec);
-                                if let Some(r) = self.recoveries.get_mut(key) {
-                                    r.logs_saved = true;
-                                }
-                            }
+                if record {
+                    self.store_record(key, &rec);
+                    if rec.append
+                        && let Some(p) = &rec.cause.policy
+                    {
+                        self.status.recovered(p, now.wall);
+                    }
+                    if rec.tier == Tier::InPlace {
+                        self.restarted_event(&rec, &how);
+                        if !rec.logs_saved {
+                            self.save_logs(key, &rec);
                         }
-                        (
-                            Phase::Barrier,
-                            Some(later(rec.started, rec.cfg.fallback_after)),
-                        )
                     }
-                    Tier::PodFirst { .. } => {
-                        (Phase::Resume, Some(later(rec.started, rec.job_after)))
+                } else {
+                    self.restarted_event(&rec, &how);
+                }
+                let Some(r) = self.recoveries.get_mut(key) else {
+                    return;
+                };
+                if record {
+                    r.recorded = true;
+                    r.logs_saved = r.logs_saved || r.tier == Tier::InPlace;
+                } else {
+                    r.acted = true;
+                }
+                r.attempts = 0;
+                if !(r.acted && r.recorded) {
+                    return;
+                }
+                let (phase, deadline) = match r.tier {
+                    Tier::InPlace | Tier::ReplaceFaulty { .. } => {
+                        (Phase::Barrier, Some(later(r.started, r.cfg.fallback_after)))
                     }
+                    Tier::PodFirst { .. } => (Phase::Resume, Some(later(r.started, r.job_after))),
                     _ => (Phase::Resume, None),
                 };
+                r.deadline = deadline;
                 self.set_phase(key, phase);
-                if let Some(r) = self.recoveries.get_mut(key) {
-                    r.deadline = deadline;
-                }
                 self.advance(key, now);
             }
             Phase::Release => {
@@ -730,13 +811,18 @@ impl Core {
     /// Remember a record this process wrote until the job's annotations
     /// show it (cooldowns and budgets read both).
     fn store_record(&mut self, key: &JobKey, rec: &Recovery) {
-        if let Some(j) = self.store.jobs.get_mut(key) {
-            j.generation.current = j.generation.current.max(rec.generation);
-            if !rec.tier.in_place() {
-                j.generation.released = j.generation.released.max(rec.generation);
-            }
-            if rec.append && !j.history.iter().any(|r| r.at == rec.started) {
-                j.history.push(RestartRecord {
+        // Kept apart until the job's annotations show it: a watch event
+        // older than the write (the operator's status update that crossed
+        // it) must not make the core forget a restart it made.
+        let written = self.written_gen.entry(key.clone()).or_default();
+        written.current = written.current.max(rec.generation);
+        if !rec.tier.in_place() {
+            written.released = written.released.max(rec.generation);
+        }
+        if rec.append {
+            let r = self.recorded.entry(key.clone()).or_default();
+            if !r.iter().any(|x| x.at == rec.started) {
+                r.push(RestartRecord {
                     at: rec.started,
                     infrastructure: rec.cause.infrastructure,
                     pod_only: matches!(rec.tier, Tier::PodFirst { .. }),
@@ -744,18 +830,7 @@ impl Core {
                     tier: Some(rec.tier.name().to_string()),
                     ..Default::default()
                 });
-                j.history.sort_by_key(|r| r.at);
             }
-        } else if rec.job.kind == WorkloadKind::Pod || !self.store.jobs.contains_key(key) {
-            self.recorded
-                .entry(key.clone())
-                .or_default()
-                .push(RestartRecord {
-                    at: rec.started,
-                    infrastructure: rec.cause.infrastructure,
-                    pod_only: matches!(rec.tier, Tier::PodFirst { .. }),
-                    ..Default::default()
-                });
         }
     }
 
@@ -958,7 +1033,10 @@ impl Core {
                     infrastructure: last.infrastructure,
                 },
                 received: None,
-                in_flight: None,
+                acting: None,
+                recording: None,
+                acted: true,
+                recorded: true,
                 retry_at: None,
                 attempts: 0,
                 logs: None,
@@ -967,6 +1045,7 @@ impl Core {
                 fallbacks,
                 forced: HashSet::new(),
                 logs_saved: true,
+                targets: Vec::new(),
                 cfg,
             };
             self.recoveries.insert(key.clone(), rec);
@@ -974,15 +1053,47 @@ impl Core {
         }
     }
 
+    /// The job's restart generation: what its annotations say, or what
+    /// this process wrote if they do not show it yet.
+    pub(super) fn generation_of(&self, key: &JobKey) -> crate::inplace::Generation {
+        let mut g = self
+            .store
+            .jobs
+            .get(key)
+            .map(|i| i.generation)
+            .unwrap_or_default();
+        if let Some(w) = self.written_gen.get(key) {
+            g.current = g.current.max(w.current);
+            g.released = g.released.max(w.released);
+        }
+        g
+    }
+
     /// A job object was seen: records of ours its annotations now show are
     /// no longer kept apart; a job recreated under the same name (another
-    /// uid) ends the recovery of the old one.
+    /// uid) ends the recovery of the old one and forgets what was written
+    /// on the old one.
     pub(super) fn job_seen(&mut self, key: &JobKey, info: &super::store::JobInfo) {
+        let recreated = self
+            .store
+            .jobs
+            .get(key)
+            .is_some_and(|old| old.uid.is_some() && info.uid.is_some() && old.uid != info.uid);
+        if recreated {
+            self.recorded.remove(key);
+            self.written_gen.remove(key);
+        }
         if let Some(r) = self.recorded.get_mut(key) {
             r.retain(|x| !info.history.iter().any(|h| h.at == x.at));
             if r.is_empty() {
                 self.recorded.remove(key);
             }
+        }
+        if let Some(w) = self.written_gen.get(key)
+            && info.generation.current >= w.current
+            && info.generation.released >= w.released
+        {
+            self.written_gen.remove(key);
         }
         let stale = self
             .recoveries

@@ -122,14 +122,20 @@ pub struct Core {
     kinds: Option<BTreeSet<crate::api::WorkloadKind>>,
     leading: bool,
     recoveries: HashMap<JobKey, jobs::Recovery>,
-    /// Restart records this process wrote for jobs it keeps no object of
-    /// (bare pods), for their cooldowns.
+    /// Restart records this process wrote that the jobs' annotations do
+    /// not show yet (and bare pods', which keep none), for cooldowns.
     recorded: HashMap<JobKey, Vec<crate::policy::RestartRecord>>,
+    /// Generations this process wrote that the jobs do not show yet.
+    written_gen: HashMap<JobKey, crate::inplace::Generation>,
     nodes: nodes::NodeBook,
     hang: hang::HangBook,
     status: status::StatusBook,
     next_id: EffectId,
-    inflight: HashMap<EffectId, Waiting>,
+    /// Effects in flight, with when they were sent: an outcome that never
+    /// comes (a request that hangs, a lost answer) counts as a failure
+    /// after [`OUTCOME_TIMEOUT`], and the step is retried (every step is
+    /// idempotent against what the cluster shows).
+    inflight: HashMap<EffectId, (Waiting, DateTime<Utc>)>,
     /// Jobs and nodes to reconcile at the end of the step.
     dirty_jobs: BTreeSet<JobKey>,
     dirty_nodes: BTreeSet<String>,
@@ -140,8 +146,14 @@ pub struct Core {
     last_status: Option<DateTime<Utc>>,
     last_resync: Option<DateTime<Utc>>,
     last_scan: Option<DateTime<Utc>>,
+    /// The wall time of the step under way.
+    clock: DateTime<Utc>,
     out: Vec<Effect>,
 }
+
+/// How long an effect may stay without an outcome before it counts as
+/// failed (the executor bounds each request well below this).
+pub const OUTCOME_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Core {
     /// A core with nothing observed yet.
@@ -165,6 +177,7 @@ impl Core {
             leading: false,
             recoveries: HashMap::new(),
             recorded: HashMap::new(),
+            written_gen: HashMap::new(),
             nodes: nodes::NodeBook::default(),
             hang: hang::HangBook::default(),
             status: status::StatusBook::default(),
@@ -179,6 +192,7 @@ impl Core {
             last_status: None,
             last_resync: None,
             last_scan: None,
+            clock: DateTime::<Utc>::UNIX_EPOCH,
             out: Vec::new(),
         }
     }
@@ -241,6 +255,7 @@ impl Core {
 
     /// Handle one input; returns the effects to carry out.
     pub fn step(&mut self, input: Input, now: Now) -> Vec<Effect> {
+        self.clock = now.wall;
         let was_ready = self.ready();
         let was_acting = self.acting();
         match input {
@@ -307,12 +322,12 @@ impl Core {
     /// An effect whose outcome is routed back to `w`.
     fn effect_for(&mut self, w: Waiting, kind: EffectKind, received: Option<Instant>) -> EffectId {
         let id = self.effect(kind, received);
-        self.inflight.insert(id, w);
+        self.inflight.insert(id, (w, self.clock));
         id
     }
 
     fn on_done(&mut self, id: EffectId, outcome: Outcome, now: Now) {
-        let Some(w) = self.inflight.remove(&id) else {
+        let Some((w, _)) = self.inflight.remove(&id) else {
             return;
         };
         self.metrics.request("action", outcome.is_ok());
@@ -324,6 +339,20 @@ impl Core {
     }
 
     fn on_tick(&mut self, now: Now) {
+        let timeout = chrono::Duration::from_std(OUTCOME_TIMEOUT).unwrap_or_default();
+        let lost: Vec<EffectId> = self
+            .inflight
+            .iter()
+            .filter(|(_, (_, sent))| now.wall - *sent > timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lost {
+            self.on_done(
+                id,
+                Outcome::Failed(format!("no outcome within {OUTCOME_TIMEOUT:?}")),
+                now,
+            );
+        }
         // Occurrences held for a cooldown whose time has come.
         if self.acting() {
             for id in self.ledger.due(now.wall) {

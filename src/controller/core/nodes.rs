@@ -43,6 +43,11 @@ pub struct NodeBook {
     levels: HashMap<String, Level>,
     /// When a failed node action may be tried again.
     retry_at: HashMap<String, (DateTime<Utc>, u32)>,
+    /// When a cordon of each node was last sent, whatever became of it:
+    /// the breaker counts a separation from the moment its request leaves
+    /// (an answer lost or late, a watch behind, must not let one more
+    /// through).
+    sent: HashMap<String, DateTime<Utc>>,
 }
 
 impl NodeBook {
@@ -61,14 +66,6 @@ impl NodeBook {
         self.held.len()
     }
 
-    /// Cordons in flight (they count against the breaker).
-    fn cordons_in_flight(&self) -> u32 {
-        self.inflight
-            .values()
-            .filter(|f| matches!(f, InFlight::Cordon { .. }))
-            .count() as u32
-    }
-
     /// Forget a node that is gone.
     pub fn forget(&mut self, node: &str) {
         self.inflight.remove(node);
@@ -77,29 +74,32 @@ impl NodeBook {
         self.noted.remove(node);
         self.levels.remove(node);
         self.retry_at.remove(node);
+        self.sent.remove(node);
     }
 }
 
 impl Core {
-    /// The breaker as the cluster shows it: separations within the window
-    /// are the nodes separated since its start, plus cordons in flight.
-    fn breaker(&self, now: DateTime<Utc>) -> Breaker {
+    /// The breaker as the cluster shows it: each node's last separation
+    /// (its annotation, or a cordon request sent since, whatever became of
+    /// it); those within the window count.
+    fn breaker(&self, _now: DateTime<Utc>) -> Breaker {
         let (cfg, _) = self.engine.policies.node_config(&self.engine.node_default);
         let mut b = Breaker::new(
             cfg.max_separated,
             cfg.breaker_window,
             self.store.nodes.len() as u32,
         );
-        let mut times: Vec<DateTime<Utc>> = self
+        let mut last: HashMap<&str, DateTime<Utc>> = self
             .store
             .nodes
             .values()
-            .filter_map(|n| n.separated_at)
+            .filter_map(|n| n.separated_at.map(|t| (n.name.as_str(), t)))
             .collect();
-        times.extend(std::iter::repeat_n(
-            now,
-            self.nodes.cordons_in_flight() as usize,
-        ));
+        for (n, t) in &self.nodes.sent {
+            let e = last.entry(n.as_str()).or_insert(*t);
+            *e = (*e).max(*t);
+        }
+        let mut times: Vec<DateTime<Utc>> = last.into_values().collect();
         times.sort();
         for t in times {
             b.record(t);
@@ -111,19 +111,30 @@ impl Core {
     /// whether it came from an Event (no clear signal).
     fn worst_fault(&mut self, name: &str, now: Now) -> Option<(Classified, bool)> {
         let view = self.node_view(Some(name));
-        let mut faults: Vec<(crate::fault::Fault, bool)> = self
-            .store
-            .node_faults(name)
-            .cloned()
-            .map(|f| (f, false))
-            .collect();
-        faults.extend(
+        // Every occurrence the node's carriers hold (a repeated fault's
+        // later occurrences escalate it), and its Events' (sticky).
+        let mut keys: Vec<(String, bool)> = vec![
+            (format!("node/{name}"), false),
+            (format!("device/{name}"), false),
+        ];
+        keys.extend(
             self.store
                 .event_faults
-                .values()
-                .filter(|e| e.fault.node.as_deref() == Some(name) && e.fault.pod.is_none())
-                .map(|e| (e.fault.clone(), true)),
+                .iter()
+                .filter(|(_, e)| e.fault.node.as_deref() == Some(name) && e.fault.pod.is_none())
+                .map(|(k, _)| (k.clone(), true)),
         );
+        let faults: Vec<(crate::fault::Fault, bool)> = keys
+            .iter()
+            .flat_map(|(k, sticky)| {
+                self.carriers
+                    .get(k)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|id| self.current.get(id))
+                    .map(move |o| (o.fault.clone(), *sticky))
+            })
+            .collect();
         let mut best: Option<(Classified, bool)> = None;
         for (f, sticky) in faults {
             let c = self
@@ -221,6 +232,9 @@ impl Core {
                     },
                     received,
                 );
+                if !node.snap.unschedulable {
+                    self.nodes.sent.insert(name.to_string(), now.wall);
+                }
                 self.nodes.inflight.insert(
                     name.to_string(),
                     InFlight::Cordon {

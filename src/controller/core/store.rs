@@ -90,9 +90,11 @@ impl NodeInfo {
 pub struct RetryLimit {
     /// The field that limits, for the Event (`spec.maxRetry`).
     pub field: &'static str,
-    /// How many more restarts rebound can make before the limit is hit
-    /// (0: the next restart exhausts it).
+    /// What is left of it (0: the next counted restart exhausts it).
     pub remaining: i64,
+    /// What one restart that deletes pods uses of it: one per deleted pod
+    /// (`None`, a batch Job counts each as failed), or a fixed amount.
+    pub per_restart: Option<i64>,
 }
 
 /// What the core keeps of a job object.

@@ -1,1 +1,0 @@
-//! Core tests (see property.rs).

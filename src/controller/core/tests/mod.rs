@@ -1,0 +1,10 @@
+//! Tests of the recovery core driven through its inputs alone: a model
+//! cluster answers its effects the way the API server would (uid and
+//! resourceVersion preconditions, label selectors, merge patches) and
+//! feeds the results back as watch changes, so that interleavings the
+//! real world produces (relists, dropped and duplicated events, failed
+//! actions, leadership changes, controller restarts) can be generated.
+
+mod model;
+mod property;
+mod regressions;

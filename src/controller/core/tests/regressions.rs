@@ -1,0 +1,550 @@
+//! Regression tests of the defects the core was rebuilt for (issue #13),
+//! each driven through the core's inputs against the model cluster, with
+//! the success path and the way back.
+
+use super::super::Core;
+use super::super::effect::{Effect, EffectKind, Outcome};
+use super::super::input::{Change, Input};
+use super::model::{self, KINDS, Kind, Model};
+use serde_json::{Value, json};
+
+/// A core against a model cluster, with every effect it emitted.
+struct Bed {
+    m: Model,
+    core: Core,
+    queue: Vec<Effect>,
+    log: Vec<Effect>,
+}
+
+impl Bed {
+    /// A cluster of 4 nodes and 2 JobSets of 2 pods, the root policy
+    /// `spec` (the model's default when `None`), a leading core.
+    fn new(spec: Option<Value>) -> Bed {
+        let mut m = Model::new(4, 2, 2);
+        if let Some(s) = spec {
+            m.policy = s;
+        }
+        let mut b = Bed {
+            m,
+            core: model::core(),
+            queue: Vec::new(),
+            log: Vec::new(),
+        };
+        let mut ins = b.m.startup();
+        ins.push(Input::Leader(true));
+        b.feed(ins);
+        b
+    }
+
+    fn feed(&mut self, inputs: Vec<Input>) {
+        for i in inputs {
+            let now = self.m.now();
+            for e in self.core.step(i, now) {
+                if matches!(e.kind, EffectKind::Decision(_)) {
+                    continue;
+                }
+                self.log.push(e.clone());
+                self.queue.push(e);
+            }
+        }
+    }
+
+    /// Deliver every watch change, carry out every effect, until nothing
+    /// moves (time stands still).
+    fn pump(&mut self) {
+        for _ in 0..50 {
+            let mut moved = false;
+            for k in KINDS {
+                let ins = self.m.deliver(k, 10_000);
+                moved |= !ins.is_empty();
+                self.feed(ins);
+            }
+            let effects = std::mem::take(&mut self.queue);
+            moved |= !effects.is_empty();
+            for e in effects {
+                let o = self.m.apply(&e);
+                self.feed(vec![Input::Done(e.id, o)]);
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Let `secs` pass (ticking every second), pumping along.
+    fn pass(&mut self, secs: i64) {
+        for _ in 0..secs {
+            self.m.t += 1;
+            self.feed(vec![Input::Tick]);
+            self.pump();
+        }
+    }
+
+    /// Effects emitted so far matching `f`.
+    fn count(&self, f: impl Fn(&EffectKind) -> bool) -> usize {
+        self.log.iter().filter(|e| f(&e.kind)).count()
+    }
+
+    fn restarts(&self) -> usize {
+        self.count(|k| matches!(k, EffectKind::RestartJob { .. }))
+    }
+
+    fn cordons(&self) -> usize {
+        self.count(|k| matches!(k, EffectKind::Cordon { .. }))
+    }
+
+    /// The pods of job `j`, by name.
+    fn pods_of(&self, j: &str) -> Vec<(String, String)> {
+        self.m
+            .pods
+            .values()
+            .filter(|p| p["metadata"]["labels"][model::JOBSET_NAME] == j)
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                    p["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Index of the first running pod of job `j` in the model's order.
+    fn pod_index(&self, j: &str) -> usize {
+        self.m
+            .pods
+            .iter()
+            .filter(|(_, p)| p["status"]["phase"] == "Running")
+            .position(|(_, p)| p["metadata"]["labels"][model::JOBSET_NAME] == j)
+            .unwrap_or(0)
+    }
+}
+
+#[test]
+fn graded_recovery_restarts_the_failed_pod_once_and_leaves_its_healthy_replacement_alone() {
+    let mut spec = model::default_policy_spec();
+    spec["cooldown"] = json!("0s");
+    spec["escalation"] = json!({"restartPodFirst": true, "jobAfter": "10s"});
+    let mut b = Bed::new(Some(spec));
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    let deleted: Vec<String> = b
+        .log
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EffectKind::DeletePods { pods, .. } => Some(pods[0].uid.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted.len(), 1, "the failed pod, first");
+    // The operator recreates it under a new uid; it runs.
+    b.m.operator();
+    b.pump();
+    let replacement: Vec<String> = b.pods_of("j0").into_iter().map(|(_, u)| u).collect();
+    assert!(!replacement.contains(&deleted[0]));
+    // Long past jobAfter: the job runs, nothing more is deleted.
+    b.pass(35);
+    assert_eq!(
+        b.count(|k| matches!(k, EffectKind::DeletePods { .. })),
+        1,
+        "the healthy replacement must never be deleted"
+    );
+    assert_eq!(b.restarts(), 0, "the job ran again: no job restart");
+    assert_eq!(b.core.recoveries(), 0, "the recovery ended");
+    let mine: Vec<String> = b.pods_of("j0").into_iter().map(|(_, u)| u).collect();
+    assert_eq!(mine, replacement, "the replacements still stand");
+
+    // The way back: a replacement that never runs escalates to one job
+    // restart after jobAfter.
+    let mut spec = model::default_policy_spec();
+    spec["cooldown"] = json!("0s");
+    spec["escalation"] = json!({"restartPodFirst": true, "jobAfter": "10s"});
+    let mut b = Bed::new(Some(spec));
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    b.pass(15);
+    assert_eq!(b.restarts(), 1, "not running again by jobAfter: the job");
+    b.pass(30);
+    assert_eq!(b.restarts(), 1, "once");
+}
+
+#[test]
+fn a_rewritten_or_heartbeat_condition_is_not_a_repeat_but_a_real_repeat_escalates() {
+    let mut b = Bed::new(None);
+    // XID 13 on GPU 0 (RestartJob), then XID 31 on GPU 1 is added: the
+    // agent rewrites the whole condition; then two heartbeat-only writes.
+    b.m.node_fault_on("n0", "13", "0");
+    b.pump();
+    b.pass(2);
+    b.m.node_fault_on("n0", "31", "1");
+    b.pump();
+    for _ in 0..2 {
+        b.pass(10);
+        b.m.write_node("n0");
+        b.pump();
+    }
+    b.pass(5);
+    assert_eq!(
+        b.cordons(),
+        0,
+        "no escalation of XID 13 to ResetDevice: one occurrence"
+    );
+    // A real repeat of XID 13 on GPU 0 (the agent folds it: n=2) is a
+    // second occurrence: `times: 2 within 24h` makes it ResetDevice.
+    b.m.node_fault_on("n0", "13", "0");
+    b.pump();
+    b.pass(2);
+    assert_eq!(b.cordons(), 1, "the repeat escalates and cordons");
+}
+
+#[test]
+fn faults_present_at_start_up_wait_for_the_jobs_and_their_recorded_cooldown() {
+    let mut m = Model::new(4, 2, 2);
+    // j0 was restarted 5 s ago by a previous leader (its record), and the
+    // cooldown is 5m; one of its pods has failed since.
+    let mut spec = model::default_policy_spec();
+    spec["cooldown"] = json!("5m");
+    m.policy = spec;
+    m.t = 100;
+    let at = m.wall() - chrono::Duration::seconds(5);
+    let history = json!([{"at": at.to_rfc3339(), "generation": 1, "tier": "Recreate"}]).to_string();
+    if let Some(j) = m.jobs.get_mut("j0") {
+        j["metadata"]["annotations"] = json!({
+            crate::recover::RESTART_HISTORY_ANNOTATION: history,
+            crate::recover::RESTART_COUNT_ANNOTATION: "1",
+            crate::inplace::GENERATION_ANNOTATION: "1",
+            crate::inplace::RELEASED_ANNOTATION: "1",
+        });
+    }
+    let i = m
+        .pods
+        .iter()
+        .position(|(_, p)| p["metadata"]["labels"][model::JOBSET_NAME] == "j0")
+        .unwrap_or(0);
+    m.fail_pod(i);
+    let mut core = model::core();
+    // Everything but the jobs is listed first (their watch is slow).
+    let all = m.startup();
+    let (jobs, rest): (Vec<Input>, Vec<Input>) =
+        all.into_iter().partition(|i| matches!(i, Input::Job(..)));
+    let mut emitted = Vec::new();
+    let feed = |core: &mut Core, ins: Vec<Input>, out: &mut Vec<Effect>| {
+        for i in ins {
+            out.extend(core.step(i, m.now()));
+        }
+    };
+    feed(&mut core, vec![Input::Leader(true)], &mut emitted);
+    feed(&mut core, rest, &mut emitted);
+    assert!(!core.ready(), "the job kind's watch has not synced");
+    assert!(
+        emitted.iter().all(|e| !matches!(
+            e.kind,
+            EffectKind::RestartJob { .. } | EffectKind::Record { .. }
+        )),
+        "nothing decided before the jobs are listed"
+    );
+    feed(&mut core, jobs, &mut emitted);
+    assert!(core.ready());
+    assert!(
+        emitted
+            .iter()
+            .all(|e| !matches!(e.kind, EffectKind::RestartJob { .. })),
+        "the recorded cooldown holds: {emitted:?}"
+    );
+    // The fault is held, not dropped: when the cooldown ends, j0 restarts.
+    m.t += 300;
+    let out = core.step(Input::Tick, m.now());
+    assert_eq!(
+        out.iter()
+            .filter(|e| matches!(&e.kind, EffectKind::RestartJob { job, .. } if job.name == "j0"))
+            .count(),
+        1,
+        "held through the cooldown, then acted on"
+    );
+}
+
+#[test]
+fn a_relist_drops_what_was_deleted_while_the_watch_was_down() {
+    let mut b = Bed::new(None);
+    // The root policy is deleted while the policies' watch is down (410):
+    // the relist does not list it.
+    b.feed(vec![
+        Input::Policy(Change::Relist),
+        Input::Policy(Change::Synced),
+    ]);
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    assert_eq!(b.restarts(), 0, "a deleted policy is not in force");
+    // A pod deleted meanwhile is gone from the store after a pods relist.
+    let (name, _) = b.pods_of("j1")[0].clone();
+    b.m.pods.remove(&name);
+    let ins = b.m.relist(Kind::Pods);
+    b.feed(ins);
+    assert!(b.core.store.pod(model::NS, &name).is_none());
+    // The way back: the policy listed again acts.
+    let mut ins = vec![Input::Policy(Change::Relist)];
+    ins.push(Input::Policy(Change::Apply(model::policy(
+        &model::default_policy_spec(),
+    ))));
+    ins.push(Input::Policy(Change::Synced));
+    b.feed(ins);
+    let i = b.pod_index("j1");
+    b.m.fail_pod(i);
+    b.pump();
+    assert_eq!(b.restarts(), 1);
+}
+
+#[test]
+fn job_kinds_not_yet_discovered_hold_every_decision_until_they_are() {
+    let mut m = Model::new(4, 1, 2);
+    let all = m.startup();
+    let mut core = model::core();
+    let now = m.now();
+    core.step(Input::Leader(true), now);
+    for i in all {
+        if matches!(i, Input::JobKinds(_) | Input::Job(..)) {
+            continue;
+        }
+        core.step(i, now);
+    }
+    assert!(!core.ready(), "discovery has not answered");
+    m.fail_pod(0);
+    let ins = m.deliver(Kind::Pods, 100);
+    let mut out = Vec::new();
+    for i in ins {
+        out.extend(core.step(i, m.now()));
+    }
+    assert!(
+        out.iter()
+            .all(|e| !matches!(e.kind, EffectKind::RestartJob { .. }))
+    );
+    // Discovery answers (late), the kind's watch syncs: the fault is decided.
+    out.extend(core.step(
+        Input::JobKinds(vec![(
+            crate::api::WorkloadKind::JobSet,
+            model::jobset_resource(),
+        )]),
+        m.now(),
+    ));
+    assert!(!core.ready(), "the new kind's watch has not synced yet");
+    for i in m.relist(Kind::Jobs) {
+        out.extend(core.step(i, m.now()));
+    }
+    assert_eq!(
+        out.iter()
+            .filter(|e| matches!(e.kind, EffectKind::RestartJob { .. }))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn failed_cordons_and_restarts_are_retried_until_they_succeed() {
+    let mut b = Bed::new(None);
+    b.m.node_fault("n1", "79");
+    let ins = b.m.deliver(Kind::Nodes, 100);
+    b.feed(ins);
+    // Every action fails once.
+    let first = std::mem::take(&mut b.queue);
+    assert!(
+        first
+            .iter()
+            .any(|e| matches!(e.kind, EffectKind::Cordon { .. }))
+    );
+    for e in first {
+        b.feed(vec![Input::Done(e.id, Outcome::Failed("500".into()))]);
+    }
+    b.pass(40);
+    assert!(b.cordons() >= 2, "the cordon was retried");
+    assert!(b.restarts() >= 2, "the restart was retried");
+    assert_eq!(b.m.nodes["n1"]["spec"]["unschedulable"], json!(true));
+    assert_eq!(b.core.recoveries(), 0, "the retried recoveries finished");
+}
+
+#[test]
+fn a_fault_held_for_its_cooldown_is_acted_on_when_the_cooldown_ends() {
+    let mut b = Bed::new(None);
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    assert_eq!(b.restarts(), 1);
+    b.m.operator();
+    b.pump();
+    b.pass(10);
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    b.pass(20);
+    assert_eq!(b.restarts(), 1, "within the cooldown: held");
+    b.pass(40);
+    assert_eq!(
+        b.restarts(),
+        2,
+        "the held fault is acted on when the cooldown ends"
+    );
+}
+
+#[test]
+fn faults_seen_by_a_standby_are_acted_on_when_it_takes_over() {
+    let mut b = Bed::new(None);
+    b.feed(vec![Input::Leader(false)]);
+    let i = b.pod_index("j1");
+    b.m.fail_pod(i);
+    b.m.node_fault("n2", "79");
+    b.pump();
+    assert_eq!(b.restarts() + b.cordons(), 0, "a standby acts on nothing");
+    b.feed(vec![Input::Leader(true)]);
+    b.pump();
+    assert!(b.restarts() >= 1, "the pod's fault, on take-over");
+    assert_eq!(b.cordons(), 1, "the node's fault, on take-over");
+}
+
+#[test]
+fn the_breaker_window_and_sticky_cordons_live_in_the_cluster() {
+    let mut b = Bed::new(None);
+    b.m.node_fault("n0", "79");
+    b.m.node_fault("n1", "79");
+    b.pump();
+    assert_eq!(b.cordons(), 2);
+    // A new controller (the old one died): the two separations are still
+    // in the window, so a third node's fault is held.
+    b.core = model::core();
+    let mut ins = b.m.startup();
+    ins.push(Input::Leader(true));
+    b.feed(ins);
+    b.m.node_fault("n2", "79");
+    b.pump();
+    assert_eq!(b.cordons(), 2, "the breaker's window survived the restart");
+    // The window moves on: the held separation is made.
+    b.pass(model::WINDOW + 10);
+    assert_eq!(b.cordons(), 3);
+    // A fault that cleared while no controller ran is uncordoned by the
+    // next one.
+    b.m.node_clear("n0");
+    b.core = model::core();
+    let mut ins = b.m.startup();
+    ins.push(Input::Leader(true));
+    b.feed(ins);
+    b.pump();
+    assert_ne!(
+        b.m.nodes["n0"]["spec"]["unschedulable"],
+        json!(true),
+        "uncordoned"
+    );
+    assert_eq!(
+        b.m.nodes["n1"]["spec"]["unschedulable"],
+        json!(true),
+        "still faulty"
+    );
+}
+
+#[test]
+fn a_stale_restart_never_deletes_the_pods_of_a_job_recreated_under_the_same_name() {
+    let mut b = Bed::new(None);
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    let ins = b.m.deliver(Kind::Pods, 100);
+    b.feed(ins);
+    let pending = std::mem::take(&mut b.queue);
+    assert!(
+        pending
+            .iter()
+            .any(|e| matches!(e.kind, EffectKind::RestartJob { .. }))
+    );
+    // Before the restart lands, j0 is deleted and created again (a new
+    // uid) and its new pods run.
+    b.m.recreate_job("j0");
+    b.m.operator();
+    let fresh: Vec<String> = b.pods_of("j0").into_iter().map(|(_, u)| u).collect();
+    for e in pending {
+        let o = b.m.apply(&e);
+        b.feed(vec![Input::Done(e.id, o)]);
+    }
+    b.pump();
+    let now: Vec<String> = b.pods_of("j0").into_iter().map(|(_, u)| u).collect();
+    assert_eq!(now, fresh, "the new incarnation's pods are untouched");
+}
+
+#[test]
+fn pods_stuck_terminating_on_a_dead_node_are_force_deleted_after_the_bound() {
+    let mut spec = model::default_policy_spec();
+    spec["restart"] = json!({"forceDeleteAfter": "30s"});
+    let mut b = Bed::new(Some(spec));
+    // j0 has a pod on n3; n3's kubelet dies, then a pod of j0 fails.
+    let (stuck, _) =
+        b.m.pods
+            .iter()
+            .find(|(_, p)| p["spec"]["nodeName"] == "n3")
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .unwrap_or_default();
+    let job = b.m.pods[&stuck]["metadata"]["labels"][model::JOBSET_NAME]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    b.m.kill_node("n3");
+    b.pump();
+    let i = b.pod_index(&job);
+    b.m.fail_pod(i);
+    b.pump();
+    assert!(
+        b.m.pods[&stuck]["metadata"]["deletionTimestamp"].is_string(),
+        "deleted, but no kubelet confirms"
+    );
+    b.pass(10);
+    assert!(
+        b.m.pods.contains_key(&stuck),
+        "within the bound: left alone"
+    );
+    b.pass(30);
+    assert!(
+        !b.m.pods.contains_key(&stuck),
+        "force-deleted after the bound"
+    );
+    assert!(b.log.iter().any(|e| matches!(&e.kind,
+        EffectKind::DeletePods { pods, .. } if pods.iter().any(|p| p.name == stuck && p.grace_seconds == Some(0)))));
+}
+
+#[test]
+fn a_restart_that_would_exhaust_the_jobs_own_retry_limit_follows_the_policy() {
+    for (action, restarts) in [("Skip", 0), ("Proceed", 1)] {
+        let mut spec = model::default_policy_spec();
+        spec["restart"] = json!({"onRetryLimit": action});
+        let mut b = Bed::new(Some(spec));
+        // j0 allows no more JobSet restarts: maxRestarts 0.
+        if let Some(j) = b.m.jobs.get_mut("j0") {
+            j["spec"]["failurePolicy"]["maxRestarts"] = json!(0);
+            j["metadata"]["resourceVersion"] = json!("9999");
+            let j = j.clone();
+            let ins = vec![Input::Job(
+                crate::api::WorkloadKind::JobSet,
+                Change::Apply(serde_json::from_value(j).expect("jobset")),
+            )];
+            b.feed(ins);
+        }
+        let i = b.pod_index("j0");
+        b.m.fail_pod(i);
+        b.pump();
+        assert_eq!(b.restarts(), restarts, "onRetryLimit: {action}");
+        if action == "Skip" {
+            assert!(b.log.iter().any(|e| matches!(&e.kind,
+                EffectKind::Event { notice, .. } if notice.note.contains("RetryLimit"))));
+        }
+    }
+}
+
+#[test]
+fn a_duration_that_would_overflow_the_calendar_is_refused_when_compiled() {
+    let mut spec = model::default_policy_spec();
+    spec["restartBudget"] = json!({"maxRestarts": 3, "window": "300000y"});
+    let p = model::policy(&spec);
+    let err = crate::policy::CompiledPolicy::compile(&p).expect_err("refused");
+    assert_eq!(err.field, "spec.restartBudget.window");
+    // The core keeps running with the policy out of use.
+    let mut b = Bed::new(Some(spec));
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    assert_eq!(b.restarts(), 0, "an invalid policy is not used");
+}
