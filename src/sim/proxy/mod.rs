@@ -104,7 +104,10 @@ impl Proxy {
     /// Listens on a free port of 127.0.0.1 and forwards to the server of
     /// `upstream`. Call within a Tokio runtime: the proxy's tasks and its
     /// upstream connections live on it.
-    pub async fn start(upstream: kube::Config) -> Result<Proxy, ProxyError> {
+    pub async fn start(mut upstream: kube::Config) -> Result<Proxy, ProxyError> {
+        // The upstream's answers pass as they are: kube's own retry of
+        // 429/503/504 would hide them from the caller.
+        upstream.default_retry = false;
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(ProxyError::Bind)?;

@@ -27,8 +27,11 @@ async fn upstream(server: Server) -> (kube::Config, Option<rebound::sim::ApiServ
     }
 }
 
+/// A client through the proxy with its own User-Agent that sees every
+/// answer as it comes (no retry of 429/503/504).
 fn client_with_ua(proxy: &Proxy) -> kube::Client {
     let mut cfg = proxy.client_config();
+    cfg.default_retry = false;
     cfg.headers.push((
         axum::http::header::USER_AGENT,
         axum::http::HeaderValue::from_static(UA),
