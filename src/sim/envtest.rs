@@ -494,8 +494,8 @@ fn probe_readyz(port: u16) -> Option<bool> {
 pub fn shared() -> Result<&'static ControlPlane, String> {
     static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
     let r = CP.get_or_init(|| {
-        let assets = resolve_assets(Path::new(env!("CARGO_MANIFEST_DIR")))
-            .map_err(|e| e.to_string())?;
+        let assets =
+            resolve_assets(Path::new(env!("CARGO_MANIFEST_DIR"))).map_err(|e| e.to_string())?;
         let cfg = ControlPlaneConfig::from_assets(&assets);
         let (tx, rx) = std::sync::mpsc::channel();
         // The keeper thread never ends: PR_SET_PDEATHSIG follows the

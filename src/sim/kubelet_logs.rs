@@ -215,7 +215,12 @@ pub fn tail_lines(text: &str, n: Option<usize>) -> String {
 }
 
 fn answer<B>(logs: &Logs, req: &Request<B>) -> Response<Body> {
-    let segs: Vec<&str> = req.uri().path().split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = req
+        .uri()
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let (code, text) = match segs.as_slice() {
         ["containerLogs", ns, pod, container] if req.method() == axum::http::Method::GET => {
             let tail = req.uri().query().and_then(|q| {
@@ -269,10 +274,7 @@ mod tests {
             let req = axum::http::Request::get("/containerLogs/ml/p/c?tailLines=2")
                 .body(Vec::new())
                 .expect("request");
-            assert_eq!(
-                client.request_text(req).await.expect("log"),
-                "two\nthree\n"
-            );
+            assert_eq!(client.request_text(req).await.expect("log"), "two\nthree\n");
         }
     }
 }

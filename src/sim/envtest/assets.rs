@@ -41,7 +41,9 @@ pub enum AssetsError {
         dir: PathBuf,
     },
     /// No etcd binary in the assets directory or on `PATH`.
-    #[error("etcd is neither in {dir} nor on PATH (install Debian's etcd-server: apt-get install -y etcd-server)")]
+    #[error(
+        "etcd is neither in {dir} nor on PATH (install Debian's etcd-server: apt-get install -y etcd-server)"
+    )]
     NoEtcd {
         /// The assets directory.
         dir: PathBuf,

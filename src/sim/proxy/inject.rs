@@ -172,8 +172,7 @@ impl ProxyInjector {
         };
         let mut rx = self.expiry.subscribe();
         let waited =
-            tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|e| e.done >= e.asked))
-                .await;
+            tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|e| e.done >= e.asked)).await;
         let e = match waited {
             Ok(Ok(e)) => *e,
             _ => *self.expiry.borrow(),

@@ -96,7 +96,9 @@ impl std::fmt::Debug for Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.task.abort();
-        self.inner.inject.refuse_connections(std::time::Duration::ZERO);
+        self.inner
+            .inject
+            .refuse_connections(std::time::Duration::ZERO);
     }
 }
 
@@ -184,7 +186,9 @@ impl Proxy {
     /// Stops serving and closes every connection.
     pub async fn shutdown(self) {
         self.task.abort();
-        self.inner.inject.refuse_connections(std::time::Duration::ZERO);
+        self.inner
+            .inject
+            .refuse_connections(std::time::Duration::ZERO);
     }
 }
 

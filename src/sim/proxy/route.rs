@@ -85,7 +85,11 @@ pub fn classify(method: &Method, path: &str, query: &str) -> Target {
 mod tests {
     use super::*;
 
-    fn t(m: Method, path: &str, q: &str) -> (String, String, String, Option<String>, Option<String>) {
+    fn t(
+        m: Method,
+        path: &str,
+        q: &str,
+    ) -> (String, String, String, Option<String>, Option<String>) {
         let t = classify(&m, path, q);
         (
             t.verb.to_string(),
@@ -100,20 +104,42 @@ mod tests {
     fn paths_read_as_the_embedded_log_reads_them() {
         let s = |x: &str| Some(x.to_string());
         assert_eq!(
-            t(Method::GET, "/api/v1/namespaces/ml/pods", "watch=true&resourceVersion=5"),
+            t(
+                Method::GET,
+                "/api/v1/namespaces/ml/pods",
+                "watch=true&resourceVersion=5"
+            ),
             ("watch".into(), "pods".into(), "".into(), s("ml"), None)
         );
         assert_eq!(
-            t(Method::GET, "/api/v1/namespaces/ml/pods", "labelSelector=a%3Db"),
+            t(
+                Method::GET,
+                "/api/v1/namespaces/ml/pods",
+                "labelSelector=a%3Db"
+            ),
             ("list".into(), "pods".into(), "".into(), s("ml"), None)
         );
         assert_eq!(
-            t(Method::GET, "/api/v1/namespaces/ml/pods/p-0/log", "tailLines=5"),
+            t(
+                Method::GET,
+                "/api/v1/namespaces/ml/pods/p-0/log",
+                "tailLines=5"
+            ),
             ("get".into(), "pods".into(), "log".into(), s("ml"), s("p-0"))
         );
         assert_eq!(
-            t(Method::DELETE, "/api/v1/namespaces/ml/pods", "labelSelector=x"),
-            ("deletecollection".into(), "pods".into(), "".into(), s("ml"), None)
+            t(
+                Method::DELETE,
+                "/api/v1/namespaces/ml/pods",
+                "labelSelector=x"
+            ),
+            (
+                "deletecollection".into(),
+                "pods".into(),
+                "".into(),
+                s("ml"),
+                None
+            )
         );
         // The namespaces resource itself, and its subresources.
         assert_eq!(
@@ -122,11 +148,23 @@ mod tests {
         );
         assert_eq!(
             t(Method::PUT, "/api/v1/namespaces/ml/finalize", ""),
-            ("update".into(), "namespaces".into(), "finalize".into(), None, s("ml"))
+            (
+                "update".into(),
+                "namespaces".into(),
+                "finalize".into(),
+                None,
+                s("ml")
+            )
         );
         assert_eq!(
             t(Method::PATCH, "/api/v1/nodes/n-1/status", ""),
-            ("patch".into(), "nodes".into(), "status".into(), None, s("n-1"))
+            (
+                "patch".into(),
+                "nodes".into(),
+                "status".into(),
+                None,
+                s("n-1")
+            )
         );
         assert_eq!(
             t(

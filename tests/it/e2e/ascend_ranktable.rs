@@ -170,7 +170,9 @@ fn metric(ctl: &ControllerHandle, line_start: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported(server: Server) {
+async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported(
+    server: Server,
+) {
     let (bed, ctl) = ascend_bed(server, Format::V2).await;
     let ml = bed.ns("ml");
     rings_config(&bed, &ml, "vj").await;

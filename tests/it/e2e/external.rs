@@ -191,9 +191,7 @@ async fn crds_are_installed_once_updated_after_and_a_real_operators_are_refused(
     crds.create(&PostParams::default(), &foreign)
         .await
         .expect("someone else's CRD");
-    let err = install_crds(&client, &yaml)
-        .await
-        .expect_err("must refuse");
+    let err = install_crds(&client, &yaml).await.expect_err("must refuse");
     assert!(
         matches!(&err, ClusterError::Unsupported(m) if m.contains(&format!("widgets.{group}"))),
         "{err}"

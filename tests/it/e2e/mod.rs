@@ -109,8 +109,23 @@ pub fn real_server_or_skip(test: &str) -> bool {
     }
 }
 
+/// With `REBOUND_E2E_LOG` set (a tracing filter such as `rebound=debug`),
+/// the controller's and the bed's logs go to the test's output.
+fn init_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("REBOUND_E2E_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
 /// A bed of `nodes` nodes on `server` (panics if it cannot be made).
 pub async fn bed(server: Server, cfg: SimConfig) -> Testbed {
+    init_logs();
     Testbed::on(server, cfg).await.expect("test bed")
 }
 
@@ -326,4 +341,6 @@ pub fn args(bed: &Testbed, f: impl FnOnce(&mut ControllerArgs)) -> ControllerArg
 }
 
 pub const PT: &str = "training.kubeflow.org/job-name";
-pub const T: Duration = Duration::from_secs(10);
+/// How long a wait allows: generous, since a real API server, etcd and
+/// kube-controller-manager share two cores with the rest of the suite.
+pub const T: Duration = Duration::from_secs(20);

@@ -93,7 +93,9 @@ async fn the_proxy_records_forwards_and_injects(server: Server) {
             .as_deref()
             .is_some_and(|c| c.contains("json"))
     );
-    let get = log.iter().find(|r| r.verb == "get" && r.name.as_deref() == Some("a"));
+    let get = log
+        .iter()
+        .find(|r| r.verb == "get" && r.name.as_deref() == Some("a"));
     assert!(get.is_some_and(|r| r.status == 200), "{log:#?}");
 
     // Failures on command, before the upstream sees the request.

@@ -91,7 +91,9 @@ async fn an_api_server_outage_loses_no_fault_and_restarts_nothing_twice(server: 
     ctl.shutdown().await;
 }
 
-async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_twice(server: Server) {
+async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_twice(
+    server: Server,
+) {
     let (bed, ctl) = bed_with(server, 4, "", None).await;
     let ml = bed.ns("ml");
     let c = &bed.cluster;
@@ -134,7 +136,10 @@ async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_
         .requests()
         .into_iter()
         .filter(|r| {
-            by_controller(r) && r.verb == "patch" && r.resource == "nodes" && r.subresource.is_empty()
+            by_controller(r)
+                && r.verb == "patch"
+                && r.resource == "nodes"
+                && r.subresource.is_empty()
         })
         .count();
     assert_eq!(cordons, 1);
