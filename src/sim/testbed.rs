@@ -670,31 +670,19 @@ fn kubelet_ip() -> Result<std::net::Ipv4Addr, TestbedError> {
 /// Deletes what a run made; failures are logged (a clean-up must go on).
 async fn remove_shared(client: &kube::Client, made: &Made) {
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+    use k8s_openapi::api::core::v1::{Namespace, Node};
     let dp = kube::api::DeleteParams::default();
     let (namespaces, classifications) = (&made.namespaces, &made.classifications);
-    // No kubelet confirms the deletion of a pod on a fake node: pods are
-    // deleted at once (grace 0), before and after their namespace (a real
-    // Job controller may have made new ones meanwhile).
-    let force = kube::api::DeleteParams {
-        grace_period_seconds: Some(0),
-        ..Default::default()
-    };
+    // A real server deletes a namespace's contents in the background
+    // (about 5 s on kube-controller-manager even for an empty one), and the
+    // next bed's controller watches the whole cluster: it would see this
+    // run's jobs, pods, policies and ConfigMaps. So the contents go first,
+    // now, and only the empty namespaces are left to terminate.
+    purge_namespaces(client, namespaces).await;
     let ns_api: Api<Namespace> = Api::all(client.clone());
-    for round in 0..2 {
-        for ns in namespaces {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-            if let Err(e) = pods
-                .delete_collection(&force, &kube::api::ListParams::default())
-                .await
-            {
-                tracing::debug!(namespace = %ns, error = %e, "test bed clean-up: pods");
-            }
-            if round == 0
-                && let Err(e) = ns_api.delete(ns, &dp).await
-            {
-                tracing::debug!(namespace = %ns, error = %e, "test bed clean-up");
-            }
+    for ns in namespaces {
+        if let Err(e) = ns_api.delete(ns, &dp).await {
+            tracing::debug!(namespace = %ns, error = %e, "test bed clean-up");
         }
     }
     let node_api: Api<Node> = Api::all(client.clone());
@@ -718,6 +706,86 @@ async fn remove_shared(client: &kube::Client, made: &Made) {
             tracing::debug!(classification = %fc, error = %e, "test bed clean-up");
         }
     }
+}
+
+/// How long the clean-up waits for the run's pods to be gone.
+const POD_DELETION: Duration = Duration::from_secs(30);
+
+/// Deletes everything in the run's namespaces, as the namespace controller
+/// would: every namespaced resource the server lists that can be deleted
+/// by collection, pods at once (grace 0: no kubelet confirms a pod on a
+/// fake node) and without their finalizers (the real Job controller's
+/// `batch.kubernetes.io/job-tracking`), until no pod is left or
+/// [`POD_DELETION`] passed.
+async fn purge_namespaces(client: &kube::Client, namespaces: &[String]) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DynamicObject, ListParams};
+    let force = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let resources: Vec<kube::discovery::ApiResource> =
+        match kube::Discovery::new(client.clone()).run().await {
+            Ok(d) => d
+                .groups()
+                .flat_map(|g| g.recommended_resources())
+                .filter(|(_, caps)| {
+                    caps.scope == kube::discovery::Scope::Namespaced
+                        && caps.supports_operation(kube::discovery::verbs::DELETE_COLLECTION)
+                })
+                .map(|(r, _)| r)
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "test bed clean-up: discovery");
+                Vec::new()
+            }
+        };
+    for ns in namespaces {
+        for r in &resources {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, r);
+            if let Err(e) = api.delete_collection(&force, &ListParams::default()).await
+                && !super::actors::util::is_not_found(&e)
+            {
+                tracing::debug!(namespace = %ns, resource = %r.plural, error = %e, "test bed clean-up");
+            }
+        }
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let mut left = 0;
+        for ns in namespaces {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+            let Ok(list) = pods.list_metadata(&ListParams::default()).await else {
+                continue;
+            };
+            for p in list.items {
+                left += 1;
+                let name = p.name_any();
+                if p.metadata
+                    .finalizers
+                    .as_ref()
+                    .is_some_and(|f| !f.is_empty())
+                {
+                    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+                    let _ = pods
+                        .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+                if p.metadata.deletion_timestamp.is_none() {
+                    let _ = pods.delete(&name, &force).await;
+                }
+            }
+        }
+        if left == 0 {
+            break;
+        }
+        if start.elapsed() > POD_DELETION {
+            tracing::warn!(pods = left, "test bed clean-up: pods still there");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tracing::debug!(took = ?start.elapsed(), "test bed clean-up: namespaces purged");
 }
 
 /// Deletes the run's objects in kube-system: device-plugin ConfigMaps and

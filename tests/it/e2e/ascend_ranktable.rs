@@ -281,7 +281,17 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
             &ctl,
             "rebound_rank_table_writes_total{status=\"initializing\"}"
         ),
-        1.0
+        1.0,
+        "{:#?}\n{}",
+        bed.requests()
+            .iter()
+            .filter(|r| r.path.contains("rings-config"))
+            .map(|r| format!(
+                "{:?} {} {} {} {:?}",
+                r.at, r.verb, r.path, r.status, r.user_agent
+            ))
+            .collect::<Vec<_>>(),
+        ctl.metrics.encode()
     );
     let rebuilt = table(&bed, &ml, "vj").await;
     assert_eq!(rebuilt["server_count"], "2");
