@@ -51,6 +51,28 @@ fn status_of(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// Waits for the ADDED event of ConfigMap `name` (a real server's own
+/// `kube-root-ca.crt` may come first).
+async fn added(
+    w: &mut futures::stream::BoxStream<'_, kube::Result<WatchEvent<ConfigMap>>>,
+    name: &str,
+) {
+    let found = tokio::time::timeout(T, async {
+        while let Some(ev) = w.next().await {
+            match ev {
+                Ok(WatchEvent::Added(c)) if c.metadata.name.as_deref() == Some(name) => {
+                    return true;
+                }
+                Ok(_) => {}
+                Err(e) => panic!("watch error before {name}: {e}"),
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found.ok(), Some(true), "ADDED {name} seen on the watch");
+}
+
 async fn the_proxy_records_forwards_and_injects(server: Server) {
     let (up, _embedded) = upstream(server).await;
     let proxy = Proxy::start(up).await.expect("proxy");
@@ -150,13 +172,7 @@ async fn the_proxy_records_forwards_and_injects(server: Server) {
     cms.create(&PostParams::default(), &cm("b"))
         .await
         .expect("create b");
-    let ev = tokio::time::timeout(T, w.next())
-        .await
-        .expect("an event within T");
-    assert!(
-        matches!(ev, Some(Ok(WatchEvent::Added(ref c))) if c.metadata.name.as_deref() == Some("b")),
-        "{ev:?}"
-    );
+    added(&mut w, "b").await;
     proxy.inject().drop_watches();
     let end = tokio::time::timeout(T, async {
         while let Some(ev) = w.next().await {
@@ -210,11 +226,7 @@ async fn the_proxy_records_forwards_and_injects(server: Server) {
     cms.create(&PostParams::default(), &cm("c"))
         .await
         .expect("create c");
-    let ev = tokio::time::timeout(T, w.next()).await.expect("event");
-    assert!(
-        matches!(ev, Some(Ok(WatchEvent::Added(ref c))) if c.metadata.name.as_deref() == Some("c")),
-        "{ev:?}"
-    );
+    added(&mut w, "c").await;
 
     // Refused connections: open ones are cut, new ones refused for a while.
     let down = std::time::Duration::from_secs(1);
