@@ -100,8 +100,9 @@ pub enum TestbedError {
     Cluster(#[from] super::cluster::ClusterError),
     #[error("embedded API server: {0}")]
     Server(#[from] super::SimError),
+    /// Boxed: the largest error by far, and rare.
     #[error("{0}")]
-    Load(#[from] crate::explain::LoadError),
+    Load(Box<crate::explain::LoadError>),
     #[error("API: {0}")]
     Kube(#[from] kube::Error),
     #[error("controller: {0}")]
@@ -115,6 +116,12 @@ pub enum TestbedError {
     NoRealServer(String),
     #[error("{0}")]
     Other(String),
+}
+
+impl From<crate::explain::LoadError> for TestbedError {
+    fn from(e: crate::explain::LoadError) -> Self {
+        TestbedError::Load(Box::new(e))
+    }
 }
 
 /// The root namespace used by the test bed.

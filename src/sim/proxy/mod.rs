@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use futures::StreamExt;
 use http_body_util::BodyExt;
@@ -397,7 +397,7 @@ async fn forward(
             out = out.header(k, v);
         }
     }
-    let out = match out.body(kube::client::Body::from(Bytes::from(bytes))) {
+    let out = match out.body(kube::client::Body::from(bytes)) {
         Ok(r) => r,
         Err(e) => return error_response(&ApiError::bad_request(format!("proxy: request: {e}"))),
     };
