@@ -17,13 +17,18 @@ macro_rules! e2e {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn embedded() {
+                let t = std::time::Instant::now();
                 super::$name(rebound::sim::testbed::Server::Embedded).await;
+                eprintln!("{}::embedded took {:?}", module_path!(), t.elapsed());
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn real() {
                 if $crate::e2e::real_server_or_skip(module_path!()) {
+                    let t = std::time::Instant::now();
                     super::$name(rebound::sim::testbed::Server::Real).await;
+                    // With the wait for the bed's turn (one real bed at a time).
+                    eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
                 }
             }
         }
