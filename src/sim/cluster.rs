@@ -935,26 +935,39 @@ async fn install(
             .get_or_insert_with(Default::default)
             .insert(TESTBED_LABEL.0.into(), TESTBED_LABEL.1.into());
         let name = crd.name_any();
-        match api.get_opt(&name).await? {
-            None => {
-                api.create(&PostParams::default(), &crd).await?;
-            }
-            Some(cur)
-                if cur.labels().get(TESTBED_LABEL.0).map(String::as_str)
-                    == Some(TESTBED_LABEL.1) =>
-            {
-                crd.metadata.resource_version = cur.metadata.resource_version;
-                api.replace(&name, &PostParams::default(), &crd).await?;
-            }
-            Some(cur) if update_foreign => {
-                crd.metadata.labels = cur.metadata.labels.clone();
-                crd.metadata.resource_version = cur.metadata.resource_version;
-                api.replace(&name, &PostParams::default(), &crd).await?;
-            }
-            Some(_) => {
-                return Err(ClusterError::Unsupported(format!(
-                    "CRD {name} exists and was not installed by the test bed: a real operator would race the simulated one; use a cluster without it"
-                )));
+        // A real server's CRD controllers write the status of a new CRD
+        // right after it is made: a replace may meet a newer version once.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let written = match api.get_opt(&name).await? {
+                None => api.create(&PostParams::default(), &crd).await.map(|_| ()),
+                Some(cur)
+                    if cur.labels().get(TESTBED_LABEL.0).map(String::as_str)
+                        == Some(TESTBED_LABEL.1) =>
+                {
+                    crd.metadata.resource_version = cur.metadata.resource_version;
+                    api.replace(&name, &PostParams::default(), &crd)
+                        .await
+                        .map(|_| ())
+                }
+                Some(cur) if update_foreign => {
+                    crd.metadata.labels = cur.metadata.labels.clone();
+                    crd.metadata.resource_version = cur.metadata.resource_version;
+                    api.replace(&name, &PostParams::default(), &crd)
+                        .await
+                        .map(|_| ())
+                }
+                Some(_) => {
+                    return Err(ClusterError::Unsupported(format!(
+                        "CRD {name} exists and was not installed by the test bed: a real operator would race the simulated one; use a cluster without it"
+                    )));
+                }
+            };
+            match written {
+                Ok(()) => break,
+                Err(e) if attempt < 5 && super::actors::util::is_status(&e, 409) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
         names.push(name);

@@ -391,6 +391,7 @@ async fn forward(
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
+    let parts_path = format!("{} {uri}", parts.method);
     let mut out = Request::builder().method(parts.method).uri(uri);
     for (k, v) in &parts.headers {
         if !skipped(k) {
@@ -411,6 +412,33 @@ async fn forward(
         }
     };
     let (rparts, rbody) = res.into_parts();
+    if rparts.status.as_u16() >= 400 && !watch {
+        // An error answer is one small Status: kept whole, and logged (at
+        // debug) with what it was for, since the request log has no bodies.
+        let bytes = match rbody.collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                return error_response(&ApiError::other(
+                    502,
+                    format!("proxy: reading the upstream's answer: {e}"),
+                ));
+            }
+        };
+        tracing::debug!(
+            status = rparts.status.as_u16(),
+            path = %parts_path,
+            body = %String::from_utf8_lossy(&bytes[..bytes.len().min(600)]),
+            "proxy: upstream error answer"
+        );
+        let mut r = Response::new(Body::from(bytes));
+        *r.status_mut() = rparts.status;
+        for (k, v) in &rparts.headers {
+            if !skipped(k) {
+                r.headers_mut().append(k, v.clone());
+            }
+        }
+        return r;
+    }
     let stream = rbody.into_data_stream();
     let body = if watch {
         let mut drops = inner.inject.drops();
