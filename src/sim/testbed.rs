@@ -217,7 +217,11 @@ impl Testbed {
             })?;
             return config_from(kc).await;
         }
-        let cp = super::envtest::shared().map_err(TestbedError::NoRealServer)?;
+        // Starting the control plane blocks for seconds (once per process).
+        let cp = tokio::task::spawn_blocking(super::envtest::shared)
+            .await
+            .map_err(|e| TestbedError::NoRealServer(format!("control plane start: {e}")))?
+            .map_err(TestbedError::NoRealServer)?;
         cp.client_config()
             .await
             .map_err(|e| TestbedError::NoRealServer(e.to_string()))
