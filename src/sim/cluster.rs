@@ -124,6 +124,10 @@ pub struct SharedCluster {
     pub scheduler_name: String,
     /// Key of the `NoSchedule` taint on the simulated nodes.
     pub taint_key: String,
+    /// Where a real API server reaches the fake nodes' kubelets for
+    /// `pods/log` (see `super::kubelet_logs`); `None`: the nodes keep
+    /// made-up addresses and no kubelet port.
+    pub kubelet: Option<super::kubelet_logs::KubeletEndpoint>,
 }
 
 impl Default for SharedCluster {
@@ -131,6 +135,7 @@ impl Default for SharedCluster {
         Self {
             scheduler_name: "rebound-sim-scheduler".into(),
             taint_key: "rebound.dev/simulated-node".into(),
+            kubelet: None,
         }
     }
 }
@@ -242,7 +247,11 @@ pub fn node_name(i: usize) -> String {
 
 fn node_object(i: usize, cfg: &SimConfig) -> Value {
     let name = format!("{}{i:04}", cfg.node_prefix);
-    let ip = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
+    let kubelet = cfg.shared.as_ref().and_then(|s| s.kubelet);
+    let ip = match kubelet {
+        Some(k) => k.ip_of(i).to_string(),
+        None => format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256),
+    };
     let res = cfg.accelerator.resource();
     let mut labels = json!({
         "kubernetes.io/hostname": name,
@@ -279,7 +288,7 @@ fn node_object(i: usize, cfg: &SimConfig) -> Value {
             json!({"taints": [{"key": sh.taint_key, "value": "true", "effect": "NoSchedule"}]})
         }
     };
-    json!({
+    let mut node = json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
@@ -302,7 +311,11 @@ fn node_object(i: usize, cfg: &SimConfig) -> Value {
                 "architecture": if cfg.accelerator == Accelerator::Ascend { "arm64" } else { "amd64" },
             },
         },
-    })
+    });
+    if let Some(k) = kubelet {
+        node["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": k.port}});
+    }
+    node
 }
 
 impl SimCluster {
@@ -891,6 +904,22 @@ pub const TESTBED_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "reboun
 /// to someone else (a real training operator's) is an error, since the real
 /// operator would race the simulated one.
 pub async fn install_crds(client: &Client, yaml: &str) -> Result<Vec<String>, ClusterError> {
+    install(client, yaml, false).await
+}
+
+/// Installs or updates rebound's own CRDs: like [`install_crds`], but one
+/// installed by someone else (rebound deployed on the cluster) is updated
+/// in place, keeping its labels, instead of refused: no simulated operator
+/// races for rebound's objects, and the tests need this version's schema.
+pub async fn install_own_crds(client: &Client, yaml: &str) -> Result<Vec<String>, ClusterError> {
+    install(client, yaml, true).await
+}
+
+async fn install(
+    client: &Client,
+    yaml: &str,
+    update_foreign: bool,
+) -> Result<Vec<String>, ClusterError> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
     let api: Api<Crd> = Api::all(client.clone());
     let mut names = Vec::new();
@@ -906,21 +935,39 @@ pub async fn install_crds(client: &Client, yaml: &str) -> Result<Vec<String>, Cl
             .get_or_insert_with(Default::default)
             .insert(TESTBED_LABEL.0.into(), TESTBED_LABEL.1.into());
         let name = crd.name_any();
-        match api.get_opt(&name).await? {
-            None => {
-                api.create(&PostParams::default(), &crd).await?;
-            }
-            Some(cur)
-                if cur.labels().get(TESTBED_LABEL.0).map(String::as_str)
-                    == Some(TESTBED_LABEL.1) =>
-            {
-                crd.metadata.resource_version = cur.metadata.resource_version;
-                api.replace(&name, &PostParams::default(), &crd).await?;
-            }
-            Some(_) => {
-                return Err(ClusterError::Unsupported(format!(
-                    "CRD {name} exists and was not installed by the test bed: a real operator would race the simulated one; use a cluster without it"
-                )));
+        // A real server's CRD controllers write the status of a new CRD
+        // right after it is made: a replace may meet a newer version once.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let written = match api.get_opt(&name).await? {
+                None => api.create(&PostParams::default(), &crd).await.map(|_| ()),
+                Some(cur)
+                    if cur.labels().get(TESTBED_LABEL.0).map(String::as_str)
+                        == Some(TESTBED_LABEL.1) =>
+                {
+                    crd.metadata.resource_version = cur.metadata.resource_version;
+                    api.replace(&name, &PostParams::default(), &crd)
+                        .await
+                        .map(|_| ())
+                }
+                Some(cur) if update_foreign => {
+                    crd.metadata.labels = cur.metadata.labels.clone();
+                    crd.metadata.resource_version = cur.metadata.resource_version;
+                    api.replace(&name, &PostParams::default(), &crd)
+                        .await
+                        .map(|_| ())
+                }
+                Some(_) => {
+                    return Err(ClusterError::Unsupported(format!(
+                        "CRD {name} exists and was not installed by the test bed: a real operator would race the simulated one; use a cluster without it"
+                    )));
+                }
+            };
+            match written {
+                Ok(()) => break,
+                Err(e) if attempt < 5 && super::actors::util::is_status(&e, 409) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
         names.push(name);

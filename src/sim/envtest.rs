@@ -17,6 +17,9 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+
+mod assets;
+pub use assets::{Assets, AssetsError, resolve_assets};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -24,6 +27,10 @@ use std::time::{Duration, Instant};
 /// The environment variable naming the directory with `kube-apiserver`,
 /// `kube-controller-manager` and `kubectl` (and optionally `etcd`).
 pub const ASSETS_ENV: &str = "REBOUND_TEST_ASSETS";
+
+/// Set to `1`, a missing real control plane fails the tests that need one
+/// instead of letting them skip (CI sets it, so nothing skips there).
+pub const REQUIRE_ENV: &str = "REBOUND_REQUIRE_REAL_SERVER";
 
 /// The admin's bearer token (in `system:masters`).
 const ADMIN_TOKEN: &str = "rebound-envtest-admin";
@@ -54,6 +61,8 @@ pub enum EnvtestError {
     },
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
+    #[error("{0}")]
+    Assets(#[from] AssetsError),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvtestError {
@@ -81,6 +90,14 @@ impl ControlPlaneConfig {
     pub fn from_env() -> Option<ControlPlaneConfig> {
         let dir = std::env::var_os(ASSETS_ENV).filter(|v| !v.is_empty())?;
         Some(ControlPlaneConfig::new(PathBuf::from(dir)))
+    }
+
+    /// Everything from resolved assets (see [`resolve_assets`]).
+    pub fn from_assets(assets: &Assets) -> ControlPlaneConfig {
+        ControlPlaneConfig {
+            etcd: Some(assets.etcd.clone()),
+            ..ControlPlaneConfig::new(assets.dir.clone())
+        }
     }
 
     /// Everything from `assets`, with the controller manager.
@@ -306,6 +323,10 @@ impl ControlPlane {
             .arg("--endpoint-reconciler-type=none")
             .arg("--allow-privileged=true")
             .arg("--profiling=false")
+            // `pods/log` dials the node's kubelet: the test bed's fake
+            // nodes name a loopback InternalIP where its log endpoint
+            // listens (src/sim/kubelet_logs.rs).
+            .arg("--kubelet-preferred-address-types=InternalIP")
             .args(&cfg.apiserver_flags);
         cp.spawn("kube-apiserver", c)?;
         cp.write_kubeconfig()?;
@@ -464,15 +485,18 @@ fn probe_readyz(port: u16) -> Option<bool> {
     })
 }
 
-/// The control plane of this process, started on first use from
-/// [`ASSETS_ENV`] on a thread that lives until the process exits (the
-/// processes die with it). `None` when the variable is unset; an error
-/// when it is set but the control plane cannot start (a test then fails
-/// rather than skipping silently).
-pub fn shared() -> Option<Result<&'static ControlPlane, String>> {
+/// The control plane of this process, started on first use from the
+/// assets [`resolve_assets`] finds for this project, on a thread that
+/// lives until the process exits (the processes die with it). An error
+/// says why there is none (no assets, no etcd, or a start that failed);
+/// whether that skips or fails a test is the caller's choice (see
+/// [`REQUIRE_ENV`]). Resolved and started once per process.
+pub fn shared() -> Result<&'static ControlPlane, String> {
     static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-    let cfg = ControlPlaneConfig::from_env()?;
     let r = CP.get_or_init(|| {
+        let assets =
+            resolve_assets(Path::new(env!("CARGO_MANIFEST_DIR"))).map_err(|e| e.to_string())?;
+        let cfg = ControlPlaneConfig::from_assets(&assets);
         let (tx, rx) = std::sync::mpsc::channel();
         // The keeper thread never ends: PR_SET_PDEATHSIG follows the
         // spawning thread, and the processes must live until exit.
@@ -495,5 +519,10 @@ pub fn shared() -> Option<Result<&'static ControlPlane, String>> {
             Err(e) => Err(format!("cannot start the envtest keeper thread: {e}")),
         }
     });
-    Some(r.as_ref().map_err(Clone::clone))
+    r.as_ref().map_err(Clone::clone)
+}
+
+/// Whether [`REQUIRE_ENV`] is set to `1` (or `true`).
+pub fn real_server_required() -> bool {
+    std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }

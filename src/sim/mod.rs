@@ -11,5 +11,7 @@ pub mod bare;
 pub mod bench;
 pub mod demo;
 pub mod envtest;
+pub mod kubelet_logs;
+pub mod proxy;
 pub mod samples;
 pub mod testbed;

@@ -4,13 +4,29 @@
 //!
 //! Two kinds: [`Testbed::start`] owns an embedded API server with every
 //! simulated actor; [`Testbed::connect`] shares a cluster it does not own
-//! (named by a kubeconfig, e.g. `REBOUND_E2E_KUBECONFIG`): it installs the
-//! CRDs, adds fake nodes and per-run namespaces, runs the simulated actors
+//! (named by a kubeconfig, e.g. `REBOUND_E2E_KUBECONFIG`, or the
+//! process's real control plane, [`Testbed::real`]): it installs the CRDs,
+//! adds fake nodes and per-run namespaces, runs the simulated actors
 //! against them and removes what it made when dropped. Tests name
 //! namespaces through [`Testbed::ns`], which is the identity on the
 //! embedded server and adds the run's suffix on a shared one.
+//!
+//! A shared bed talks to its cluster through the test bed's proxy
+//! (`super::proxy`), so both kinds keep a request log
+//! ([`Testbed::requests`]) and take injected faults ([`Testbed::inject`]);
+//! pod logs a test sets ([`Testbed::set_pod_log`]) are served by the
+//! server itself (embedded) or by the fake nodes' kubelet endpoint
+//! (`super::kubelet_logs`) that a real server dials.
 
+mod faults;
+mod rbac;
+
+pub use faults::Injector;
+
+use super::RequestRecord;
 use super::cluster::{SharedCluster, SimCluster, SimConfig};
+use super::kubelet_logs::KubeletLogs;
+use super::proxy::Proxy;
 use crate::api::{FaultClassification, RecoveryPolicy};
 use crate::controller::{ControllerArgs, ControllerHandle};
 use crate::explain::load::{Loaded, load_str};
@@ -21,8 +37,33 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 /// The environment variable naming the kubeconfig of a real cluster for
-/// the end-to-end suite; unset, the suite runs on the embedded server.
+/// the end-to-end suite's real-server runs ([`Testbed::real`]); unset, they
+/// use this process's envtest control plane (`super::envtest::shared`).
 pub const KUBECONFIG_ENV: &str = "REBOUND_E2E_KUBECONFIG";
+
+/// The environment variable with the address a real API server reaches
+/// the test process at, for the fake nodes' kubelet log endpoint (e.g. the
+/// docker network gateway for kind); unset, loopback addresses
+/// (`127.1.0.1`...), right for a control plane on this machine.
+pub const KUBELET_IP_ENV: &str = "REBOUND_E2E_KUBELET_IP";
+
+/// Which API server a bed runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// The in-process embedded server ([`Testbed::start`]).
+    Embedded,
+    /// A real kube-apiserver ([`Testbed::real`]).
+    Real,
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Server::Embedded => "embedded",
+            Server::Real => "real",
+        })
+    }
+}
 
 /// One shared-cluster bed at a time per process: its controller watches
 /// every node and classification of the cluster, so two at once would act
@@ -39,8 +80,13 @@ struct SharedRun {
     config: kube::Config,
     namespaces: Mutex<Vec<String>>,
     classifications: Mutex<Vec<String>>,
+    /// RBAC objects made outside the run's namespaces:
+    /// `(kind, namespace or "", name)`.
+    rbac: Mutex<Vec<(String, String, String)>>,
     /// The fake nodes (their Leases have the same names).
     nodes: Vec<String>,
+    /// The fake nodes' name prefix (`rb-<run>-`).
+    node_prefix: String,
     /// The server is the bare embedded one (no controller-manager).
     bare_embedded: bool,
     cleaned: bool,
@@ -54,14 +100,28 @@ pub enum TestbedError {
     Cluster(#[from] super::cluster::ClusterError),
     #[error("embedded API server: {0}")]
     Server(#[from] super::SimError),
+    /// Boxed: the largest error by far, and rare.
     #[error("{0}")]
-    Load(#[from] crate::explain::LoadError),
+    Load(Box<crate::explain::LoadError>),
     #[error("API: {0}")]
     Kube(#[from] kube::Error),
     #[error("controller: {0}")]
     Start(#[from] crate::controller::StartError),
     #[error("{0}")]
+    Proxy(#[from] super::proxy::ProxyError),
+    #[error("{0}")]
+    KubeletLogs(#[from] super::kubelet_logs::KubeletLogsError),
+    /// No real API server to run on (no assets, no etcd, no kubeconfig).
+    #[error("no real API server: {0}")]
+    NoRealServer(String),
+    #[error("{0}")]
     Other(String),
+}
+
+impl From<crate::explain::LoadError> for TestbedError {
+    fn from(e: crate::explain::LoadError) -> Self {
+        TestbedError::Load(Box::new(e))
+    }
 }
 
 /// The root namespace used by the test bed.
@@ -74,6 +134,10 @@ pub struct Testbed {
     config: kube::Config,
     /// `Some` on a shared cluster.
     shared: Option<SharedRun>,
+    /// The recording proxy a shared bed talks through.
+    proxy: Option<Proxy>,
+    /// The fake nodes' kubelet log endpoint (a real server only).
+    kubelet_logs: Option<KubeletLogs>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -111,7 +175,56 @@ impl Testbed {
             cluster,
             config,
             shared: None,
+            proxy: None,
+            kubelet_logs: None,
         })
+    }
+
+    /// A bed on `server`: [`Self::start`] or [`Self::real`].
+    pub async fn on(server: Server, cfg: SimConfig) -> Result<Testbed, TestbedError> {
+        match server {
+            Server::Embedded => Self::start(cfg).await,
+            Server::Real => Self::real(cfg).await,
+        }
+    }
+
+    /// Why [`Self::real`] cannot run here, or `None` when it can: the
+    /// cluster of [`KUBECONFIG_ENV`] when set, else this process's envtest
+    /// control plane (started by this call if it is not yet running).
+    pub fn real_server_unavailable() -> Option<String> {
+        if Self::kubeconfig_from_env().is_some() {
+            return None;
+        }
+        super::envtest::shared().err()
+    }
+
+    /// A bed on a real API server, through the test bed's proxy: the
+    /// cluster of [`KUBECONFIG_ENV`] when set, else this process's envtest
+    /// control plane (etcd, kube-apiserver, kube-controller-manager from
+    /// the assets `super::envtest::resolve_assets` finds), started on
+    /// first use and shared by every bed of the process, one at a time.
+    pub async fn real(cfg: SimConfig) -> Result<Testbed, TestbedError> {
+        Self::connect_config(Self::real_upstream().await?, cfg).await
+    }
+
+    /// The client configuration of the real API server [`Self::real`]
+    /// uses (the cluster of [`KUBECONFIG_ENV`], or this process's envtest
+    /// control plane as its admin), to reach it without a bed.
+    pub async fn real_upstream() -> Result<kube::Config, TestbedError> {
+        if let Some(path) = Self::kubeconfig_from_env() {
+            let kc = kube::config::Kubeconfig::read_from(&path).map_err(|e| {
+                TestbedError::Other(format!("reading kubeconfig {}: {e}", path.display()))
+            })?;
+            return config_from(kc).await;
+        }
+        // Starting the control plane blocks for seconds (once per process).
+        let cp = tokio::task::spawn_blocking(super::envtest::shared)
+            .await
+            .map_err(|e| TestbedError::NoRealServer(format!("control plane start: {e}")))?
+            .map_err(TestbedError::NoRealServer)?;
+        cp.client_config()
+            .await
+            .map_err(|e| TestbedError::NoRealServer(e.to_string()))
     }
 
     /// The kubeconfig of [`KUBECONFIG_ENV`], if set (and not empty).
@@ -119,15 +232,6 @@ impl Testbed {
         std::env::var_os(KUBECONFIG_ENV)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
-    }
-
-    /// [`Self::connect`] to the cluster of [`KUBECONFIG_ENV`] when it is
-    /// set, else [`Self::start`] an embedded one.
-    pub async fn from_env(cfg: SimConfig) -> Result<Testbed, TestbedError> {
-        match Self::kubeconfig_from_env() {
-            Some(path) => Self::connect(&path, cfg).await,
-            None => Self::start(cfg).await,
-        }
     }
 
     /// Set up on a cluster this process does not own, given its kubeconfig:
@@ -140,26 +244,50 @@ impl Testbed {
     /// The batch Job controller is simulated only when the server says it is
     /// the bare embedded one (`/version` ends in `-rebound-sim`); a real
     /// cluster has kube-controller-manager's.
-    pub async fn connect(kubeconfig: &Path, mut cfg: SimConfig) -> Result<Testbed, TestbedError> {
-        let turn = SHARED_LOCK.clone().lock_owned().await;
+    pub async fn connect(kubeconfig: &Path, cfg: SimConfig) -> Result<Testbed, TestbedError> {
         let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| {
             TestbedError::Other(format!("reading kubeconfig {}: {e}", kubeconfig.display()))
         })?;
         let config = config_from(kc).await?;
-        let client = kube::Client::try_from(config.clone())?;
+        Self::connect_config(config, cfg).await
+    }
+
+    /// [`Self::connect`] given the cluster's client configuration. Every
+    /// request of the bed, its actors and its controller goes through a
+    /// proxy of the bed (request log, fault injection); the clean-up goes
+    /// to the cluster directly.
+    pub async fn connect_config(
+        upstream: kube::Config,
+        mut cfg: SimConfig,
+    ) -> Result<Testbed, TestbedError> {
+        let turn = SHARED_LOCK.clone().lock_owned().await;
+        let proxy = Proxy::start(upstream.clone()).await?;
+        let client = proxy.client()?;
         let version = client.apiserver_version().await?;
         let bare_embedded = version.git_version.ends_with("-rebound-sim");
         let id = super::actors::util::name_suffix();
         cfg.node_prefix = format!("rb-{id}-");
+        let shared = cfg.shared.get_or_insert_with(SharedCluster::default);
+        // A real server dials the nodes' kubelets for pods/log; the bare
+        // embedded one answers it itself.
+        let kubelet_logs = if bare_embedded {
+            None
+        } else {
+            let logs = KubeletLogs::start(kubelet_ip()?, cfg.nodes).await?;
+            shared.kubelet = Some(logs.endpoint());
+            Some(logs)
+        };
         let run = SharedRun {
             id: id.clone(),
-            config,
+            config: upstream,
             namespaces: Mutex::new(Vec::new()),
             classifications: Mutex::new(Vec::new()),
+            rbac: Mutex::new(Vec::new()),
             bare_embedded,
             nodes: (0..cfg.nodes)
                 .map(|i| format!("{}{i:04}", cfg.node_prefix))
                 .collect(),
+            node_prefix: cfg.node_prefix.clone(),
             cleaned: false,
             _turn: turn,
         };
@@ -167,7 +295,7 @@ impl Testbed {
             super::cluster::install_crds(&client, crds).await?;
         }
         let crds = crate::api::crds_yaml().map_err(|e| TestbedError::Other(e.to_string()))?;
-        super::cluster::install_crds(&client, &crds).await?;
+        super::cluster::install_own_crds(&client, &crds).await?;
         let mut namespaces: Vec<String> =
             cfg.namespaces.iter().map(|n| shared_ns(&id, n)).collect();
         for ns in [ROOT, "team-a", "team-b"] {
@@ -180,15 +308,16 @@ impl Testbed {
             push_unique(&run.namespaces, ns);
         }
         cfg.namespaces = namespaces;
-        cfg.shared.get_or_insert_with(SharedCluster::default);
         cfg.operators.batch = cfg.operators.batch && bare_embedded;
-        let config = run.config.clone();
+        let config = proxy.client_config();
         // If this fails, dropping `run` removes what was made so far.
         let cluster = SimCluster::connect(client, cfg).await?;
         let bed = Testbed {
             cluster,
             config,
             shared: Some(run),
+            proxy: Some(proxy),
+            kubelet_logs,
         };
         for ns in bed.shared.iter().flat_map(|r| lock(&r.namespaces).clone()) {
             bed.wait_for_service_account(&ns).await?;
@@ -197,10 +326,104 @@ impl Testbed {
         Ok(bed)
     }
 
-    /// Whether the bed shares a cluster it does not own (no request log,
-    /// fault injection or server restart there).
+    /// Whether the bed shares a cluster it does not own.
     pub fn is_shared(&self) -> bool {
         self.shared.is_some()
+    }
+
+    /// Whether the bed runs on a real API server (shared, and not the
+    /// bare embedded one of `rebound sim-server`).
+    pub fn is_real(&self) -> bool {
+        self.shared.as_ref().is_some_and(|r| !r.bare_embedded)
+    }
+
+    /// The server kind of the bed.
+    pub fn server(&self) -> Server {
+        if self.is_real() {
+            Server::Real
+        } else {
+            Server::Embedded
+        }
+    }
+
+    /// Snapshot of the request log: the embedded server's own, or the
+    /// proxy's on a shared cluster (the requests of the bed, its actors and
+    /// its controllers; not those of the cluster's own components).
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        match &self.proxy {
+            Some(p) => p.requests(),
+            None => self.cluster.api().requests(),
+        }
+    }
+
+    /// Every request logged after this call, as it is answered.
+    pub fn subscribe_requests(&self) -> tokio::sync::broadcast::Receiver<RequestRecord> {
+        match &self.proxy {
+            Some(p) => p.subscribe_requests(),
+            None => self.cluster.api().subscribe_requests(),
+        }
+    }
+
+    /// Forgets the logged requests.
+    pub fn clear_requests(&self) {
+        match &self.proxy {
+            Some(p) => p.clear_requests(),
+            None => self.cluster.api().clear_requests(),
+        }
+    }
+
+    /// Fault injection: the embedded server's own, or the proxy's.
+    pub fn inject(&self) -> Injector<'_> {
+        match &self.proxy {
+            Some(p) => Injector::Proxy(p.inject()),
+            None => Injector::Embedded(self.cluster.api().inject()),
+        }
+    }
+
+    /// An API server outage, as a restart: every connection and watch is
+    /// cut. Behind the proxy new connections are refused for `down`; the
+    /// embedded server restarts at once (same data, same port).
+    pub async fn interrupt_api_server(&self, down: Duration) -> Result<(), TestbedError> {
+        match &self.proxy {
+            Some(p) => {
+                p.inject().refuse_connections(down);
+                Ok(())
+            }
+            None => Ok(self.cluster.api().restart().await?),
+        }
+    }
+
+    /// Sets what `pods/log` returns for a container: on the embedded server
+    /// directly, on a real one through the fake nodes' kubelet endpoint.
+    /// The bare embedded server behind a kubeconfig has no handle for it.
+    pub fn set_pod_log(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        text: String,
+    ) -> Result<(), TestbedError> {
+        match (&self.shared, &self.kubelet_logs) {
+            (None, _) => {
+                self.cluster.api().set_pod_log(ns, pod, container, text);
+                Ok(())
+            }
+            (Some(_), Some(k)) => {
+                k.set_pod_log(ns, pod, container, text);
+                Ok(())
+            }
+            (Some(_), None) => Err(TestbedError::Other(
+                "pod logs cannot be set on a bare embedded server reached by kubeconfig".into(),
+            )),
+        }
+    }
+
+    /// The fake nodes' name prefix (`node-` on the embedded server,
+    /// `rb-<run>-` on a shared one): names a test makes up for node-like
+    /// objects (device-plugin ConfigMaps of nodes that do not exist) start
+    /// with it, so the clean-up finds them.
+    pub fn node_prefix(&self) -> String {
+        self.cluster.config().node_prefix.clone()
     }
 
     /// The namespace a test calls `base`: `base` itself on the embedded
@@ -257,12 +480,22 @@ impl Testbed {
     /// nothing to remove.
     pub async fn cleanup(self) {
         let Testbed {
-            cluster, shared, ..
+            cluster,
+            shared,
+            proxy,
+            kubelet_logs,
+            ..
         } = self;
-        let client = cluster.client();
         cluster.shutdown().await;
+        drop(kubelet_logs);
+        if let Some(p) = proxy {
+            p.shutdown().await;
+        }
         if let Some(mut r) = shared {
-            remove_shared(&client, &Made::of(&r)).await;
+            match kube::Client::try_from(r.config.clone()) {
+                Ok(client) => remove_shared(&client, &Made::of(&r)).await,
+                Err(e) => tracing::warn!(error = %e, "test bed clean-up: no client"),
+            }
             r.cleaned = true;
         }
     }
@@ -356,7 +589,18 @@ impl Testbed {
         &self,
         args: ControllerArgs,
     ) -> Result<ControllerHandle, TestbedError> {
-        let h = crate::controller::start(self.controller_client().await?, args).await?;
+        self.start_controller_as(self.controller_client().await?, args)
+            .await
+    }
+
+    /// [`Self::start_controller`] with a client of the caller's (another
+    /// identity, see [`Self::controller_client_with_rbac`]).
+    pub async fn start_controller_as(
+        &self,
+        client: kube::Client,
+        args: ControllerArgs,
+    ) -> Result<ControllerHandle, TestbedError> {
+        let h = crate::controller::start(client, args).await?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !(h.health.ready.load(std::sync::atomic::Ordering::Relaxed) && h.leader.is_leader()) {
             if tokio::time::Instant::now() > deadline {
@@ -407,7 +651,9 @@ fn shared_ns(id: &str, base: &str) -> String {
 struct Made {
     namespaces: Vec<String>,
     classifications: Vec<String>,
+    rbac: Vec<(String, String, String)>,
     nodes: Vec<String>,
+    node_prefix: String,
 }
 
 impl Made {
@@ -415,39 +661,39 @@ impl Made {
         Made {
             namespaces: lock(&r.namespaces).clone(),
             classifications: lock(&r.classifications).clone(),
+            rbac: lock(&r.rbac).clone(),
             nodes: r.nodes.clone(),
+            node_prefix: r.node_prefix.clone(),
         }
+    }
+}
+
+/// The address of the first fake node's kubelet endpoint.
+fn kubelet_ip() -> Result<std::net::Ipv4Addr, TestbedError> {
+    match std::env::var(KUBELET_IP_ENV) {
+        Ok(v) if !v.is_empty() => v
+            .parse()
+            .map_err(|e| TestbedError::Other(format!("{KUBELET_IP_ENV}={v:?}: {e}"))),
+        _ => Ok(super::kubelet_logs::FIRST_LOOPBACK_IP),
     }
 }
 
 /// Deletes what a run made; failures are logged (a clean-up must go on).
 async fn remove_shared(client: &kube::Client, made: &Made) {
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+    use k8s_openapi::api::core::v1::{Namespace, Node};
     let dp = kube::api::DeleteParams::default();
     let (namespaces, classifications) = (&made.namespaces, &made.classifications);
-    // No kubelet confirms the deletion of a pod on a fake node: pods are
-    // deleted at once (grace 0), before and after their namespace (a real
-    // Job controller may have made new ones meanwhile).
-    let force = kube::api::DeleteParams {
-        grace_period_seconds: Some(0),
-        ..Default::default()
-    };
+    // A real server deletes a namespace's contents in the background
+    // (about 5 s on kube-controller-manager even for an empty one), and the
+    // next bed's controller watches the whole cluster: it would see this
+    // run's jobs, pods, policies and ConfigMaps. So the contents go first,
+    // now, and only the empty namespaces are left to terminate.
+    purge_namespaces(client, namespaces).await;
     let ns_api: Api<Namespace> = Api::all(client.clone());
-    for round in 0..2 {
-        for ns in namespaces {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-            if let Err(e) = pods
-                .delete_collection(&force, &kube::api::ListParams::default())
-                .await
-            {
-                tracing::debug!(namespace = %ns, error = %e, "test bed clean-up: pods");
-            }
-            if round == 0
-                && let Err(e) = ns_api.delete(ns, &dp).await
-            {
-                tracing::debug!(namespace = %ns, error = %e, "test bed clean-up");
-            }
+    for ns in namespaces {
+        if let Err(e) = ns_api.delete(ns, &dp).await {
+            tracing::debug!(namespace = %ns, error = %e, "test bed clean-up");
         }
     }
     let node_api: Api<Node> = Api::all(client.clone());
@@ -460,21 +706,133 @@ async fn remove_shared(client: &kube::Client, made: &Made) {
             tracing::debug!(lease = %n, error = %e, "test bed clean-up");
         }
     }
-    // The Ascend device plugin's ConfigMaps of the fake nodes, if any.
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(client.clone(), super::actors::ascend::NAMESPACE);
-    for n in &made.nodes {
-        let name = super::actors::ascend::configmap_name(n);
-        if let Err(e) = cms.delete(&name, &dp).await
-            && !super::actors::util::is_not_found(&e)
-        {
-            tracing::debug!(configmap = %name, error = %e, "test bed clean-up");
-        }
-    }
+    // The Ascend device plugin's ConfigMaps of the fake nodes and of the
+    // made-up nodes a test named with the run's prefix, and the Events
+    // about them in kube-system (where Events about nodes live).
+    remove_in_kube_system(client, made).await;
+    rbac::remove(client, &made.rbac).await;
     let fc_api: Api<FaultClassification> = Api::all(client.clone());
     for fc in classifications {
         if let Err(e) = fc_api.delete(fc, &dp).await {
             tracing::debug!(classification = %fc, error = %e, "test bed clean-up");
         }
+    }
+}
+
+/// How long the clean-up waits for the run's pods to be gone.
+const POD_DELETION: Duration = Duration::from_secs(30);
+
+/// Deletes everything in the run's namespaces, as the namespace controller
+/// would: every namespaced resource the server lists that can be deleted
+/// by collection, pods at once (grace 0: no kubelet confirms a pod on a
+/// fake node) and without their finalizers (the real Job controller's
+/// `batch.kubernetes.io/job-tracking`), until no pod is left or
+/// [`POD_DELETION`] passed.
+async fn purge_namespaces(client: &kube::Client, namespaces: &[String]) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DynamicObject, ListParams};
+    let force = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let resources: Vec<kube::discovery::ApiResource> =
+        match kube::Discovery::new(client.clone()).run().await {
+            Ok(d) => d
+                .groups()
+                .flat_map(|g| g.recommended_resources())
+                .filter(|(_, caps)| {
+                    caps.scope == kube::discovery::Scope::Namespaced
+                        && caps.supports_operation(kube::discovery::verbs::DELETE_COLLECTION)
+                })
+                .map(|(r, _)| r)
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "test bed clean-up: discovery");
+                Vec::new()
+            }
+        };
+    for ns in namespaces {
+        for r in &resources {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, r);
+            if let Err(e) = api.delete_collection(&force, &ListParams::default()).await
+                && !super::actors::util::is_not_found(&e)
+            {
+                tracing::debug!(namespace = %ns, resource = %r.plural, error = %e, "test bed clean-up");
+            }
+        }
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let mut left = 0;
+        for ns in namespaces {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+            let Ok(list) = pods.list_metadata(&ListParams::default()).await else {
+                continue;
+            };
+            for p in list.items {
+                left += 1;
+                let name = p.name_any();
+                if p.metadata
+                    .finalizers
+                    .as_ref()
+                    .is_some_and(|f| !f.is_empty())
+                {
+                    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+                    let _ = pods
+                        .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+                if p.metadata.deletion_timestamp.is_none() {
+                    let _ = pods.delete(&name, &force).await;
+                }
+            }
+        }
+        if left == 0 {
+            break;
+        }
+        if start.elapsed() > POD_DELETION {
+            tracing::warn!(pods = left, "test bed clean-up: pods still there");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tracing::debug!(took = ?start.elapsed(), "test bed clean-up: namespaces purged");
+}
+
+/// Deletes the run's objects in kube-system: device-plugin ConfigMaps and
+/// Events whose names carry the run's node prefix.
+async fn remove_in_kube_system(client: &kube::Client, made: &Made) {
+    use k8s_openapi::api::core::v1::{ConfigMap, Event};
+    let dp = kube::api::DeleteParams::default();
+    let ns = super::actors::ascend::NAMESPACE;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let marker = super::actors::ascend::configmap_name(&made.node_prefix);
+    match cms.list_metadata(&kube::api::ListParams::default()).await {
+        Ok(list) => {
+            for name in list.items.iter().map(ResourceExt::name_any) {
+                if name.starts_with(&marker)
+                    && let Err(e) = cms.delete(&name, &dp).await
+                    && !super::actors::util::is_not_found(&e)
+                {
+                    tracing::debug!(configmap = %name, error = %e, "test bed clean-up");
+                }
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "test bed clean-up: device-plugin ConfigMaps"),
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    match events.list(&kube::api::ListParams::default()).await {
+        Ok(list) => {
+            for ev in list.items {
+                let about = ev.involved_object.name.as_deref().unwrap_or_default();
+                if about.starts_with(&made.node_prefix)
+                    && let Err(e) = events.delete(&ev.name_any(), &dp).await
+                    && !super::actors::util::is_not_found(&e)
+                {
+                    tracing::debug!(event = %ev.name_any(), error = %e, "test bed clean-up");
+                }
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "test bed clean-up: Events"),
     }
 }

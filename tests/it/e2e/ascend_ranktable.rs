@@ -37,8 +37,8 @@ fn ascend(nodes: usize) -> SimConfig {
     }
 }
 
-async fn ascend_bed(format: Format) -> (Testbed, ControllerHandle) {
-    bed_with_args(2, NO_COOLDOWN, Some(ascend(2)), |a| {
+async fn ascend_bed(server: Server, format: Format) -> (Testbed, ControllerHandle) {
+    bed_with_args(server, 2, NO_COOLDOWN, Some(ascend(2)), |a| {
         a.rank_tables = true;
         a.rank_table_format = format;
     })
@@ -101,11 +101,9 @@ async fn table(bed: &Testbed, ns: &str, job: &str) -> Value {
     serde_json::from_str(&cm.data.unwrap()[DATA_KEY]).unwrap()
 }
 
-/// The controller's writes to a ConfigMap, in order (indices in the log).
+/// The controller's writes to an object, in order (indices in the log).
 fn controller_writes(bed: &Testbed, resource: &str, name: &str) -> Vec<usize> {
-    bed.cluster
-        .api()
-        .requests()
+    bed.requests()
         .iter()
         .enumerate()
         .filter(|(_, r)| {
@@ -172,30 +170,26 @@ fn metric(ctl: &ControllerHandle, line_start: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported() {
-    if super::skip_on_shared_cluster(
-        "volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported",
-        "the request log and the simulated Ascend device plugin",
-    ) {
-        return;
-    }
-    let (bed, ctl) = ascend_bed(Format::V2).await;
-    rings_config(&bed, "ml", "vj").await;
-    let seen = history(&bed, "ml", "rings-config-vj");
+async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported(
+    server: Server,
+) {
+    let (bed, ctl) = ascend_bed(server, Format::V2).await;
+    let ml = bed.ns("ml");
+    rings_config(&bed, &ml, "vj").await;
+    let seen = history(&bed, &ml, "rings-config-vj");
     bed.cluster
-        .create_volcano_job("ml", "vj", 2, &[OPT_IN, RING])
+        .create_volcano_job(&ml, "vj", 2, &[OPT_IN, RING])
         .await
         .unwrap();
     let sel = "volcano.sh/job-name=vj";
 
     // Built once every pod has its chips: the pods' annotations, in rank order.
     let t = wait("rank table completed", T, || async {
-        let t = table(&bed, "ml", "vj").await;
+        let t = table(&bed, &ml, "vj").await;
         (t["status"] == "completed").then_some(t)
     })
     .await;
-    let pods = running(&bed, "ml", sel).await;
+    let pods = running(&bed, &ml, sel).await;
     assert_eq!(pods.len(), 2);
     assert_eq!(t["server_count"], "2");
     assert_eq!(t["version"], "1.0");
@@ -229,13 +223,13 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
         controller_writes(&bed, "configmaps", "rings-config-vj").len(),
         1
     );
-    assert!(recovery_events(&bed, "ml", "vj").await.is_empty());
+    assert!(recovery_events(&bed, &ml, "vj").await.is_empty());
 
     // A fault: rebound restarts the job (Volcano Command), the table goes
     // back to initializing, is rebuilt, and only then is the job recovered.
-    fail_one_pod(&bed, "ml", sel).await;
+    fail_one_pod(&bed, &ml, sel).await;
     let job = wait("recovery recorded on the job", T, || async {
-        let j = volcano_job(&bed, "ml", "vj").await;
+        let j = volcano_job(&bed, &ml, "vj").await;
         (annotation(&j, "rebound.dev/recovered-restart").as_deref() == Some("1")).then_some(j)
     })
     .await;
@@ -260,7 +254,7 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
         "the recovery is recorded after the rebuilt table: {recorded:?} vs {writes:?}"
     );
     let ev = wait("RecoveryComplete Event", T, || async {
-        let e = recovery_events(&bed, "ml", "vj").await;
+        let e = recovery_events(&bed, &ml, "vj").await;
         (!e.is_empty()).then_some(e)
     })
     .await;
@@ -287,9 +281,19 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
             &ctl,
             "rebound_rank_table_writes_total{status=\"initializing\"}"
         ),
-        1.0
+        1.0,
+        "{:#?}\n{}",
+        bed.requests()
+            .iter()
+            .filter(|r| r.path.contains("rings-config"))
+            .map(|r| format!(
+                "{:?} {} {} {} {:?}",
+                r.at, r.verb, r.path, r.status, r.user_agent
+            ))
+            .collect::<Vec<_>>(),
+        ctl.metrics.encode()
     );
-    let rebuilt = table(&bed, "ml", "vj").await;
+    let rebuilt = table(&bed, &ml, "vj").await;
     assert_eq!(rebuilt["server_count"], "2");
 
     // A new controller (fail-over, upgrade) does not report restart 1 again;
@@ -300,12 +304,12 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
         .await
         .unwrap();
     wait("pods running again", T, || async {
-        (running(&bed, "ml", sel).await.len() == 2).then_some(())
+        (running(&bed, &ml, sel).await.len() == 2).then_some(())
     })
     .await;
-    fail_one_pod(&bed, "ml", sel).await;
+    fail_one_pod(&bed, &ml, sel).await;
     wait("second recovery", T, || async {
-        let j = volcano_job(&bed, "ml", "vj").await;
+        let j = volcano_job(&bed, &ml, "vj").await;
         (annotation(&j, "rebound.dev/recovered-restart").as_deref() == Some("2")).then_some(())
     })
     .await;
@@ -316,7 +320,7 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
             .sum()
     };
     let ev = wait("second Event", T, || async {
-        let e = recovery_events(&bed, "ml", "vj").await;
+        let e = recovery_events(&bed, &ml, "vj").await;
         (count(&e) >= 2).then_some(e)
     })
     .await;
@@ -325,22 +329,16 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
     ctl.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batch_job_rank_table_in_v1_format() {
-    if super::skip_on_shared_cluster(
-        "batch_job_rank_table_in_v1_format",
-        "the request log and the simulated Ascend device plugin",
-    ) {
-        return;
-    }
-    let (bed, ctl) = ascend_bed(Format::V1).await;
-    rings_config(&bed, "ml", "bj").await;
+async fn batch_job_rank_table_in_v1_format(server: Server) {
+    let (bed, ctl) = ascend_bed(server, Format::V1).await;
+    let ml = bed.ns("ml");
+    rings_config(&bed, &ml, "bj").await;
     bed.cluster
-        .create_batch_job("ml", "bj", 2, &[OPT_IN, RING])
+        .create_batch_job(&ml, "bj", 2, &[OPT_IN, RING])
         .await
         .unwrap();
     let t = wait("v1 rank table completed", T, || async {
-        let t = table(&bed, "ml", "bj").await;
+        let t = table(&bed, &ml, "bj").await;
         (t["status"] == "completed").then_some(t)
     })
     .await;
@@ -351,7 +349,7 @@ async fn batch_job_rank_table_in_v1_format() {
     assert_eq!(g["device_count"], "8");
     let instances = g["instance_list"].as_array().unwrap();
     assert_eq!(instances.len(), 2);
-    let pods = running(&bed, "ml", "batch.kubernetes.io/job-name=bj").await;
+    let pods = running(&bed, &ml, "batch.kubernetes.io/job-name=bj").await;
     for i in instances {
         let pod = pods
             .iter()
@@ -367,46 +365,40 @@ async fn batch_job_rank_table_in_v1_format() {
     ctl.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_without_the_label_or_configmap_get_no_table() {
-    if super::skip_on_shared_cluster(
-        "jobs_without_the_label_or_configmap_get_no_table",
-        "the request log and the simulated Ascend device plugin",
-    ) {
-        return;
-    }
-    let (bed, ctl) = ascend_bed(Format::V2).await;
+async fn jobs_without_the_label_or_configmap_get_no_table(server: Server) {
+    let (bed, ctl) = ascend_bed(server, Format::V2).await;
+    let ml = bed.ns("ml");
     // Labelled job, no ConfigMap: nothing is created.
     bed.cluster
-        .create_volcano_job("ml", "nocm", 1, &[OPT_IN, RING])
+        .create_volcano_job(&ml, "nocm", 1, &[OPT_IN, RING])
         .await
         .unwrap();
     // ConfigMap, job not labelled: the placeholder stays.
-    rings_config(&bed, "ml", "plain").await;
+    rings_config(&bed, &ml, "plain").await;
     bed.cluster
-        .create_volcano_job("ml", "plain", 1, &[OPT_IN])
+        .create_volcano_job(&ml, "plain", 1, &[OPT_IN])
         .await
         .unwrap();
     // A labelled job with a ConfigMap, to know the controller got this far.
-    rings_config(&bed, "ml", "ok").await;
+    rings_config(&bed, &ml, "ok").await;
     bed.cluster
-        .create_volcano_job("ml", "ok", 1, &[OPT_IN, RING])
+        .create_volcano_job(&ml, "ok", 1, &[OPT_IN, RING])
         .await
         .unwrap();
     wait("control job's table", T, || async {
-        (table(&bed, "ml", "ok").await["status"] == "completed").then_some(())
+        (table(&bed, &ml, "ok").await["status"] == "completed").then_some(())
     })
     .await;
     wait("all pods running", T, || async {
-        (running(&bed, "ml", "volcano.sh/job-name=nocm").await.len() == 1
-            && running(&bed, "ml", "volcano.sh/job-name=plain").await.len() == 1)
+        (running(&bed, &ml, "volcano.sh/job-name=nocm").await.len() == 1
+            && running(&bed, &ml, "volcano.sh/job-name=plain").await.len() == 1)
             .then_some(())
     })
     .await;
-    assert_eq!(table(&bed, "ml", "plain").await["status"], "initializing");
+    assert_eq!(table(&bed, &ml, "plain").await["status"], "initializing");
     assert!(controller_writes(&bed, "configmaps", "rings-config-plain").is_empty());
     assert!(
-        Api::<ConfigMap>::namespaced(bed.client(), "ml")
+        Api::<ConfigMap>::namespaced(bed.client(), &ml)
             .get_opt("rings-config-nocm")
             .await
             .unwrap()
@@ -442,3 +434,7 @@ pub async fn preset_ranktable_job(bed: &Testbed, ns: &str, name: &str) {
     })
     .await;
 }
+
+e2e!(volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_reported);
+e2e!(batch_job_rank_table_in_v1_format);
+e2e!(jobs_without_the_label_or_configmap_get_no_table);

@@ -32,40 +32,46 @@ spec:
   defaultLevel: Ignore
 "#;
 
-async fn ascend_bed(nodes: usize) -> (Testbed, ControllerHandle) {
-    let bed = ascend_cluster(nodes).await;
+async fn ascend_bed(server: Server, nodes: usize) -> (Testbed, ControllerHandle) {
+    let bed = ascend_cluster(server, nodes).await;
     let ctl = start_view(&bed).await;
     (bed, ctl)
 }
 
 /// An Ascend cluster with the view's namespaces and the classifications.
-async fn ascend_cluster(nodes: usize) -> Testbed {
-    let bed = Testbed::start(SimConfig {
-        nodes,
-        accelerator: Accelerator::Ascend,
-        gpus_per_pod: 8,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("test bed");
+async fn ascend_cluster(server: Server, nodes: usize) -> Testbed {
+    let bed = bed(
+        server,
+        SimConfig {
+            nodes,
+            accelerator: Accelerator::Ascend,
+            gpus_per_pod: 8,
+            ..SimConfig::default()
+        },
+    )
+    .await;
     for ns in ["ml", VIEW_NS, JOB_NS] {
-        bed.cluster.api().ensure_namespace(ns).expect("namespace");
+        bed.ensure_namespace(ns).await.expect("namespace");
     }
     bed.apply_yaml(BASE).await.expect("base objects");
     bed.apply_yaml(NPU).await.expect("npu classification");
     bed
 }
 
-/// A leading controller publishing the view.
+/// A leading controller publishing the view (in the run's namespaces).
 async fn start_view(bed: &Testbed) -> ControllerHandle {
-    bed.start_controller(args(bed, |a| a.clusterd_view = true))
-        .await
-        .expect("controller")
+    bed.start_controller(args(bed, |a| {
+        a.clusterd_view = true;
+        a.clusterd_namespace = bed.ns(VIEW_NS);
+        a.clusterd_job_namespace = bed.ns(JOB_NS);
+    }))
+    .await
+    .expect("controller")
 }
 
-/// The view's ConfigMaps, by name.
+/// The view's ConfigMaps in the namespace the test calls `ns`, by name.
 async fn view_cms(bed: &Testbed, ns: &str) -> BTreeMap<String, ConfigMap> {
-    Api::<ConfigMap>::namespaced(bed.client(), ns)
+    Api::<ConfigMap>::namespaced(bed.client(), &bed.ns(ns))
         .list(&ListParams::default())
         .await
         .map(|l| {
@@ -112,11 +118,10 @@ fn faults(entry: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// The controller's writes to ConfigMaps in `ns`.
+/// The controller's writes to ConfigMaps in the namespace the test calls `ns`.
 fn view_writes(bed: &Testbed, ns: &str) -> Vec<RequestRecord> {
-    bed.cluster
-        .api()
-        .requests()
+    let ns = bed.ns(ns);
+    bed.requests()
         .into_iter()
         .filter(|r| {
             r.resource == "configmaps"
@@ -138,7 +143,7 @@ fn assert_granted(bed: &Testbed) {
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("yaml");
     let mut grants = Vec::new();
     for d in docs.iter().filter(|d| d["kind"] == "Role") {
-        let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
+        let ns = bed.ns(d["metadata"]["namespace"].as_str().unwrap_or_default());
         for r in d["rules"].as_array().into_iter().flatten() {
             for res in r["resources"].as_array().into_iter().flatten() {
                 for v in r["verbs"].as_array().into_iter().flatten() {
@@ -151,12 +156,12 @@ fn assert_granted(bed: &Testbed) {
             }
         }
     }
-    for r in bed.cluster.api().requests() {
+    for r in bed.requests() {
         let ours = r
             .user_agent
             .as_deref()
             .is_some_and(|u| u.starts_with("rebound-controller"));
-        for ns in [VIEW_NS, JOB_NS] {
+        for ns in [VIEW_NS, JOB_NS].map(|n| bed.ns(n)) {
             if ours && r.path.contains(&format!("/namespaces/{ns}/")) {
                 let g = format!("{ns} {} {}", r.resource, r.verb);
                 assert!(grants.contains(&g), "not granted: {g} ({})", r.path);
@@ -165,15 +170,8 @@ fn assert_granted(bed: &Testbed) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears() {
-    if super::skip_on_shared_cluster(
-        "a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears",
-        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
-    ) {
-        return;
-    }
-    let (bed, ctl) = ascend_bed(4).await;
+async fn a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears(server: Server) {
+    let (bed, ctl) = ascend_bed(server, 4).await;
     let nodes = bed.cluster.node_names();
     // The healthy cluster is published first: every node, Healthy.
     let cms = wait("the healthy view", T, || async {
@@ -204,8 +202,9 @@ async fn a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears() {
     );
 
     // A job on one node, so the fault has a job to recover.
-    let sel = running_pytorchjob(&bed, "ml", "pt", 0).await;
-    let hit = node_of(&bed, "ml", &sel).await;
+    let ml = bed.ns("ml");
+    let sel = running_pytorchjob(&bed, &ml, "pt", 0).await;
+    let hit = node_of(&bed, &ml, &sel).await;
     let other = nodes.iter().find(|n| **n != hit).unwrap().clone();
     bed.cluster
         .set_ascend_fault(&hit, 3, &["80E18402"])
@@ -255,7 +254,7 @@ async fn a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears() {
     );
 
     // The job restarted for the fault is listed in fault-job-info.
-    let uid = pytorchjob(&bed, "ml", "pt").await.metadata.uid.unwrap();
+    let uid = pytorchjob(&bed, &ml, "pt").await.metadata.uid.unwrap();
     let rec = wait("fault-job-info lists the job", T, || async {
         let cms = view_cms(&bed, JOB_NS).await;
         let data = cms.get("fault-job-info")?.data.clone()?;
@@ -297,15 +296,8 @@ async fn a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears() {
     ctl.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_faults_is_written_in_few_rate_limited_batches() {
-    if super::skip_on_shared_cluster(
-        "a_burst_of_faults_is_written_in_few_rate_limited_batches",
-        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
-    ) {
-        return;
-    }
-    let (bed, ctl) = ascend_bed(8).await;
+async fn a_burst_of_faults_is_written_in_few_rate_limited_batches(server: Server) {
+    let (bed, ctl) = ascend_bed(server, 8).await;
     let nodes = bed.cluster.node_names();
     wait("the healthy view", T, || async {
         let cms = view_cms(&bed, VIEW_NS).await;
@@ -352,18 +344,13 @@ async fn a_burst_of_faults_is_written_in_few_rate_limited_batches() {
 /// simulated kubelets is not needed to test the view), with realistic
 /// faults: shards within 800 KiB, every node in exactly one; then most
 /// nodes go and the surplus shards are deleted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_five_hundred_nodes_shard_within_the_bound() {
-    if super::skip_on_shared_cluster(
-        "twenty_five_hundred_nodes_shard_within_the_bound",
-        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
-    ) {
-        return;
-    }
-    let (bed, ctl) = ascend_bed(2).await;
+async fn twenty_five_hundred_nodes_shard_within_the_bound(server: Server) {
+    let (bed, ctl) = ascend_bed(server, 2).await;
     let started = Instant::now();
     let api: Api<ConfigMap> = Api::namespaced(bed.client(), plugin::NAMESPACE);
-    let names: Vec<String> = (0..2500).map(|i| format!("big-{i:04}")).collect();
+    // Named with the bed's node prefix, so a shared bed's clean-up finds them.
+    let prefix = bed.node_prefix();
+    let names: Vec<String> = (0..2500).map(|i| format!("{prefix}big-{i:04}")).collect();
     futures::stream::iter(names.iter().enumerate())
         .map(|(i, n)| {
             let api = api.clone();
@@ -451,7 +438,7 @@ async fn twenty_five_hundred_nodes_shard_within_the_bound() {
         .map(|(k, _)| k)
         .collect();
     assert_eq!(unhealthy.len(), 50, "the nodes with a chip to separate");
-    assert!(unhealthy.contains(&&"mindx-dl-nodeinfo-big-0050".to_string()));
+    assert!(unhealthy.contains(&&format!("mindx-dl-nodeinfo-{prefix}big-0050")));
     // 2,000 nodes go: their entries go, and so do the emptied shards.
     futures::stream::iter(names.iter().take(2000))
         .map(|n| {
@@ -491,16 +478,9 @@ async fn twenty_five_hundred_nodes_shard_within_the_bound() {
 /// reconciled when the controller leads: the existing shard is updated in
 /// place, a surplus shard deleted, ConfigMaps that are not the view's are
 /// left alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_takeover_what_exists_is_reconciled() {
-    if super::skip_on_shared_cluster(
-        "on_takeover_what_exists_is_reconciled",
-        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
-    ) {
-        return;
-    }
-    let bed = ascend_cluster(2).await;
-    let api: Api<ConfigMap> = Api::namespaced(bed.client(), VIEW_NS);
+async fn on_takeover_what_exists_is_reconciled(server: Server) {
+    let bed = ascend_cluster(server, 2).await;
+    let api: Api<ConfigMap> = Api::namespaced(bed.client(), &bed.ns(VIEW_NS));
     for (name, data) in [
         (
             "cluster-info-device-0",
@@ -564,25 +544,17 @@ async fn on_takeover_what_exists_is_reconciled() {
 
 /// A request that fails (here: `cluster-system` does not exist yet) is
 /// counted and retried; the rest of the view is published meanwhile.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_write_is_counted_and_retried() {
-    if super::skip_on_shared_cluster(
-        "a_failing_write_is_counted_and_retried",
-        "the request log, Ascend device-plugin ConfigMaps in kube-system and fault injection",
-    ) {
-        return;
-    }
-    let bed = Testbed::start(SimConfig {
-        nodes: 2,
-        accelerator: Accelerator::Ascend,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("test bed");
-    bed.cluster
-        .api()
-        .ensure_namespace(VIEW_NS)
-        .expect("namespace");
+async fn a_failing_write_is_counted_and_retried(server: Server) {
+    let bed = bed(
+        server,
+        SimConfig {
+            nodes: 2,
+            accelerator: Accelerator::Ascend,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    bed.ensure_namespace(VIEW_NS).await.expect("namespace");
     bed.apply_yaml(BASE).await.expect("base objects");
     let ctl = start_view(&bed).await;
     let nodes = bed.cluster.node_names();
@@ -595,10 +567,7 @@ async fn a_failing_write_is_counted_and_retried() {
         (errors && nodes.iter().all(|n| node_entry(&cms, n).is_some())).then_some(())
     })
     .await;
-    bed.cluster
-        .api()
-        .ensure_namespace(JOB_NS)
-        .expect("namespace");
+    bed.ensure_namespace(JOB_NS).await.expect("namespace");
     wait(
         "fault-job-info created once possible",
         Duration::from_secs(40),
@@ -612,3 +581,9 @@ async fn a_failing_write_is_counted_and_retried() {
     .await;
     ctl.shutdown().await;
 }
+
+e2e!(a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears);
+e2e!(a_burst_of_faults_is_written_in_few_rate_limited_batches);
+e2e!(twenty_five_hundred_nodes_shard_within_the_bound);
+e2e!(on_takeover_what_exists_is_reconciled);
+e2e!(a_failing_write_is_counted_and_retried);

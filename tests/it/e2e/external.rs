@@ -105,7 +105,9 @@ async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cl
     .await;
 
     ctl.shutdown().await;
-    let client = bed.client();
+    // The bed's requests went through its proxy, which goes with it:
+    // check the clean-up on the server directly.
+    let client = server.client();
     bed.cleanup().await;
     // What the bed made is gone again (the bare server deletes at once; a
     // real one finishes namespace deletion in the background).
@@ -132,43 +134,87 @@ async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cl
     let _ = std::fs::remove_file(&path);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crds_are_installed_once_updated_after_and_a_real_operators_are_refused() {
-    use rebound::sim::cluster::{ClusterError, JOB_CRDS, TESTBED_LABEL, install_crds};
-    let server = rebound::sim::ApiServer::builder()
-        .start()
-        .await
-        .expect("server");
-    let client = server.client();
-    // Installed by the bed: labelled, and a second run replaces it.
-    let names = install_crds(&client, JOB_CRDS[0]).await.expect("install");
-    assert_eq!(names, vec!["pytorchjobs.kubeflow.org".to_string()]);
-    install_crds(&client, JOB_CRDS[0])
-        .await
-        .expect("a second run updates its own CRD");
-    let crds: Api<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    > = Api::all(client.clone());
-    let crd = crds.get(&names[0]).await.expect("crd");
-    assert_eq!(
-        crd.metadata
-            .labels
-            .unwrap_or_default()
-            .get(TESTBED_LABEL.0)
-            .map(String::as_str),
-        Some(TESTBED_LABEL.1)
-    );
-    // One the bed did not install (a real Volcano's, say) is left alone.
-    server
-        .register_crds_yaml(JOB_CRDS[3])
+/// A CRD of a kind nobody serves, named for the run.
+fn widget_crd(group: &str) -> String {
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: widgets.{group}}}
+spec:
+  group: {group}
+  names: {{kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"#
+    )
+}
+
+async fn crds_are_installed_once_updated_after_and_a_real_operators_are_refused(server: Server) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
+    use kube::api::{DeleteParams, PostParams};
+    use rebound::sim::cluster::{ClusterError, TESTBED_LABEL, install_crds, install_own_crds};
+    let bed = bed(
+        server,
+        SimConfig {
+            nodes: 1,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    let client = bed.client();
+    let crds: Api<Crd> = Api::all(client.clone());
+    // The job CRDs the bed installed are labelled as its own; installing
+    // again (the next run) replaces them.
+    let pt = crds.get("pytorchjobs.kubeflow.org").await.expect("crd");
+    if bed.is_shared() {
+        assert_eq!(
+            pt.metadata
+                .labels
+                .unwrap_or_default()
+                .get(TESTBED_LABEL.0)
+                .map(String::as_str),
+            Some(TESTBED_LABEL.1)
+        );
+        let names = install_crds(&client, rebound::sim::cluster::JOB_CRDS[0])
+            .await
+            .expect("a second run updates its own CRD");
+        assert_eq!(names, vec!["pytorchjobs.kubeflow.org".to_string()]);
+    }
+    // Someone else's CRD (a real operator's) is refused for a simulated
+    // operator, but rebound's own are updated even when someone else (an
+    // installed rebound) made them.
+    let group = format!("{}.example.com", bed.ns("rb"));
+    let yaml = widget_crd(&group);
+    let foreign: Crd = serde_saphyr::from_str(&yaml).expect("crd yaml");
+    crds.create(&PostParams::default(), &foreign)
         .await
         .expect("someone else's CRD");
-    let err = install_crds(&client, JOB_CRDS[3])
-        .await
-        .expect_err("must refuse");
+    let err = install_crds(&client, &yaml).await.expect_err("must refuse");
     assert!(
-        matches!(&err, ClusterError::Unsupported(m) if m.contains("jobs.batch.volcano.sh")),
+        matches!(&err, ClusterError::Unsupported(m) if m.contains(&format!("widgets.{group}"))),
         "{err}"
     );
-    server.shutdown().await;
+    let names = install_own_crds(&client, &yaml)
+        .await
+        .expect("rebound's own CRDs are updated");
+    assert_eq!(names, vec![format!("widgets.{group}")]);
+    let after = crds.get(&names[0]).await.expect("crd");
+    assert!(
+        !after
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key(TESTBED_LABEL.0),
+        "updated in place, still its owner's"
+    );
+    crds.delete(&names[0], &DeleteParams::default())
+        .await
+        .expect("delete the CRD");
+    bed.cleanup().await;
 }
+
+e2e!(crds_are_installed_once_updated_after_and_a_real_operators_are_refused);

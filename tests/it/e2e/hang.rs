@@ -1,8 +1,8 @@
 //! Hang detection: a job whose progress annotation (on the job or on a pod)
 //! stops advancing for longer than its policy's `hang.noProgressFor` is
 //! restarted; a job that keeps advancing is not, and a job that never
-//! reports is restarted only under `requireProgress`. Assertions read the jobs' restart records, so the
-//! test runs on the embedded and on an external cluster alike.
+//! reports is restarted only under `requireProgress`. Assertions read the
+//! jobs' restart records.
 
 use super::*;
 use kube::api::{Patch, PatchParams};
@@ -46,9 +46,8 @@ async fn restart_notes(bed: &Testbed, ns: &str, job: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_without_progress_is_restarted_and_a_progressing_one_is_not() {
-    let (bed, ctl) = bed_with(2, HANG_POLICY, None).await;
+async fn a_job_without_progress_is_restarted_and_a_progressing_one_is_not(server: Server) {
+    let (bed, ctl) = bed_with(server, 2, HANG_POLICY, None).await;
     let ml = bed.ns("ml");
     running_pytorchjob(&bed, &ml, "stuck", 1).await;
     running_pytorchjob(&bed, &ml, "alive", 1).await;
@@ -151,9 +150,8 @@ async fn running_job_labelled(bed: &Testbed, ns: &str, name: &str, app: &str) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn progress_on_pods_counts_and_silence_is_a_hang_only_when_required() {
-    let (bed, ctl) = bed_with(4, PER_JOB_POLICIES, None).await;
+async fn progress_on_pods_counts_and_silence_is_a_hang_only_when_required(server: Server) {
+    let (bed, ctl) = bed_with(server, 4, PER_JOB_POLICIES, None).await;
     let ml = bed.ns("ml");
     for (job, app) in [
         ("pod-stuck", "step"),
@@ -213,3 +211,6 @@ async fn progress_on_pods_counts_and_silence_is_a_hang_only_when_required() {
     ctl.shutdown().await;
     bed.cleanup().await;
 }
+
+e2e!(a_job_without_progress_is_restarted_and_a_progressing_one_is_not);
+e2e!(progress_on_pods_counts_and_silence_is_a_hang_only_when_required);

@@ -1,11 +1,39 @@
-//! End-to-end tests: the real controller against the embedded cluster, one
-//! test per behaviour of issue #4. Assertions read the cluster (objects and
-//! the API server's request log), never the controller's internals.
+//! End-to-end tests: the real controller against a cluster, one test per
+//! behaviour. Assertions read the cluster (objects and the request log),
+//! never the controller's internals.
 //!
-//! With `REBOUND_E2E_KUBECONFIG` set the same tests run against that cluster
-//! (fake nodes, simulated operators, per-run namespaces: see
-//! docs/testing.md); tests that need the embedded server's request log,
-//! fault injection or restart print a skip notice there and pass.
+//! Every test runs twice ([`e2e!`]): `<test>::embedded` on the embedded
+//! server, `<test>::real` on a real kube-apiserver — the process's envtest
+//! control plane (assets from `REBOUND_TEST_ASSETS` or `../shared/k8s`), or
+//! the cluster of `REBOUND_E2E_KUBECONFIG` — with fake nodes, simulated
+//! operators and per-run namespaces, through the test bed's recording,
+//! fault-injecting proxy (docs/testing.md). Without a real server the
+//! `real` variants print why and pass, unless `REBOUND_REQUIRE_REAL_SERVER=1`.
+
+/// Runs `async fn $name(server: Server)` as two tests, `$name::embedded`
+/// and `$name::real`.
+macro_rules! e2e {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                let t = std::time::Instant::now();
+                super::$name(rebound::sim::testbed::Server::Embedded).await;
+                eprintln!("{}::embedded took {:?}", module_path!(), t.elapsed());
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn real() {
+                if $crate::e2e::real_server_or_skip(module_path!()) {
+                    let t = std::time::Instant::now();
+                    super::$name(rebound::sim::testbed::Server::Real).await;
+                    // With the wait for the bed's turn (one real bed at a time).
+                    eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
+                }
+            }
+        }
+    };
+}
 
 mod ascend_ranktable;
 mod ascend_view;
@@ -14,6 +42,7 @@ mod hang;
 mod jobs;
 mod nodes;
 mod policies;
+mod proxy;
 mod rbac;
 mod resilience;
 
@@ -22,7 +51,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use rebound::controller::{ControllerArgs, ControllerHandle};
 use rebound::sim::RequestRecord;
 use rebound::sim::cluster::{SimConfig, pod_running};
-use rebound::sim::testbed::Testbed;
+pub use rebound::sim::testbed::{Server, Testbed};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -66,17 +95,58 @@ spec:
     breakerWindow: 5m
 "#;
 
+/// Whether a `real` variant can run: true when a real API server is there;
+/// else prints why and returns false, or panics when
+/// `REBOUND_REQUIRE_REAL_SERVER=1` (CI), so nothing skips unnoticed.
+pub fn real_server_or_skip(test: &str) -> bool {
+    match Testbed::real_server_unavailable() {
+        None => true,
+        Some(why) if rebound::sim::envtest::real_server_required() => {
+            panic!(
+                "{test}: {why} ({} is set)",
+                rebound::sim::envtest::REQUIRE_ENV
+            )
+        }
+        Some(why) => {
+            eprintln!("SKIPPED on the real server: {test}: {why}");
+            false
+        }
+    }
+}
+
+/// With `REBOUND_E2E_LOG` set (a tracing filter such as `rebound=debug`),
+/// the controller's and the bed's logs go to the test's output.
+fn init_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("REBOUND_E2E_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
+/// A bed of `nodes` nodes on `server` (panics if it cannot be made).
+pub async fn bed(server: Server, cfg: SimConfig) -> Testbed {
+    init_logs();
+    Testbed::on(server, cfg).await.expect("test bed")
+}
+
 /// A cluster of `nodes` nodes with the base objects and a leading controller.
 pub async fn bed_with(
+    server: Server,
     nodes: usize,
     extra: &str,
     cfg: Option<SimConfig>,
 ) -> (Testbed, ControllerHandle) {
-    bed_with_args(nodes, extra, cfg, |_| {}).await
+    bed_with_args(server, nodes, extra, cfg, |_| {}).await
 }
 
 /// [`bed_with`] with controller flags changed by `f`.
 pub async fn bed_with_args(
+    server: Server,
     nodes: usize,
     extra: &str,
     cfg: Option<SimConfig>,
@@ -86,9 +156,7 @@ pub async fn bed_with_args(
         nodes,
         ..SimConfig::default()
     });
-    let bed = Testbed::from_env(SimConfig { nodes, ..cfg })
-        .await
-        .expect("test bed");
+    let bed = bed(server, SimConfig { nodes, ..cfg }).await;
     ready_bed_with_args(bed, extra, f).await
 }
 
@@ -118,16 +186,6 @@ pub async fn ready_bed_with_args(
     (bed, ctl)
 }
 
-/// On a shared cluster (`REBOUND_E2E_KUBECONFIG` set): print why `test`
-/// cannot run there and return true, so the test returns early.
-pub fn skip_on_shared_cluster(test: &str, needs: &str) -> bool {
-    let shared = Testbed::kubeconfig_from_env().is_some();
-    if shared {
-        eprintln!("SKIPPED on a shared cluster: {test} needs {needs} (embedded server only)");
-    }
-    shared
-}
-
 /// Wait until `check` returns Some, or panic saying what did not happen.
 pub async fn wait<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
@@ -147,12 +205,20 @@ where
     }
 }
 
-/// Requests of the log matching verb, resource and a query fragment.
+/// Whether a logged request is the controller's (by its User-Agent, which
+/// the proxy passes through), not the simulated actors' or the test's.
+pub fn by_controller(r: &RequestRecord) -> bool {
+    r.user_agent
+        .as_deref()
+        .is_some_and(|u| u.starts_with("rebound-controller/"))
+}
+
+/// The controller's successful requests matching verb, resource (no
+/// subresource) and a query fragment.
 pub fn requests(bed: &Testbed, verb: &str, resource: &str, query_has: &str) -> Vec<RequestRecord> {
-    bed.cluster
-        .api()
-        .requests()
+    bed.requests()
         .into_iter()
+        .filter(by_controller)
         .filter(|r| {
             r.verb == verb && r.resource == resource && r.subresource.is_empty() && r.status < 300
         })
@@ -174,20 +240,19 @@ pub async fn restart_count(bed: &Testbed, ns: &str, job: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Restarts of PyTorchJob `ns/job`: on the embedded server the
-/// deletecollection requests (exactly one per restart), on a shared cluster
-/// the job's restart count (no request log there).
+/// Restarts of PyTorchJob `ns/job`, counted by the requests that made them
+/// (exactly one deletecollection per restart) in the request log, which
+/// both kinds of bed keep.
 pub async fn job_restarts(bed: &Testbed, ns: &str, job: &str) -> usize {
-    if bed.is_shared() {
-        restart_count(bed, ns, job).await as usize
-    } else {
-        restarts_of(bed, PT, job)
-    }
+    restarts_in(bed, ns, PT, job)
 }
 
-/// Job restarts by deletecollection for a job-name label value.
-pub fn restarts_of(bed: &Testbed, label: &str, job: &str) -> usize {
-    requests(bed, "deletecollection", "pods", &format!("{label}={job}")).len()
+/// Job restarts by deletecollection in `ns` for a job-name label value.
+pub fn restarts_in(bed: &Testbed, ns: &str, label: &str, job: &str) -> usize {
+    requests(bed, "deletecollection", "pods", &format!("{label}={job}"))
+        .iter()
+        .filter(|r| r.namespace.as_deref() == Some(ns))
+        .count()
 }
 
 pub fn urldecode(s: &str) -> String {
@@ -281,4 +346,6 @@ pub fn args(bed: &Testbed, f: impl FnOnce(&mut ControllerArgs)) -> ControllerArg
 }
 
 pub const PT: &str = "training.kubeflow.org/job-name";
-pub const T: Duration = Duration::from_secs(10);
+/// How long a wait allows: generous, since a real API server, etcd and
+/// kube-controller-manager share two cores with the rest of the suite.
+pub const T: Duration = Duration::from_secs(20);

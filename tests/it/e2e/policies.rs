@@ -2,14 +2,7 @@
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn root_default_vs_namespace_override_and_dry_run() {
-    if skip_on_shared_cluster(
-        "root_default_vs_namespace_override_and_dry_run",
-        "the request log (pod deletes by namespace)",
-    ) {
-        return;
-    }
+async fn root_default_vs_namespace_override_and_dry_run(server: Server) {
     let own = r#"
 apiVersion: rebound.dev/v1alpha1
 kind: RecoveryPolicy
@@ -24,13 +17,14 @@ metadata: {name: trial, namespace: team-b}
 spec:
   dryRun: true
 "#;
-    let (bed, ctl) = bed_with(4, own, None).await;
+    let (bed, ctl) = bed_with(server, 4, own, None).await;
     let c = &bed.cluster;
-    for ns in ["ml", "team-a", "team-b"] {
+    let [ml, team_a, team_b] = ["ml", "team-a", "team-b"].map(|n| bed.ns(n));
+    for ns in [&ml, &team_a, &team_b] {
         c.create_pytorchjob(ns, "pt", 1, &[OPT_IN]).await.unwrap();
     }
     let sel = format!("{PT}=pt");
-    for ns in ["ml", "team-a", "team-b"] {
+    for ns in [&ml, &team_a, &team_b] {
         wait("pt running", T, || async {
             (running(&bed, ns, &sel).await.len() >= 2).then_some(())
         })
@@ -43,7 +37,7 @@ spec:
     wait("ml job restarted by the root default", T, || async {
         requests(&bed, "deletecollection", "pods", "")
             .iter()
-            .any(|r| r.namespace.as_deref() == Some("ml"))
+            .any(|r| r.namespace.as_deref() == Some(ml.as_str()))
             .then_some(())
     })
     .await;
@@ -51,26 +45,27 @@ spec:
     wait("team-a pod restarted", T, || async {
         requests(&bed, "delete", "pods", "")
             .iter()
-            .any(|r| r.namespace.as_deref() == Some("team-a") && r.path.ends_with("pt-worker-0"))
+            .any(|r| {
+                r.namespace.as_deref() == Some(team_a.as_str()) && r.path.ends_with("pt-worker-0")
+            })
             .then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let by_ns = |ns: &str| {
-        bed.cluster
-            .api()
-            .requests()
+        bed.requests()
             .into_iter()
             .filter(|r| {
-                r.namespace.as_deref() == Some(ns)
+                by_controller(r)
+                    && r.namespace.as_deref() == Some(ns)
                     && r.resource == "pods"
                     && matches!(r.verb, "delete" | "deletecollection")
             })
             .count()
     };
-    assert_eq!(by_ns("team-a"), 1, "team-a: one pod delete, no job restart");
-    assert_eq!(by_ns("team-b"), 0, "team-b: dry run acts on nothing");
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(bed.client(), "team-b");
+    assert_eq!(by_ns(&team_a), 1, "team-a: one pod delete, no job restart");
+    assert_eq!(by_ns(&team_b), 0, "team-b: dry run acts on nothing");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(bed.client(), &team_b);
     wait("the dry run is recorded", T, || async {
         events
             .list(&ListParams::default())
@@ -88,8 +83,7 @@ spec:
     ctl.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invalid_cel_sets_ready_false_and_the_policy_is_not_used() {
+async fn invalid_cel_sets_ready_false_and_the_policy_is_not_used(server: Server) {
     let bad = r#"
 apiVersion: rebound.dev/v1alpha1
 kind: RecoveryPolicy
@@ -98,7 +92,7 @@ spec:
   when: 'job.restarts <'
   action: None
 "#;
-    let (bed, ctl) = bed_with(4, bad, None).await;
+    let (bed, ctl) = bed_with(server, 4, bad, None).await;
     let team_a = bed.ns("team-a");
     let rps: Api<rebound::api::RecoveryPolicy> = Api::namespaced(bed.client(), &team_a);
     let cond = wait("Ready=False InvalidExpression", T, || async {
@@ -160,3 +154,6 @@ spec:
     );
     ctl.shutdown().await;
 }
+
+e2e!(root_default_vs_namespace_override_and_dry_run);
+e2e!(invalid_cel_sets_ready_false_and_the_policy_is_not_used);

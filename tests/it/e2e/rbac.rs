@@ -1,7 +1,9 @@
 //! The controller's RBAC in `config/rbac/` grants every request the
 //! controller makes, and no verb it never uses: the requests come from the
-//! embedded API server's log while the controller restarts jobs of two
-//! kinds, saves logs, cordons and uncordons a node and writes status.
+//! request log while the controller restarts jobs of two kinds, saves
+//! logs, cordons and uncordons a node and writes status. On a real server
+//! the controller runs as a ServiceAccount bound to exactly those roles,
+//! so the server's own authorization judges every request too.
 
 use super::*;
 use std::collections::BTreeSet;
@@ -9,24 +11,31 @@ use std::collections::BTreeSet;
 /// `(namespace or None for cluster-wide, apiGroup, resource, verb)`.
 type Grant = (Option<String>, String, String, String);
 
-fn grants() -> Vec<Grant> {
+/// The controller's RBAC files, as text.
+fn rbac_files() -> Vec<String> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/rbac");
-    let mut out = Vec::new();
-    for f in [
+    [
         "controller_role.yaml",
         "controller_leader_election_role.yaml",
-    ] {
-        let text = std::fs::read_to_string(dir.join(f)).expect("rbac file");
+    ]
+    .iter()
+    .map(|f| std::fs::read_to_string(dir.join(f)).expect("rbac file"))
+    .collect()
+}
+
+/// The grants of the RBAC files, Roles' namespaces as the bed names them
+/// (`rebound-system` is the run's root namespace on a shared cluster).
+fn grants(bed: &Testbed) -> Vec<Grant> {
+    let mut out = Vec::new();
+    for text in rbac_files() {
         let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("yaml");
         for d in docs {
             let scope = match d["kind"].as_str() {
                 Some("ClusterRole") => None,
-                Some("Role") => Some(
-                    d["metadata"]["namespace"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                ),
+                Some("Role") => Some(match d["metadata"]["namespace"].as_str() {
+                    Some("kube-system") | None => "kube-system".to_string(),
+                    Some(ns) => bed.ns(ns),
+                }),
                 _ => continue,
             };
             for r in d["rules"].as_array().into_iter().flatten() {
@@ -58,14 +67,7 @@ fn group_of(path: &str) -> Option<String> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_the_controller_makes_is_granted_and_every_grant_is_used() {
-    if skip_on_shared_cluster(
-        "every_request_the_controller_makes_is_granted_and_every_grant_is_used",
-        "the request log",
-    ) {
-        return;
-    }
+async fn every_request_the_controller_makes_is_granted_and_every_grant_is_used(server: Server) {
     let logs = r#"
 apiVersion: rebound.dev/v1alpha1
 kind: RecoveryPolicy
@@ -83,32 +85,55 @@ spec:
   action: RestartPod
   cooldown: 0s
 "#;
-    let (bed, ctl) = bed_with_args(4, logs, None, |a| a.rank_tables = true).await;
-    let c = &bed.cluster;
-    super::ascend_ranktable::preset_ranktable_job(&bed, "ml", "hc").await;
-    c.create_pytorchjob("ml", "pt", 1, &[OPT_IN]).await.unwrap();
-    c.create_volcano_job("ml", "vc", 2, &[OPT_IN])
+    let bed = bed(
+        server,
+        SimConfig {
+            nodes: 4,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    for ns in ["ml", "team-a", "team-b"] {
+        bed.ensure_namespace(ns).await.expect("namespace");
+    }
+    bed.apply_yaml(BASE).await.expect("base objects");
+    bed.apply_yaml(logs).await.expect("policies");
+    // On a real server: a ServiceAccount with exactly config/rbac's roles.
+    let client = if bed.is_real() {
+        bed.controller_client_with_rbac("rebound-controller", &rbac_files())
+            .await
+            .expect("ServiceAccount identity")
+    } else {
+        bed.controller_client().await.expect("client")
+    };
+    let ctl = bed
+        .start_controller_as(client, args(&bed, |a| a.rank_tables = true))
         .await
-        .unwrap();
-    c.create_pytorchjob("team-a", "pp", 1, &[OPT_IN])
+        .expect("controller");
+    let [ml, team_a] = ["ml", "team-a"].map(|n| bed.ns(n));
+    let c = &bed.cluster;
+    super::ascend_ranktable::preset_ranktable_job(&bed, &ml, "hc").await;
+    c.create_pytorchjob(&ml, "pt", 1, &[OPT_IN]).await.unwrap();
+    c.create_volcano_job(&ml, "vc", 2, &[OPT_IN]).await.unwrap();
+    c.create_pytorchjob(&team_a, "pp", 1, &[OPT_IN])
         .await
         .unwrap();
     wait("running", T, || async {
-        (running(&bed, "ml", &format!("{PT}=pt")).await.len() >= 2
-            && running(&bed, "ml", "volcano.sh/job-name=vc").await.len() >= 2
-            && running(&bed, "team-a", &format!("{PT}=pp")).await.len() >= 2)
+        (running(&bed, &ml, &format!("{PT}=pt")).await.len() >= 2
+            && running(&bed, &ml, "volcano.sh/job-name=vc").await.len() >= 2
+            && running(&bed, &team_a, &format!("{PT}=pp")).await.len() >= 2)
             .then_some(())
     })
     .await;
-    c.fail_container("ml", "pt-worker-0", "pytorch", 1, "Error")
+    c.fail_container(&ml, "pt-worker-0", "pytorch", 1, "Error")
         .await
         .unwrap();
-    c.fail_container("team-a", "pp-worker-0", "pytorch", 1, "Error")
+    c.fail_container(&team_a, "pp-worker-0", "pytorch", 1, "Error")
         .await
         .unwrap();
-    let vc_pod = running(&bed, "ml", "volcano.sh/job-name=vc").await[0].clone();
+    let vc_pod = running(&bed, &ml, "volcano.sh/job-name=vc").await[0].clone();
     c.fail_container(
-        "ml",
+        &ml,
         vc_pod.metadata.name.as_deref().unwrap(),
         &vc_pod.spec.as_ref().unwrap().containers[0].name,
         1,
@@ -117,7 +142,7 @@ spec:
     .await
     .unwrap();
     wait("restarts", T, || async {
-        (restarts_of(&bed, PT, "pt") == 1
+        (restarts_in(&bed, &ml, PT, "pt") == 1
             && !requests(&bed, "create", "commands", "").is_empty()
             && !requests(&bed, "delete", "pods", "").is_empty())
         .then_some(())
@@ -145,17 +170,16 @@ spec:
     tokio::time::sleep(Duration::from_millis(1500)).await; // a status flush
     ctl.shutdown().await;
 
-    let grants = grants();
+    let grants = grants(&bed);
     let mut used: BTreeSet<(String, String, String)> = BTreeSet::new();
     let mut denied = Vec::new();
-    for r in bed.cluster.api().requests() {
-        if !r
-            .user_agent
-            .as_deref()
-            .is_some_and(|u| u.starts_with("rebound-controller/"))
-            || r.resource.is_empty()
-        {
+    let mut refused = Vec::new();
+    for r in bed.requests() {
+        if !by_controller(&r) || r.resource.is_empty() {
             continue;
+        }
+        if r.status == 403 {
+            refused.push(format!("{} {}?{}", r.verb, r.path, r.query));
         }
         let Some(group) = group_of(&r.path) else {
             continue;
@@ -183,6 +207,20 @@ spec:
         denied.is_empty(),
         "requests the RBAC would refuse: {denied:#?}"
     );
+    // On a real server the ServiceAccount's requests were authorized by
+    // the server itself: none was refused.
+    assert!(
+        refused.is_empty(),
+        "requests the API server refused (403): {refused:#?}"
+    );
+    if bed.is_real() {
+        assert!(
+            bed.requests()
+                .iter()
+                .any(|r| by_controller(r) && r.verb == "deletecollection" && r.status < 300),
+            "the ServiceAccount's restarts were accepted"
+        );
+    }
     assert!(
         used.len() >= 15,
         "the scenario exercised too little: {used:?}"
@@ -212,3 +250,5 @@ spec:
         .collect();
     assert!(unused.is_empty(), "granted but never used: {unused:?}");
 }
+
+e2e!(every_request_the_controller_makes_is_granted_and_every_grant_is_used);

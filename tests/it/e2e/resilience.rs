@@ -3,32 +3,26 @@
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropped_watches_410s_and_500s_lose_no_fault_and_restart_nothing_twice() {
-    if skip_on_shared_cluster(
-        "dropped_watches_410s_and_500s_lose_no_fault_and_restart_nothing_twice",
-        "fault injection (dropped watches, 410s, 500s)",
-    ) {
-        return;
-    }
-    let (bed, ctl) = bed_with(4, "", None).await;
+async fn dropped_watches_410s_and_500s_lose_no_fault_and_restart_nothing_twice(server: Server) {
+    let (bed, ctl) = bed_with(server, 4, "", None).await;
+    let ml = bed.ns("ml");
     let c = &bed.cluster;
-    c.create_pytorchjob("ml", "pt", 2, &[OPT_IN]).await.unwrap();
-    c.create_pytorchjob("ml", "pu", 2, &[OPT_IN]).await.unwrap();
+    c.create_pytorchjob(&ml, "pt", 2, &[OPT_IN]).await.unwrap();
+    c.create_pytorchjob(&ml, "pu", 2, &[OPT_IN]).await.unwrap();
     let up = |j: &'static str| {
-        let bed = &bed;
-        async move { (running(bed, "ml", &format!("{PT}={j}")).await.len() >= 3).then_some(()) }
+        let (bed, ml) = (&bed, &ml);
+        async move { (running(bed, ml, &format!("{PT}={j}")).await.len() >= 3).then_some(()) }
     };
     wait("pt running", T, || up("pt")).await;
     wait("pu running", T, || up("pu")).await;
     // Break every watch, make old versions expire, and fail the next requests.
-    let inj = c.api().inject();
+    let inj = bed.inject();
     inj.expire_all_versions();
     inj.drop_watches();
     inj.fail_next(5, 500);
     // The fault is written during the outage (retried until the API answers).
     wait("the fault written", T, || async {
-        c.fail_container("ml", "pt-worker-0", "pytorch", 1, "Error")
+        c.fail_container(&ml, "pt-worker-0", "pytorch", 1, "Error")
             .await
             .ok()
     })
@@ -36,32 +30,71 @@ async fn dropped_watches_410s_and_500s_lose_no_fault_and_restart_nothing_twice()
     wait(
         "pt restarted after the outage",
         Duration::from_secs(20),
-        || async { (restarts_of(&bed, PT, "pt") >= 1).then_some(()) },
+        || async { (restarts_in(&bed, &ml, PT, "pt") >= 1).then_some(()) },
     )
     .await;
     inj.drop_watches();
-    c.fail_container("ml", "pu-worker-0", "pytorch", 1, "Error")
+    c.fail_container(&ml, "pu-worker-0", "pytorch", 1, "Error")
         .await
         .unwrap();
     wait(
         "pu restarted after another drop",
         Duration::from_secs(20),
-        || async { (restarts_of(&bed, PT, "pu") >= 1).then_some(()) },
+        || async { (restarts_in(&bed, &ml, PT, "pu") >= 1).then_some(()) },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        restarts_of(&bed, PT, "pt"),
+        restarts_in(&bed, &ml, PT, "pt"),
         1,
         "re-lists replay the failed pod: still one restart"
     );
-    assert_eq!(restarts_of(&bed, PT, "pu"), 1);
+    assert_eq!(restarts_in(&bed, &ml, PT, "pu"), 1);
     ctl.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_twice() {
-    let (bed, ctl) = bed_with(4, "", None).await;
+/// An API server outage (a restart: every connection cut, and behind the
+/// proxy new ones refused for a while) while a fault happens: the fault
+/// is acted on once the server is back, once.
+async fn an_api_server_outage_loses_no_fault_and_restarts_nothing_twice(server: Server) {
+    let (bed, ctl) = bed_with(server, 4, "", None).await;
+    let ml = bed.ns("ml");
+    let c = &bed.cluster;
+    let sel = running_pytorchjob(&bed, &ml, "pt", 1).await;
+    let before = running(&bed, &ml, &sel).await.len();
+    bed.interrupt_api_server(Duration::from_secs(2))
+        .await
+        .expect("outage");
+    // Written as soon as the server takes connections again.
+    wait("the fault written", Duration::from_secs(20), || async {
+        c.fail_container(&ml, "pt-worker-0", "pytorch", 1, "Error")
+            .await
+            .ok()
+    })
+    .await;
+    wait(
+        "pt restarted after the outage",
+        Duration::from_secs(30),
+        || async { (job_restarts(&bed, &ml, "pt").await >= 1).then_some(()) },
+    )
+    .await;
+    wait("pt running again", Duration::from_secs(20), || async {
+        (running(&bed, &ml, &sel).await.len() >= before).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        job_restarts(&bed, &ml, "pt").await,
+        1,
+        "the fault is acted on once"
+    );
+    ctl.shutdown().await;
+}
+
+async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_twice(
+    server: Server,
+) {
+    let (bed, ctl) = bed_with(server, 4, "", None).await;
     let ml = bed.ns("ml");
     let c = &bed.cluster;
     // The job's pods take a while to come back, so the new controller sees
@@ -99,30 +132,34 @@ async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_
         1,
         "the restart the old controller made is not repeated"
     );
-    if let Some(api) = bed.cluster.server() {
-        let cordons = api
-            .requests()
-            .into_iter()
-            .filter(|r| r.verb == "patch" && r.resource == "nodes" && r.subresource.is_empty())
-            .count();
-        assert_eq!(cordons, 1);
-    }
+    let cordons = bed
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            by_controller(r)
+                && r.verb == "patch"
+                && r.resource == "nodes"
+                && r.subresource.is_empty()
+        })
+        .count();
+    assert_eq!(cordons, 1);
     ctl2.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_one_acts_and_the_other_takes_over_within_the_lease() {
-    let bed = Testbed::from_env(SimConfig {
-        nodes: 4,
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
+async fn two_replicas_one_acts_and_the_other_takes_over_within_the_lease(server: Server) {
+    let bed = bed(
+        server,
+        SimConfig {
+            nodes: 4,
+            ..SimConfig::default()
+        },
+    )
+    .await;
     let ml = bed.ensure_namespace("ml").await.unwrap();
     bed.apply_yaml(BASE).await.unwrap();
     let lease = Duration::from_secs(2);
     let a = rebound::controller::start(
-        bed.client(),
+        bed.controller_client().await.unwrap(),
         args(&bed, |x| {
             x.identity = Some("a".into());
             x.lease_duration = lease;
@@ -131,7 +168,7 @@ async fn two_replicas_one_acts_and_the_other_takes_over_within_the_lease() {
     .await
     .unwrap();
     let b = rebound::controller::start(
-        bed.client(),
+        bed.controller_client().await.unwrap(),
         args(&bed, |x| {
             x.identity = Some("b".into());
             x.lease_duration = lease;
@@ -200,3 +237,8 @@ async fn two_replicas_one_acts_and_the_other_takes_over_within_the_lease() {
     );
     standby.shutdown().await;
 }
+
+e2e!(dropped_watches_410s_and_500s_lose_no_fault_and_restart_nothing_twice);
+e2e!(an_api_server_outage_loses_no_fault_and_restarts_nothing_twice);
+e2e!(a_controller_killed_after_a_restart_and_started_again_restarts_nothing_twice);
+e2e!(two_replicas_one_acts_and_the_other_takes_over_within_the_lease);
