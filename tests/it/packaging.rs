@@ -838,6 +838,24 @@ fn restart_agent_rbac_is_get_and_watch_of_every_job_kind_inject_wires() {
     );
     let values = values();
     assert_eq!(values["restartAgent"]["bindings"], json!([]));
+    // `rebound inject`'s default image is the one the chart and config/ run.
+    let chart_meta = docs_of("chart/rebound/Chart.yaml").remove(0);
+    let chart_image = format!(
+        "{}:{}",
+        values["image"]["repository"].as_str().unwrap_or_default(),
+        chart_meta["appVersion"].as_str().unwrap_or_default()
+    );
+    assert_eq!(rebound::inplace::inject::DEFAULT_IMAGE, chart_image);
+    let k = docs_of("config/default/kustomization.yaml").remove(0);
+    let img = &k["images"][0];
+    assert_eq!(
+        format!(
+            "{}:{}",
+            img["newName"].as_str().unwrap_or_default(),
+            img["newTag"].as_str().unwrap_or_default()
+        ),
+        rebound::inplace::inject::DEFAULT_IMAGE
+    );
     assert!(values["restartAgent"]["image"].is_string());
     assert!(read("chart/rebound/templates/NOTES.txt").contains("rebound inject --image"));
     // docs/in-place.md has the table: a row per (group, resources) with its verbs.
