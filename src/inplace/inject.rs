@@ -181,8 +181,12 @@ pub struct DocReport {
     pub templates: usize,
     /// The document differs from the input.
     pub changed: bool,
-    /// Things the user should know; the document is still written.
+    /// Things the user should know about this document; it is still
+    /// written.
     pub warnings: Vec<String>,
+    /// Things the user should know about the document's kind (the same
+    /// for every document of it: said once per run).
+    pub caveats: Vec<String>,
 }
 
 /// Where a document's pod templates are, as (path for messages, pointer).
@@ -192,6 +196,7 @@ struct Templates {
     /// JSON pointers of the templates, with their dotted paths.
     at: Vec<(String, String)>,
     warnings: Vec<String>,
+    caveats: Vec<String>,
 }
 
 fn esc(key: &str) -> String {
@@ -250,6 +255,7 @@ fn templates_of(doc: &Value, kind: &JobKind) -> Result<Templates, Refusal> {
         label: BATCH_JOB_NAME_LABEL,
         at: Vec::new(),
         warnings: Vec::new(),
+        caveats: Vec::new(),
     };
     match kind {
         JobKind::Kubeflow { plural, specs, .. } => {
@@ -272,8 +278,8 @@ fn templates_of(doc: &Value, kind: &JobKind) -> Result<Templates, Refusal> {
                     });
                 }
             }
-            t.warnings.push(format!(
-                "{kind}: the training-operator v1 CRDs (v1.9) do not know restartPolicyRules: a real API server refuses the rule (kubectl's default strict validation) or drops it, and an operator built before Kubernetes 1.35 drops it from the pods; rebound then recreates these pods instead of restarting them in place (docs/in-place.md)",
+            t.caveats.push(format!(
+                "{kind}: the training-operator v1 CRDs (v1.9) do not know restartPolicyRules: a real API server refuses the rule (kubectl's default strict validation) or drops it, and an operator built on Kubernetes API types older than 1.34 drops it from the pods; rebound then recreates these pods instead of restarting them in place (docs/in-place.md)",
                 kind = doc["kind"].as_str().unwrap_or_default()
             ));
         }
@@ -315,7 +321,7 @@ fn templates_of(doc: &Value, kind: &JobKind) -> Result<Templates, Refusal> {
             t.target_api = format!("{group}/{version}/trainjobs");
             t.label = JOBSET_NAME_LABEL;
             t.at = replicated_jobs(js, "/spec/template/spec", "spec.template.spec", true)?;
-            t.warnings.push("Trainer v2 runtime: CRDs generated before Kubernetes 1.35 (such as trainer a55f03a's) do not know restartPolicyRules: check that your Trainer release keeps the rule (docs/in-place.md)".into());
+            t.caveats.push("Trainer v2 runtime: CRDs generated before Kubernetes 1.35 (such as trainer a55f03a's) do not know restartPolicyRules: check that your Trainer release keeps the rule (docs/in-place.md)".into());
         }
         JobKind::TrainJob => {
             let runtime = &spec["runtimeRef"];
@@ -334,7 +340,8 @@ fn templates_of(doc: &Value, kind: &JobKind) -> Result<Templates, Refusal> {
 
 /// Wire every pod template of one document of a supported kind (others
 /// are left alone). `doc_name` names the document in errors. On a refusal
-/// the document is unchanged.
+/// the document is unchanged. `opts` must have passed
+/// [`InjectOptions::validate`] (the command line does that).
 pub fn inject_document(
     doc: &mut Value,
     opts: &InjectOptions,
@@ -358,6 +365,7 @@ pub fn inject_document(
     let mut out = doc.clone();
     let mut report = DocReport {
         warnings: t.warnings.clone(),
+        caveats: t.caveats.clone(),
         ..DocReport::default()
     };
     for (dotted, ptr) in &t.at {
@@ -457,7 +465,7 @@ mod tests {
                 "replica fields untouched"
             );
             assert!(
-                r.warnings.iter().any(|w| w.contains("restartPolicyRules")),
+                r.caveats.iter().any(|w| w.contains("restartPolicyRules")),
                 "{kind}: the CRD caveat is said"
             );
         }

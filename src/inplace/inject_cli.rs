@@ -109,6 +109,8 @@ pub struct Injected {
     pub yaml: String,
     /// Messages for the user (stderr).
     pub warnings: Vec<String>,
+    /// Messages about job kinds, each once (stderr).
+    pub caveats: std::collections::BTreeSet<String>,
     /// Pod templates wired (or unwired).
     pub templates: usize,
     /// Documents written changed.
@@ -199,6 +201,7 @@ fn handle(
                 out.templates += r.templates;
                 out.warnings
                     .extend(r.warnings.into_iter().map(|w| format!("{name}: {w}")));
+                out.caveats.extend(r.caveats);
                 Ok(r.changed)
             }
             Err(e) if ignore_unsupported => {
@@ -319,7 +322,7 @@ pub fn run(args: InjectArgs) -> ExitCode {
     };
     match inject_all(&args.files, &opts, mode) {
         Ok(all) => {
-            for w in &all.warnings {
+            for w in all.caveats.iter().chain(&all.warnings) {
                 eprintln!("warning: {w}");
             }
             let verb = if args.uninject { "unwired" } else { "wired" };
@@ -354,6 +357,7 @@ pub fn inject_all(
         }
         all.yaml.push_str(&one.yaml);
         all.warnings.extend(one.warnings);
+        all.caveats.extend(one.caveats);
         all.templates += one.templates;
         all.changed += one.changed;
     }
@@ -498,6 +502,20 @@ metadata: {name: svc}
         assert!(out.yaml.ends_with(&format!(
             "            - name: {AGENT_CONTAINER}\n              image: i\n"
         )));
+    }
+
+    #[test]
+    fn a_kind_caveat_is_said_once() {
+        let pt = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: NAME}\nspec: {pytorchReplicaSpecs: {Worker: {template: {spec: {containers: [{name: c, image: i}]}}}}}\n";
+        let text = format!(
+            "{}---\n{}",
+            pt.replace("NAME", "a"),
+            pt.replace("NAME", "b")
+        );
+        let out = inject_text(&text, "p", &InjectOptions::default(), INJECT).expect("inject");
+        assert_eq!(out.templates, 2);
+        assert_eq!(out.caveats.len(), 1, "{:?}", out.caveats);
+        assert!(out.warnings.is_empty(), "{:?}", out.warnings);
     }
 
     #[test]

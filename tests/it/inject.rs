@@ -645,6 +645,22 @@ async fn the_restart_agent_role_allows_get_and_watch_of_its_job_and_nothing_else
     .await
     .expect("rolebinding");
     let user = format!("system:serviceaccount:{ns}:trainer");
+    // The authorizer reads roles and bindings from its cache: wait until
+    // the binding (and the aggregated rules) reached it.
+    wait_for(T, "the RoleBinding in effect", || async {
+        Ok(allowed(
+            &client,
+            &user,
+            ns,
+            "trainer.kubeflow.org",
+            "trainjobs",
+            "watch",
+        )
+        .await
+        .then_some(()))
+    })
+    .await
+    .expect("binding effective");
     for (group, res) in [
         ("kubeflow.org", "pytorchjobs"),
         ("kubeflow.org", "mpijobs"),
