@@ -1,4 +1,5 @@
-//! The `rebound` command: controller, agent, explain, crds, demo and sim.
+//! The `rebound` command: controller, agent, explain, crds, inject, demo
+//! and sim.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -33,6 +34,9 @@ enum Command {
     },
     /// Offline: classify a fault and decide with the given policy files.
     Explain(rebound::explain::ExplainArgs),
+    /// Offline: add the in-place restart agent to job manifests
+    /// (`kubectl apply -f <(rebound inject -f job.yaml)`).
+    Inject(rebound::inplace::inject_cli::InjectArgs),
 }
 
 /// mimalloc instead of glibc malloc: less CPU on the watch path and less
@@ -47,7 +51,11 @@ fn main() -> ExitCode {
         json,
         matches!(
             cli.command,
-            Command::Demo(_) | Command::Sim(_) | Command::Explain(_) | Command::Crds { .. }
+            Command::Demo(_)
+                | Command::Sim(_)
+                | Command::Explain(_)
+                | Command::Crds { .. }
+                | Command::Inject(_)
         ),
     );
     match run(cli) {
@@ -113,6 +121,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain(a) => explain(a),
+        Command::Inject(a) => Ok(rebound::inplace::inject_cli::run(a)),
     }
 }
 

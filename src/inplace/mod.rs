@@ -10,6 +10,10 @@
 //! inject` and the simulated kubelet: names, annotation keys and the
 //! agent's pure decision ([`AgentCore`]).
 
+pub mod inject;
+pub mod inject_cli;
+pub mod inject_pod;
+
 /// Annotation on the job: the generation every pod of the job must run.
 /// Absent means 0. Written by the controller with the restart record.
 pub const GENERATION_ANNOTATION: &str = "rebound.dev/restart-generation";

@@ -19,18 +19,21 @@ use serde_json::{Value, json};
 
 use super::actors::ascend::{self, AscendFault, AscendPlugin};
 use super::actors::kubelet::{Kubelet, KubeletConfig};
-use super::actors::{ActorError, ActorTasks, batchjob, jobset, kubeflow, scheduler, volcano};
+use super::actors::{
+    ActorError, ActorTasks, batchjob, jobset, kubeflow, scheduler, trainer, volcano,
+};
 use super::{ApiServer, ApiServerHandle, SimError};
 
 /// The embedded cluster's own minimal CRDs of the job kinds (not the real
 /// ones, which are other projects' files).
-pub const JOB_CRDS: [&str; 6] = [
+pub const JOB_CRDS: [&str; 7] = [
     include_str!("crds/kubeflow-pytorchjobs.yaml"),
     include_str!("crds/kubeflow-tfjobs.yaml"),
     include_str!("crds/kubeflow-mpijobs.yaml"),
     include_str!("crds/volcano-jobs.yaml"),
     include_str!("crds/volcano-commands.yaml"),
     include_str!("crds/jobset-jobsets.yaml"),
+    include_str!("crds/trainer-trainjobs.yaml"),
 ];
 
 /// The accelerator every simulated node carries.
@@ -61,7 +64,8 @@ pub struct Operators {
     pub kubeflow: bool,
     /// Volcano job controller.
     pub volcano: bool,
-    /// JobSet controller.
+    /// JobSet controller (and the Kubeflow Trainer v2 controller: a
+    /// TrainJob runs as a JobSet).
     pub jobset: bool,
     /// batch Job controller.
     pub batch: bool,
@@ -440,6 +444,8 @@ impl SimCluster {
         }
         if config.operators.jobset {
             tasks.push(tokio::spawn(jobset::run(client.clone())));
+            // A TrainJob runs as a JobSet: the Trainer comes with JobSet.
+            tasks.push(tokio::spawn(trainer::run(client.clone())));
         }
         // A real cluster runs kube-controller-manager's Job controller: the
         // simulated one would race it, so there it runs only when asked.
@@ -725,6 +731,62 @@ impl SimCluster {
             },
         });
         self.create_custom(ns, &jobset::api_resource(), obj).await
+    }
+
+    /// Creates a Kubeflow Trainer v2 TrainJob of `nodes` training nodes and
+    /// the namespaced TrainingRuntime `<name>-runtime` it runs (one
+    /// replicated job `node`, the trainer step, container `node`). `labels`
+    /// go on the TrainJob, into its `spec.labels` (the JobSet and Jobs, as
+    /// the Trainer propagates them) and on the runtime's pod template, the
+    /// one way they reach a TrainJob's pods. Runs with the JobSet operator.
+    pub async fn create_trainjob(
+        &self,
+        ns: &str,
+        name: &str,
+        nodes: u32,
+        labels: &[(&str, &str)],
+    ) -> Result<DynamicObject, ClusterError> {
+        let opts = JobOptions::labels(labels);
+        let runtime = format!("{name}-runtime");
+        let mut job_labels = opts.labels.clone();
+        job_labels.insert(
+            trainer::ANCESTOR_LABEL.into(),
+            trainer::ANCESTOR_TRAINER.into(),
+        );
+        let rt = json!({
+            "apiVersion": trainer::API_VERSION, "kind": "TrainingRuntime",
+            "metadata": {"name": runtime, "namespace": ns},
+            "spec": {
+                "mlPolicy": {"numNodes": 1},
+                "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                    "metadata": {"labels": job_labels},
+                    "spec": {
+                        "parallelism": 1, "completions": 1,
+                        "completionMode": "Indexed", "backoffLimit": 0,
+                        "template": self.pod_template(trainer::NODE_CONTAINER, &opts, Some("Never")),
+                    },
+                }}]}},
+            },
+        });
+        match self
+            .create_custom(ns, &trainer::runtime_resource(false), rt)
+            .await
+        {
+            Ok(_) => {}
+            Err(ClusterError::Kube(e)) if super::actors::util::is_conflict(&e) => {}
+            Err(e) => return Err(e),
+        }
+        let obj = json!({
+            "apiVersion": trainer::API_VERSION, "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
+            "spec": {
+                "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": runtime},
+                "labels": opts.labels,
+                "trainer": {"numNodes": nodes},
+            },
+        });
+        self.create_custom(ns, &trainer::trainjob_resource(), obj)
+            .await
     }
 
     /// Creates an Indexed batch Job of `pods` pods running in parallel.

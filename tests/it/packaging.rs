@@ -663,11 +663,11 @@ fn rbac_grants_exactly_what_each_component_uses() {
         table(AGENT_KUBE_SYSTEM),
         "agent in kube-system"
     );
-    // No wildcard and no Secrets anywhere.
-    for r in all
-        .iter()
-        .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
-    {
+    // No wildcard and no Secrets anywhere (aggregated roles have no rules
+    // of their own).
+    for r in all.iter().filter(|o| {
+        (o["kind"] == "ClusterRole" || o["kind"] == "Role") && o["aggregationRule"].is_null()
+    }) {
         let g = grants(&r["rules"], r["metadata"]["name"].as_str().unwrap());
         assert!(
             !g.iter().any(|(_, res, _)| res == "secrets"),
@@ -724,6 +724,161 @@ fn rbac_grants_exactly_what_each_component_uses() {
                 );
             }
         }
+    }
+}
+
+/// The in-pod restart agent (`rebound inject`'s sidecar): get and watch of
+/// the job kinds, in the job's namespace, nothing else.
+const RESTART_AGENT: &[(&str, &[&str], &[&str])] = &[
+    (
+        "kubeflow.org",
+        &[
+            "pytorchjobs",
+            "tfjobs",
+            "mpijobs",
+            "xgboostjobs",
+            "paddlejobs",
+            "jaxjobs",
+        ],
+        &["get", "watch"],
+    ),
+    ("batch.volcano.sh", &["jobs"], &["get", "watch"]),
+    ("jobset.x-k8s.io", &["jobsets"], &["get", "watch"]),
+    ("batch", &["jobs"], &["get", "watch"]),
+    ("trainer.kubeflow.org", &["trainjobs"], &["get", "watch"]),
+];
+
+/// The label that aggregates job rules into the restart agent's role.
+const RESTART_AGENT_AGGREGATE: &str = "rebound.dev/aggregate-to-restart-agent";
+
+/// `REBOUND_JOB_API` of the agent `rebound inject` adds to a document.
+fn injected_job_api(mut doc: Value) -> String {
+    let opts = rebound::inplace::inject::InjectOptions::default();
+    rebound::inplace::inject::inject_document(&mut doc, &opts, "packaging").expect("inject");
+    fn find(v: &Value) -> Option<String> {
+        match v {
+            Value::Object(m) => {
+                if m.get("name").and_then(Value::as_str) == Some("REBOUND_JOB_API") {
+                    return m.get("value").and_then(Value::as_str).map(str::to_owned);
+                }
+                m.values().find_map(find)
+            }
+            Value::Array(a) => a.iter().find_map(find),
+            _ => None,
+        }
+    }
+    find(&doc).expect("REBOUND_JOB_API")
+}
+
+#[test]
+fn restart_agent_rbac_is_get_and_watch_of_every_job_kind_inject_wires() {
+    use serde_json::json;
+    let all = kustomize("config/default");
+    let agg = one(&all, "ClusterRole", "rebound-restart-agent");
+    assert_eq!(
+        agg["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"][RESTART_AGENT_AGGREGATE],
+        "true"
+    );
+    assert!(
+        agg.get("rules").is_none(),
+        "the control plane fills it; `rules: []` would make each apply empty it"
+    );
+    let jobs = one(&all, "ClusterRole", "rebound-restart-agent-jobs");
+    assert_eq!(jobs["metadata"]["labels"][RESTART_AGENT_AGGREGATE], "true");
+    let g = grants(&jobs["rules"], "rebound-restart-agent-jobs");
+    assert_eq!(g, table(RESTART_AGENT), "restart agent rules");
+    // Bound per namespace by the job owners, never cluster-wide here.
+    for b in all
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
+    {
+        let r = b["roleRef"]["name"].as_str().unwrap_or_default();
+        assert!(!r.starts_with("rebound-restart-agent"), "config binds {r}");
+    }
+    // Every job API the injected agent watches is granted.
+    let pod = json!({"spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let mut docs = vec![
+        json!({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
+               "spec": {"tasks": [{"name": "t", "template": pod}]}}),
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "s"},
+               "spec": {"replicatedJobs": [{"name": "r", "template": {"spec": {"template": pod}}}]}}),
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "b"}, "spec": {"template": pod}}),
+        json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "r"},
+               "spec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}}}}),
+    ];
+    for (kind, _, specs) in rebound::inplace::inject::KUBEFLOW_KINDS {
+        docs.push(
+            json!({"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": "k"},
+                         "spec": {specs: {"Worker": {"template": pod}}}}),
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for d in docs {
+        let api = injected_job_api(d);
+        let (group, rest) = api.rsplit_once('/').map_or(("", ""), |(gv, plural)| {
+            (gv.rsplit_once('/').map_or("", |(g, _)| g), plural)
+        });
+        for verb in ["get", "watch"] {
+            assert!(
+                g.contains(&(group.to_string(), rest.to_string(), verb.to_string())),
+                "the agent of {api} may not {verb} it"
+            );
+        }
+        seen.insert((group.to_string(), rest.to_string()));
+    }
+    let granted: BTreeSet<(String, String)> =
+        g.iter().map(|(a, b, _)| (a.clone(), b.clone())).collect();
+    assert_eq!(seen, granted, "no grant for a kind inject does not wire");
+    // The chart: the same rules, the same aggregation, bindings of the
+    // aggregated role from values.
+    let chart = docs_of("chart/rebound/files/rbac/restart-agent-rules.yaml").remove(0);
+    assert_eq!(chart, jobs["rules"], "chart rules differ from config/rbac");
+    let t = read("chart/rebound/templates/rbac-restart-agent.yaml");
+    assert!(t.contains(&format!("{RESTART_AGENT_AGGREGATE}: \"true\"")));
+    assert!(t.contains(".Values.restartAgent.bindings") && t.contains("kind: RoleBinding"));
+    assert!(!t.contains("ClusterRoleBinding"), "never cluster-wide");
+    assert!(
+        t.contains("name: {{ $name }}\nsubjects:"),
+        "binds the aggregated role"
+    );
+    let values = values();
+    assert_eq!(values["restartAgent"]["bindings"], json!([]));
+    // `rebound inject`'s default image is the one the chart and config/ run.
+    let chart_meta = docs_of("chart/rebound/Chart.yaml").remove(0);
+    let chart_image = format!(
+        "{}:{}",
+        values["image"]["repository"].as_str().unwrap_or_default(),
+        chart_meta["appVersion"].as_str().unwrap_or_default()
+    );
+    assert_eq!(rebound::inplace::inject::DEFAULT_IMAGE, chart_image);
+    let k = docs_of("config/default/kustomization.yaml").remove(0);
+    let img = &k["images"][0];
+    assert_eq!(
+        format!(
+            "{}:{}",
+            img["newName"].as_str().unwrap_or_default(),
+            img["newTag"].as_str().unwrap_or_default()
+        ),
+        rebound::inplace::inject::DEFAULT_IMAGE
+    );
+    assert!(values["restartAgent"]["image"].is_string());
+    assert!(read("chart/rebound/templates/NOTES.txt").contains("rebound inject --image"));
+    // docs/in-place.md has the table: a row per (group, resources) with its verbs.
+    let doc = read("docs/in-place.md");
+    for (group, resources, verbs) in RESTART_AGENT {
+        let ok = doc.lines().any(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            cells.len() > 4
+                && cells[1] == format!("`{group}`")
+                && resources
+                    .iter()
+                    .all(|r| cells[2].split(", ").any(|x| x == format!("`{r}`")))
+                && cells[3] == verbs.join(", ")
+        });
+        assert!(
+            ok,
+            "docs/in-place.md has no RBAC row for {group} {resources:?}"
+        );
     }
 }
 

@@ -15,6 +15,7 @@ pub mod jobset;
 pub mod kubeflow;
 pub mod kubelet;
 pub mod scheduler;
+pub mod trainer;
 pub mod volcano;
 
 mod children;

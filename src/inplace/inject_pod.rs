@@ -1,0 +1,508 @@
+//! One pod template: add (or update, or remove) the restart agent, its
+//! restart rule, its startup probe (the barrier) and its environment, and
+//! refuse the shapes it cannot work in (docs/in-place.md, "Wiring a job").
+//!
+//! Works on `serde_json::Value` so that every field rebound does not own
+//! passes through untouched, whatever the job kind's API version adds.
+
+use serde_json::{Map, Value, json};
+
+use super::{AGENT_CONTAINER, PROBE_PATH};
+
+/// The name of the agent's probe port (declared on the container, so a
+/// real API server warns about a duplicate port and the scheduler knows
+/// the port of `hostNetwork` pods). At most 15 characters.
+pub const PROBE_PORT_NAME: &str = "rebound-probe";
+
+/// What the agent of one job kind needs to know, besides the options.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AgentTarget<'a> {
+    /// `group/version/plural` of the job object the agent watches.
+    pub job_api: &'a str,
+    /// The pod label that names the job (read through the downward API).
+    pub job_name_label: &'a str,
+}
+
+/// The agent's settings chosen on the command line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AgentSettings<'a> {
+    /// Container image.
+    pub image: &'a str,
+    /// Exit code of the `RestartAllContainers` rule.
+    pub exit_code: i32,
+    /// Port of the startup probe.
+    pub probe_port: u16,
+}
+
+/// Why a pod template cannot carry the agent: the field and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The offending field, as a path from the document root
+    /// (`spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].name`).
+    pub field: String,
+    /// What is wrong and what to do about it.
+    pub reason: String,
+}
+
+fn refuse(field: impl Into<String>, reason: impl Into<String>) -> Refusal {
+    Refusal {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The agent's environment: the job's API and name, the pod's namespace
+/// and name (the names docs/in-place.md and `rebound restart-agent` use).
+fn agent_env(t: &AgentTarget<'_>) -> Vec<Value> {
+    let field = |name: &str, path: String| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    vec![
+        json!({"name": "REBOUND_JOB_API", "value": t.job_api}),
+        field(
+            "REBOUND_JOB_NAME",
+            format!("metadata.labels['{}']", t.job_name_label),
+        ),
+        field("POD_NAMESPACE", "metadata.namespace".into()),
+        field("POD_NAME", "metadata.name".into()),
+    ]
+}
+
+/// Resources of a new agent. A pod whose every container limits CPU and
+/// memory is (or is meant to be) Guaranteed QoS, which GPU pods need for
+/// exclusive CPUs and NUMA alignment: one container without limits would
+/// make it Burstable, so the agent then asks for requests equal to limits.
+fn agent_resources(guaranteed: bool) -> Value {
+    if guaranteed {
+        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "50m", "memory": "64Mi"}})
+    } else {
+        json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}})
+    }
+}
+
+/// The agent runs as the image's non-root user with nothing else, so that
+/// namespaces enforcing the `restricted` Pod Security level accept it,
+/// whatever the training containers need.
+fn agent_security_context() -> Value {
+    json!({
+        "runAsNonRoot": true,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
+/// The fields rebound owns on the agent container: always set to these
+/// values (an older injection is updated). Everything else on an existing
+/// agent (resources, securityContext, volume mounts, ...) is kept.
+fn owned_fields(s: &AgentSettings<'_>) -> Map<String, Value> {
+    let v = json!({
+        "image": s.image,
+        "command": ["rebound", "restart-agent"],
+        "args": [format!("--exit-code={}", s.exit_code), format!("--probe-port={}", s.probe_port)],
+        "restartPolicy": "Always",
+        "restartPolicyRules": [
+            {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [s.exit_code]}},
+        ],
+        "startupProbe": {
+            "httpGet": {"path": PROBE_PATH, "port": s.probe_port},
+            "periodSeconds": 1,
+            "failureThreshold": 86400,
+        },
+        "ports": [{"name": PROBE_PORT_NAME, "containerPort": s.probe_port, "protocol": "TCP"}],
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// A list field of the pod spec: absent is empty, anything but a list is
+/// refused.
+fn list<'a>(spec: &'a Value, key: &str, at: &str) -> Result<&'a [Value], Refusal> {
+    match spec.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(_) => Err(refuse(format!("{at}.{key}"), "must be a list")),
+    }
+}
+
+fn name_of(c: &Value) -> Option<&str> {
+    c.get("name").and_then(Value::as_str)
+}
+
+fn has_cpu_and_memory_limits(c: &Value) -> bool {
+    let l = &c["resources"]["limits"];
+    !l["cpu"].is_null() && !l["memory"].is_null()
+}
+
+/// Checks of the pod spec at `at` (`....template.spec`) against the agent.
+fn check(spec: &Value, at: &str, s: &AgentSettings<'_>) -> Result<(), Refusal> {
+    if !spec.is_object() {
+        return Err(refuse(at, "must be a pod spec (an object)"));
+    }
+    let containers = list(spec, "containers", at)?;
+    if containers.is_empty() {
+        return Err(refuse(
+            format!("{at}.containers"),
+            "the pod template has no containers",
+        ));
+    }
+    if spec["os"]["name"].as_str() == Some("windows") {
+        return Err(refuse(
+            format!("{at}.os.name"),
+            "the restart agent's image runs on Linux only",
+        ));
+    }
+    let init = list(spec, "initContainers", at)?;
+    for (i, c) in containers.iter().enumerate() {
+        if name_of(c) == Some(AGENT_CONTAINER) {
+            return Err(refuse(
+                format!("{at}.containers[{i}].name"),
+                format!(
+                    "a regular container is named {AGENT_CONTAINER}; that name belongs to the agent, an init container (rename the container)"
+                ),
+            ));
+        }
+    }
+    for (key, list) in [("containers", containers), ("initContainers", init)] {
+        for (i, c) in list.iter().enumerate() {
+            if name_of(c) == Some(AGENT_CONTAINER) {
+                continue;
+            }
+            let ports = match c.get("ports") {
+                None | Some(Value::Null) => &[][..],
+                Some(Value::Array(p)) => p,
+                Some(_) => {
+                    return Err(refuse(format!("{at}.{key}[{i}].ports"), "must be a list"));
+                }
+            };
+            for (j, p) in ports.iter().enumerate() {
+                if p["containerPort"].as_u64() == Some(u64::from(s.probe_port)) {
+                    return Err(refuse(
+                        format!("{at}.{key}[{i}].ports[{j}].containerPort"),
+                        format!(
+                            "{} is the agent's probe port and the pod's containers share one network namespace; choose another with --probe-port",
+                            s.probe_port
+                        ),
+                    ));
+                }
+                if p["name"].as_str() == Some(PROBE_PORT_NAME) {
+                    return Err(refuse(
+                        format!("{at}.{key}[{i}].ports[{j}].name"),
+                        format!(
+                            "the port name {PROBE_PORT_NAME} belongs to the agent (port names are unique in a pod)"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What wiring one template did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct TemplateChange {
+    /// The template differs from before.
+    pub changed: bool,
+    /// Things the user should know (the template is still wired).
+    pub warnings: Vec<String>,
+}
+
+/// Add or update the agent in the pod template `tpl` (a `PodTemplateSpec`:
+/// `{metadata, spec}`) found at `at`.
+pub(crate) fn wire(
+    tpl: &mut Value,
+    at: &str,
+    target: &AgentTarget<'_>,
+    s: &AgentSettings<'_>,
+) -> Result<TemplateChange, Refusal> {
+    if !tpl.is_object() {
+        return Err(refuse(
+            at,
+            "must be a pod template (an object with metadata and spec)",
+        ));
+    }
+    let spec_at = format!("{at}.spec");
+    check(&tpl["spec"], &spec_at, s)?;
+    let before = tpl.clone();
+    let mut warnings = Vec::new();
+    let spec = &mut tpl["spec"];
+    if spec["hostNetwork"].as_bool() == Some(true) {
+        warnings.push(format!(
+            "{spec_at}.hostNetwork: the agent's probe port {} is a port of the node: at most one such pod per node, and no other process there may use it",
+            s.probe_port
+        ));
+    }
+    let guaranteed = list(spec, "containers", &spec_at)?
+        .iter()
+        .chain(list(spec, "initContainers", &spec_at)?)
+        .filter(|c| name_of(c) != Some(AGENT_CONTAINER))
+        .all(has_cpu_and_memory_limits);
+    if spec.get("initContainers").is_none_or(Value::is_null) {
+        spec["initContainers"] = json!([]);
+    }
+    let Some(init) = spec["initContainers"].as_array_mut() else {
+        return Err(refuse(
+            format!("{spec_at}.initContainers"),
+            "must be a list",
+        ));
+    };
+    let idx = match init
+        .iter()
+        .position(|c| name_of(c) == Some(AGENT_CONTAINER))
+    {
+        Some(i) => i,
+        None => {
+            init.push(json!({"name": AGENT_CONTAINER}));
+            init.len() - 1
+        }
+    };
+    let Some(agent) = init[idx].as_object_mut() else {
+        return Err(refuse(
+            format!("{spec_at}.initContainers[{idx}]"),
+            "must be a container (an object)",
+        ));
+    };
+    for (k, v) in owned_fields(s) {
+        agent.insert(k, v);
+    }
+    merge_env(agent, &agent_env(target));
+    agent
+        .entry("resources")
+        .or_insert_with(|| agent_resources(guaranteed));
+    agent
+        .entry("securityContext")
+        .or_insert_with(agent_security_context);
+    Ok(TemplateChange {
+        changed: *tpl != before,
+        warnings,
+    })
+}
+
+/// Set the agent's variables, keeping others the user added (in order).
+fn merge_env(agent: &mut Map<String, Value>, ours: &[Value]) {
+    let mut env: Vec<Value> = match agent.remove("env") {
+        Some(Value::Array(a)) => a,
+        _ => Vec::new(),
+    };
+    for var in ours {
+        match env.iter_mut().find(|e| name_of(e) == name_of(var)) {
+            Some(slot) => *slot = var.clone(),
+            None => env.push(var.clone()),
+        }
+    }
+    agent.insert("env".into(), Value::Array(env));
+}
+
+/// Remove the agent from the pod template `tpl`; true if there was one.
+/// An `initContainers` list left empty is removed too.
+pub(crate) fn unwire(tpl: &mut Value) -> bool {
+    let spec = &mut tpl["spec"];
+    let Some(init) = spec.get_mut("initContainers").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    let n = init.len();
+    init.retain(|c| name_of(c) != Some(AGENT_CONTAINER));
+    let removed = init.len() != n;
+    if removed
+        && init.is_empty()
+        && let Some(m) = spec.as_object_mut()
+    {
+        m.remove("initContainers");
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: AgentTarget<'static> = AgentTarget {
+        job_api: "batch/v1/jobs",
+        job_name_label: "batch.kubernetes.io/job-name",
+    };
+    const S: AgentSettings<'static> = AgentSettings {
+        image: "reg/rebound:1",
+        exit_code: 87,
+        probe_port: 9079,
+    };
+
+    fn tpl(containers: Value) -> Value {
+        json!({"metadata": {"labels": {"a": "b"}}, "spec": {"restartPolicy": "Never", "containers": containers}})
+    }
+
+    fn agent(t: &Value) -> &Value {
+        t["spec"]["initContainers"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"] == AGENT_CONTAINER))
+            .expect("agent")
+    }
+
+    #[test]
+    fn adds_the_sidecar_with_rule_probe_env_and_restricted_security() {
+        let mut t = tpl(json!([{"name": "w", "image": "i"}]));
+        let ch = wire(&mut t, "spec.template", &T, &S).expect("wire");
+        assert!(ch.changed && ch.warnings.is_empty());
+        let a = agent(&t);
+        assert_eq!(a["restartPolicy"], "Always");
+        assert_eq!(
+            a["restartPolicyRules"],
+            json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [87]}}])
+        );
+        assert_eq!(a["startupProbe"]["httpGet"]["path"], PROBE_PATH);
+        assert_eq!(a["startupProbe"]["httpGet"]["port"], 9079);
+        assert_eq!(a["startupProbe"]["periodSeconds"], 1);
+        assert!(a["startupProbe"]["failureThreshold"].as_u64() >= Some(3600));
+        assert_eq!(a["command"], json!(["rebound", "restart-agent"]));
+        assert_eq!(a["args"], json!(["--exit-code=87", "--probe-port=9079"]));
+        assert_eq!(a["image"], "reg/rebound:1");
+        let env = a["env"].as_array().expect("env");
+        let names: Vec<&str> = env.iter().filter_map(name_of).collect();
+        assert_eq!(
+            names,
+            [
+                "REBOUND_JOB_API",
+                "REBOUND_JOB_NAME",
+                "POD_NAMESPACE",
+                "POD_NAME"
+            ]
+        );
+        assert_eq!(env[0]["value"], "batch/v1/jobs");
+        assert_eq!(
+            env[1]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.labels['batch.kubernetes.io/job-name']"
+        );
+        assert_eq!(a["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(a["resources"]["limits"]["memory"], "64Mi");
+        assert!(
+            a["resources"]["limits"]["cpu"].is_null(),
+            "burstable pod: no cpu limit"
+        );
+        // Nothing else moved.
+        assert_eq!(t["metadata"], json!({"labels": {"a": "b"}}));
+        assert_eq!(
+            t["spec"]["containers"],
+            json!([{"name": "w", "image": "i"}])
+        );
+        assert_eq!(t["spec"]["restartPolicy"], "Never");
+    }
+
+    #[test]
+    fn a_guaranteed_pod_stays_guaranteed() {
+        let r = json!({"limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}});
+        let mut t = tpl(json!([{"name": "w", "image": "i", "resources": r}]));
+        wire(&mut t, "t", &T, &S).expect("wire");
+        let res = &agent(&t)["resources"];
+        assert_eq!(res["requests"], res["limits"]);
+        assert!(!res["limits"]["cpu"].is_null());
+    }
+
+    #[test]
+    fn wiring_twice_changes_nothing_and_an_old_agent_is_updated_in_place() {
+        let mut t = tpl(json!([{"name": "w", "image": "i"}]));
+        t["spec"]["initContainers"] = json!([
+            {"name": "setup", "image": "s"},
+            {"name": AGENT_CONTAINER, "image": "old", "resources": {"limits": {"memory": "1Gi"}},
+             "env": [{"name": "RUST_LOG", "value": "debug"}, {"name": "REBOUND_JOB_API", "value": "stale"}]},
+            {"name": "after", "image": "a", "restartPolicy": "Always"},
+        ]);
+        wire(&mut t, "t", &T, &S).expect("wire");
+        let init = t["spec"]["initContainers"].as_array().expect("init");
+        assert_eq!(init.len(), 3, "updated, not duplicated");
+        assert_eq!(init[1]["name"], AGENT_CONTAINER, "position kept");
+        assert_eq!(init[1]["image"], "reg/rebound:1");
+        assert_eq!(
+            init[1]["resources"],
+            json!({"limits": {"memory": "1Gi"}}),
+            "user's resources kept"
+        );
+        let env = init[1]["env"].as_array().expect("env");
+        assert_eq!(env[0], json!({"name": "RUST_LOG", "value": "debug"}));
+        assert_eq!(env[1]["value"], "batch/v1/jobs");
+        assert_eq!(env.len(), 5);
+        let once = t.clone();
+        let ch = wire(&mut t, "t", &T, &S).expect("again");
+        assert!(!ch.changed);
+        assert_eq!(t, once);
+    }
+
+    #[test]
+    fn unwire_removes_only_the_agent() {
+        let orig = tpl(json!([{"name": "w", "image": "i"}]));
+        let mut t = orig.clone();
+        wire(&mut t, "t", &T, &S).expect("wire");
+        assert!(unwire(&mut t));
+        assert_eq!(t, orig);
+        assert!(!unwire(&mut t));
+        let mut u = orig.clone();
+        u["spec"]["initContainers"] = json!([{"name": "setup", "image": "s"}]);
+        let kept = u.clone();
+        wire(&mut u, "t", &T, &S).expect("wire");
+        unwire(&mut u);
+        assert_eq!(u, kept);
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let at = "spec.template";
+        let cases = [
+            (
+                tpl(json!([{"name": AGENT_CONTAINER, "image": "i"}])),
+                "spec.template.spec.containers[0].name",
+            ),
+            (
+                tpl(
+                    json!([{"name": "w", "image": "i", "ports": [{"containerPort": 22}, {"containerPort": 9079}]}]),
+                ),
+                "spec.template.spec.containers[0].ports[1].containerPort",
+            ),
+            (
+                tpl(
+                    json!([{"name": "w", "image": "i", "ports": [{"name": PROBE_PORT_NAME, "containerPort": 1}]}]),
+                ),
+                "spec.template.spec.containers[0].ports[0].name",
+            ),
+            (tpl(json!([])), "spec.template.spec.containers"),
+            (tpl(json!("x")), "spec.template.spec.containers"),
+            (json!("x"), "spec.template"),
+            (json!({"spec": null}), "spec.template.spec"),
+        ];
+        for (mut t, field) in cases {
+            let before = t.clone();
+            let e = wire(&mut t, at, &T, &S).expect_err(field);
+            assert_eq!(e.field, field, "{e:?}");
+            assert!(!e.reason.is_empty());
+            assert_eq!(t, before, "a refused template is left alone");
+        }
+        let mut w = tpl(json!([{"name": "w", "image": "i"}]));
+        w["spec"]["os"] = json!({"name": "windows"});
+        assert_eq!(
+            wire(&mut w, at, &T, &S).expect_err("windows").field,
+            "spec.template.spec.os.name"
+        );
+        let mut i = tpl(json!([{"name": "w", "image": "i"}]));
+        i["spec"]["initContainers"] = json!([{"name": "x", "ports": [{"containerPort": 9079}]}]);
+        assert_eq!(
+            wire(&mut i, at, &T, &S).expect_err("init port").field,
+            "spec.template.spec.initContainers[0].ports[0].containerPort"
+        );
+        // Another probe port makes it fit.
+        let other = AgentSettings {
+            probe_port: 9080,
+            ..S
+        };
+        wire(&mut i, at, &T, &other).expect("other port");
+    }
+
+    #[test]
+    fn host_network_is_wired_with_a_warning() {
+        let mut t = tpl(json!([{"name": "w", "image": "i"}]));
+        t["spec"]["hostNetwork"] = json!(true);
+        let ch = wire(&mut t, "t", &T, &S).expect("wire");
+        assert_eq!(ch.warnings.len(), 1);
+        assert!(ch.warnings[0].contains("t.spec.hostNetwork"));
+    }
+}

@@ -1,0 +1,555 @@
+//! Kubeflow Trainer v2 (`trainer.kubeflow.org/v1alpha1`), for what rebound
+//! relies on: a `TrainJob` becomes a JobSet of the same name and namespace,
+//! built from the `TrainingRuntime` or `ClusterTrainingRuntime` its
+//! `spec.runtimeRef` names, and controlled by the TrainJob (a controller
+//! owner reference, `blockOwnerDeletion`); the simulated JobSet operator
+//! runs it. As the real Trainer does:
+//!
+//! - the JobSet's labels and annotations are the runtime template's
+//!   (`spec.template.metadata`) merged with the TrainJob's `spec.labels`
+//!   and `spec.annotations`, which also go on every replicated job's Job
+//!   template; the TrainJob's own `metadata.labels` are not copied. Pods
+//!   carry the runtime's pod-template labels plus JobSet's own
+//!   (`jobset.sigs.k8s.io/jobset-name` = the TrainJob's name, ...): there
+//!   is no TrainJob label on pods, a pod's TrainJob is its JobSet's owner;
+//! - the replicated jobs labelled `trainer.kubeflow.org/trainjob-ancestor-step:
+//!   trainer` get one replica of `numNodes` pods (`spec.trainer.numNodes`,
+//!   else the runtime's `mlPolicy.numNodes`, else 1), and their `node`
+//!   container the TrainJob's `spec.trainer` image, command, args and env;
+//! - an existing JobSet is never rewritten (restarts are the JobSet's);
+//! - status: condition `Created` (`JobsCreationSucceeded`, or
+//!   `JobsBuildFailed` while the runtime is missing), `Complete` / `Failed`
+//!   from the JobSet's `Completed` / `Failed`, `jobsStatus` from its
+//!   `replicatedJobsStatus`.
+//!
+//! Not simulated: the validating webhook (a TrainJob whose runtime is
+//! missing is accepted and retried), ML policies beyond `numNodes` (the
+//! torchrun/MPI environment), initializers' dataset and model settings,
+//! `podSpecOverrides`, suspend (a suspended TrainJob gets no JobSet until
+//! resumed), PodGroups.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::Event;
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::children::{InFlight, observe};
+use super::jobset;
+use super::jobstore::JobStore;
+use super::runtime::{Writer, next_batch, ticks, watch_stream};
+use super::util::{
+    controller_of, controller_ref, is_conflict, is_not_found, key, set_condition, str_at,
+};
+
+/// The API version of the Trainer v2 kinds.
+pub const API_VERSION: &str = "trainer.kubeflow.org/v1alpha1";
+/// Label of a runtime's replicated jobs: the TrainJob step they run.
+pub const ANCESTOR_LABEL: &str = "trainer.kubeflow.org/trainjob-ancestor-step";
+/// [`ANCESTOR_LABEL`] value of the training nodes.
+pub const ANCESTOR_TRAINER: &str = "trainer";
+/// The container of a training node that `spec.trainer` configures.
+pub const NODE_CONTAINER: &str = "node";
+/// The runtime kind when `spec.runtimeRef.kind` is not given.
+pub const DEFAULT_RUNTIME_KIND: &str = "ClusterTrainingRuntime";
+
+/// The TrainJob resource, for `Api<DynamicObject>`.
+pub fn trainjob_resource() -> ApiResource {
+    resource("TrainJob", "trainjobs")
+}
+
+/// The `TrainingRuntime` (`cluster: false`) or `ClusterTrainingRuntime`
+/// resource.
+pub fn runtime_resource(cluster: bool) -> ApiResource {
+    if cluster {
+        resource("ClusterTrainingRuntime", "clustertrainingruntimes")
+    } else {
+        resource("TrainingRuntime", "trainingruntimes")
+    }
+}
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "trainer.kubeflow.org".into(),
+        version: "v1alpha1".into(),
+        api_version: API_VERSION.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn merged(base: &Value, extra: &Value) -> Value {
+    let mut m = base.as_object().cloned().unwrap_or_default();
+    if let Some(e) = extra.as_object() {
+        m.extend(e.clone());
+    }
+    Value::Object(m)
+}
+
+/// Upsert `vars` into a container's `env` by name.
+fn upsert_env(container: &mut Value, vars: &Value) {
+    let Some(vars) = vars.as_array() else { return };
+    if !container["env"].is_array() {
+        container["env"] = json!([]);
+    }
+    if let Some(env) = container["env"].as_array_mut() {
+        for v in vars {
+            match env.iter_mut().find(|e| e["name"] == v["name"]) {
+                Some(slot) => *slot = v.clone(),
+                None => env.push(v.clone()),
+            }
+        }
+    }
+}
+
+/// The JobSet the Trainer makes of `tj` with the runtime `runtime` (the
+/// runtime object's JSON: `{spec: {mlPolicy, template: {metadata, spec}}}`).
+pub fn build_jobset(tj: &DynamicObject, runtime: &Value) -> Value {
+    let name = tj.name_any();
+    let uid = tj.uid().unwrap_or_default();
+    let tspec = &tj.data["spec"];
+    let template = &runtime["spec"]["template"];
+    let mut spec = match &template["spec"] {
+        Value::Object(m) => Value::Object(m.clone()),
+        _ => json!({}),
+    };
+    let num_nodes = tspec["trainer"]["numNodes"]
+        .as_i64()
+        .or_else(|| runtime["spec"]["mlPolicy"]["numNodes"].as_i64())
+        .unwrap_or(1);
+    let trainer = &tspec["trainer"];
+    if let Some(rjobs) = spec["replicatedJobs"].as_array_mut() {
+        for rj in rjobs {
+            let jt = &mut rj["template"];
+            jt["metadata"]["labels"] = merged(&jt["metadata"]["labels"], &tspec["labels"]);
+            jt["metadata"]["annotations"] =
+                merged(&jt["metadata"]["annotations"], &tspec["annotations"]);
+            if str_at(jt, &["metadata", "labels", ANCESTOR_LABEL]) != Some(ANCESTOR_TRAINER) {
+                continue;
+            }
+            rj["replicas"] = json!(1);
+            let jt = &mut rj["template"];
+            jt["spec"]["parallelism"] = json!(num_nodes);
+            jt["spec"]["completions"] = json!(num_nodes);
+            let Some(containers) = jt["spec"]["template"]["spec"]["containers"].as_array_mut()
+            else {
+                continue;
+            };
+            for c in containers
+                .iter_mut()
+                .filter(|c| c["name"] == NODE_CONTAINER)
+            {
+                for field in ["image", "command", "args"] {
+                    if !trainer[field].is_null() {
+                        c[field] = trainer[field].clone();
+                    }
+                }
+                if !trainer["resourcesPerNode"].is_null() {
+                    c["resources"] = trainer["resourcesPerNode"].clone();
+                }
+                upsert_env(c, &trainer["env"]);
+            }
+        }
+    }
+    if let Some(s) = tspec["suspend"].as_bool() {
+        spec["suspend"] = json!(s);
+    }
+    json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": tj.namespace(),
+            "labels": merged(&template["metadata"]["labels"], &tspec["labels"]),
+            "annotations": merged(&template["metadata"]["annotations"], &tspec["annotations"]),
+            "ownerReferences": [controller_ref(API_VERSION, "TrainJob", &name, &uid)],
+        },
+        "spec": spec,
+    })
+}
+
+/// The TrainJob's status from its JobSet (or the reason there is none);
+/// `None` when nothing changes.
+fn plan_status(
+    tj: &DynamicObject,
+    js: Option<&DynamicObject>,
+    error: Option<&str>,
+) -> Option<Value> {
+    let old = match tj.data.get("status") {
+        Some(s @ Value::Object(_)) => s.clone(),
+        _ => json!({}),
+    };
+    let mut status = old.clone();
+    let mut conds: Vec<Value> = status["conditions"].as_array().cloned().unwrap_or_default();
+    let suspended = tj.data["spec"]["suspend"].as_bool() == Some(true);
+    if suspended && js.is_none() {
+        set_condition(
+            &mut conds,
+            "Suspended",
+            "True",
+            "Suspended",
+            "TrainJob is suspended",
+        );
+    }
+    match (js, error) {
+        (Some(js), _) => {
+            set_condition(
+                &mut conds,
+                "Created",
+                "True",
+                "JobsCreationSucceeded",
+                "Succeeded to create Jobs",
+            );
+            let jconds = js.data["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for (from, to) in [("Completed", "Complete"), ("Failed", "Failed")] {
+                if let Some(c) = jconds
+                    .iter()
+                    .find(|c| c["type"] == from && c["status"] == "True")
+                {
+                    set_condition(
+                        &mut conds,
+                        to,
+                        "True",
+                        str_at(c, &["reason"]).unwrap_or(from),
+                        str_at(c, &["message"]).unwrap_or_default(),
+                    );
+                }
+            }
+            let jobs: Vec<Value> = js.data["status"]["replicatedJobsStatus"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    json!({"name": r["name"], "ready": r["ready"], "succeeded": r["succeeded"],
+                           "failed": r["failed"], "active": r["active"], "suspended": r["suspended"]})
+                })
+                .collect();
+            status["jobsStatus"] = json!(jobs);
+        }
+        (None, Some(e)) => {
+            set_condition(
+                &mut conds,
+                "Created",
+                "False",
+                "JobsBuildFailed",
+                &format!("Failed to build Jobs: {e}"),
+            );
+        }
+        (None, None) => {}
+    }
+    status["conditions"] = json!(conds);
+    (status != old).then_some(status)
+}
+
+fn runtime_ref(tj: &DynamicObject) -> (bool, String) {
+    let r = &tj.data["spec"]["runtimeRef"];
+    let kind = str_at(r, &["kind"]).unwrap_or(DEFAULT_RUNTIME_KIND);
+    (
+        kind == DEFAULT_RUNTIME_KIND,
+        str_at(r, &["name"]).unwrap_or_default().to_owned(),
+    )
+}
+
+/// Fetch the runtime and create the JobSet; the error says why not.
+async fn create_jobset(client: Client, tj: DynamicObject) -> Result<(), String> {
+    let ns = tj.namespace().unwrap_or_default();
+    let (cluster, rname) = runtime_ref(&tj);
+    let res = runtime_resource(cluster);
+    let api: Api<DynamicObject> = if cluster {
+        Api::all_with(client.clone(), &res)
+    } else {
+        Api::namespaced_with(client.clone(), &ns, &res)
+    };
+    let runtime = match api.get_opt(&rname).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return Err(format!("{} {rname} not found", res.kind)),
+        Err(e) => return Err(format!("{} {rname}: {e}", res.kind)),
+    };
+    let js = build_jobset(&tj, &serde_json::to_value(&runtime).unwrap_or_default());
+    let obj: DynamicObject = serde_json::from_value(js).map_err(|e| e.to_string())?;
+    let sets: Api<DynamicObject> = Api::namespaced_with(client, &ns, &jobset::api_resource());
+    match sets.create(&PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) => Err(format!("create JobSet: {e}")),
+    }
+}
+
+// One value per watch event, moved once into the loop (see jobset.rs).
+#[allow(clippy::large_enum_variant)]
+enum Input {
+    TrainJob(Event<DynamicObject>),
+    JobSet(Event<DynamicObject>),
+    /// A JobSet create returned: its in-flight key, the TrainJob's key,
+    /// why it failed.
+    Created(String, String, Option<String>),
+    /// Another write returned: its in-flight key.
+    Written(String),
+    Tick,
+}
+
+/// Runs the Trainer v2 controller until aborted.
+pub async fn run(client: Client) {
+    let tjs: Api<DynamicObject> = Api::all_with(client.clone(), &trainjob_resource());
+    let sets: Api<DynamicObject> = Api::all_with(client.clone(), &jobset::api_resource());
+    let (writer, results) = Writer::new(16);
+    let mut input = futures::stream::select_all(vec![
+        watch_stream(tjs, None, "trainjobs")
+            .map(Input::TrainJob)
+            .boxed(),
+        watch_stream(sets, None, "trainjob jobsets")
+            .map(Input::JobSet)
+            .boxed(),
+        results.boxed(),
+        ticks(Duration::from_secs(1)).map(|_| Input::Tick).boxed(),
+    ]);
+    let mut store = JobStore::default();
+    // The JobSet of each TrainJob, by the TrainJob's uid.
+    let mut children: HashMap<String, DynamicObject> = HashMap::new();
+    let mut errors: HashMap<String, String> = HashMap::new();
+    let mut in_flight = InFlight::default();
+    while let Some(batch) = next_batch(&mut input, 1024).await {
+        let mut dirty: HashSet<String> = HashSet::new();
+        for ev in batch {
+            match ev {
+                Input::TrainJob(e) => {
+                    let ch = store.on_event("TrainJob", e);
+                    dirty.extend(ch.dirty);
+                    for (k, uid) in ch.deleted {
+                        errors.remove(&k);
+                        if let Some(js) = children.remove(&uid) {
+                            let api: Api<DynamicObject> = Api::namespaced_with(
+                                client.clone(),
+                                &js.namespace().unwrap_or_default(),
+                                &jobset::api_resource(),
+                            );
+                            let name = js.name_any();
+                            writer.spawn(async move {
+                                if let Err(e) = api.delete(&name, &DeleteParams::background()).await
+                                    && !is_not_found(&e)
+                                {
+                                    tracing::debug!(jobset = %name, error = %e, "delete trainjob jobset");
+                                }
+                                Input::Written(String::new())
+                            });
+                        }
+                    }
+                }
+                Input::JobSet(e) => {
+                    observe(&mut in_flight, &e);
+                    let (apply, js) = match e {
+                        Event::Apply(j) | Event::InitApply(j) => (true, j),
+                        Event::Delete(j) => (false, j),
+                        Event::Init | Event::InitDone => continue,
+                    };
+                    let Some(owner) = controller_of(&js.metadata)
+                        .filter(|o| o.kind == "TrainJob")
+                        .map(|o| o.uid.clone())
+                    else {
+                        continue;
+                    };
+                    if apply {
+                        children.insert(owner.clone(), js);
+                    } else {
+                        children.remove(&owner);
+                    }
+                    if let Some(k) = store.key_of_uid(&owner) {
+                        dirty.insert(k.clone());
+                    }
+                }
+                Input::Created(item, tj, err) => {
+                    in_flight.returned(&item, err.is_some());
+                    match err {
+                        Some(e) => errors.insert(tj.clone(), e),
+                        None => errors.remove(&tj),
+                    };
+                    dirty.insert(tj);
+                }
+                Input::Written(item) => in_flight.returned(&item, false),
+                Input::Tick => {
+                    in_flight.expire();
+                    // Retry TrainJobs still without a JobSet (a runtime
+                    // created after the TrainJob).
+                    for (k, tj) in &store.jobs {
+                        if !children.contains_key(&tj.uid().unwrap_or_default()) {
+                            dirty.insert(k.clone());
+                        }
+                    }
+                }
+            }
+        }
+        for k in dirty {
+            let Some(tj) = store.jobs.get(&k) else {
+                continue;
+            };
+            if tj.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let ns = tj.namespace().unwrap_or_default();
+            let js = children.get(&tj.uid().unwrap_or_default());
+            let create_key = key(&ns, &tj.name_any());
+            let suspended = tj.data["spec"]["suspend"].as_bool() == Some(true);
+            if js.is_none() && !suspended && !in_flight.contains(&create_key) {
+                in_flight.insert_create(create_key.clone());
+                let (client, tj2, k2) = (client.clone(), tj.clone(), k.clone());
+                writer.spawn(async move {
+                    let r = create_jobset(client, tj2).await;
+                    Input::Created(create_key, k2, r.err())
+                });
+            }
+            let error = if js.is_none() {
+                errors.get(&k).map(String::as_str)
+            } else {
+                None
+            };
+            let Some(status) = plan_status(tj, js, error) else {
+                continue;
+            };
+            let stk = format!("{k}#status");
+            if in_flight.contains(&stk) {
+                continue;
+            }
+            in_flight.insert(stk.clone());
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &ns, &trainjob_resource());
+            let name = tj.name_any();
+            writer.spawn(async move {
+                let patch = json!({"status": status});
+                if let Err(e) = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    tracing::debug!(trainjob = %name, error = %e, "trainjob status");
+                }
+                Input::Written(stk)
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tj(spec: Value) -> DynamicObject {
+        let mut o = DynamicObject::new("llm", &trainjob_resource()).within("ml");
+        o.metadata.uid = Some("u-1".into());
+        o.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        o.data = json!({"spec": spec});
+        o
+    }
+
+    fn runtime() -> Value {
+        let rj = |name: &str, step: &str, container: &str| {
+            json!({"name": name, "template": {"metadata": {"labels": {ANCESTOR_LABEL: step}},
+                "spec": {"template": {"metadata": {"labels": {"rt": "pod"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": container, "image": "rt-image"}]}}}}})
+        };
+        json!({"spec": {"mlPolicy": {"numNodes": 3}, "template": {
+        "metadata": {"labels": {"from-runtime": "yes"}},
+        "spec": {"replicatedJobs": [
+            rj("dataset-initializer", "dataset-initializer", "dataset-initializer"),
+            rj("node", ANCESTOR_TRAINER, NODE_CONTAINER),
+        ]}}}})
+    }
+
+    #[test]
+    fn a_trainjob_becomes_a_jobset_of_its_name_owned_by_it() {
+        let t = tj(
+            json!({"runtimeRef": {"name": "torch"}, "labels": {"kcover.io/cascading-recovery": "true"},
+            "trainer": {"numNodes": 4, "image": "train:1", "command": ["torchrun"], "env": [{"name": "A", "value": "1"}]}}),
+        );
+        let js = build_jobset(&t, &runtime());
+        assert_eq!(js["metadata"]["name"], "llm");
+        assert_eq!(js["metadata"]["namespace"], "ml");
+        let owner = &js["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["kind"], "TrainJob");
+        assert_eq!(owner["apiVersion"], API_VERSION);
+        assert_eq!(owner["uid"], "u-1");
+        assert_eq!(owner["controller"], true);
+        let labels = &js["metadata"]["labels"];
+        assert_eq!(labels["from-runtime"], "yes");
+        assert_eq!(labels["kcover.io/cascading-recovery"], "true");
+        assert!(labels["team"].is_null(), "metadata.labels are not copied");
+        let node = &js["spec"]["replicatedJobs"][1];
+        assert_eq!(node["replicas"], 1);
+        assert_eq!(node["template"]["spec"]["parallelism"], 4);
+        assert_eq!(node["template"]["spec"]["completions"], 4);
+        assert_eq!(
+            node["template"]["metadata"]["labels"]["kcover.io/cascading-recovery"],
+            "true"
+        );
+        let c = &node["template"]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["image"], "train:1");
+        assert_eq!(c["command"], json!(["torchrun"]));
+        assert_eq!(c["env"], json!([{"name": "A", "value": "1"}]));
+        assert_eq!(
+            node["template"]["spec"]["template"]["metadata"]["labels"]["rt"], "pod",
+            "pods carry the runtime's pod labels"
+        );
+        let init = &js["spec"]["replicatedJobs"][0];
+        assert!(
+            init["template"]["spec"]["parallelism"].is_null(),
+            "initializer untouched"
+        );
+        assert_eq!(
+            init["template"]["spec"]["template"]["spec"]["containers"][0]["image"],
+            "rt-image"
+        );
+        // numNodes from the runtime's ML policy when the TrainJob has none.
+        let js = build_jobset(&tj(json!({"runtimeRef": {"name": "torch"}})), &runtime());
+        assert_eq!(
+            js["spec"]["replicatedJobs"][1]["template"]["spec"]["parallelism"],
+            3
+        );
+    }
+
+    #[test]
+    fn status_follows_the_jobset() {
+        let t = tj(json!({"runtimeRef": {"name": "torch"}}));
+        let s =
+            plan_status(&t, None, Some("ClusterTrainingRuntime torch not found")).expect("status");
+        assert_eq!(s["conditions"][0]["type"], "Created");
+        assert_eq!(s["conditions"][0]["status"], "False");
+        assert_eq!(s["conditions"][0]["reason"], "JobsBuildFailed");
+        let mut js = DynamicObject::new("llm", &jobset::api_resource()).within("ml");
+        js.data = json!({"status": {"conditions": [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "done"}],
+            "replicatedJobsStatus": [{"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}]}});
+        let s = plan_status(&t, Some(&js), None).expect("status");
+        let types: Vec<&str> = s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        assert_eq!(types, ["Created", "Complete"]);
+        assert_eq!(s["jobsStatus"][0]["succeeded"], 1);
+        let mut done = t.clone();
+        done.data["status"] = s;
+        assert_eq!(
+            plan_status(&done, Some(&js), None),
+            None,
+            "no change, no write"
+        );
+    }
+
+    #[test]
+    fn runtime_refs_default_to_the_cluster_kind() {
+        assert_eq!(
+            runtime_ref(&tj(json!({"runtimeRef": {"name": "a"}}))),
+            (true, "a".into())
+        );
+        assert_eq!(
+            runtime_ref(&tj(
+                json!({"runtimeRef": {"name": "b", "kind": "TrainingRuntime"}})
+            )),
+            (false, "b".into())
+        );
+    }
+}
