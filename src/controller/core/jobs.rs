@@ -1095,10 +1095,14 @@ impl Core {
         {
             self.written_gen.remove(key);
         }
-        let stale = self
-            .recoveries
-            .get(key)
-            .is_some_and(|r| r.job.uid.is_some() && info.uid.is_some() && r.job.uid != info.uid);
+        // The recovery was for the incarnation the store knew, and a new
+        // one replaced it. (A recovery decided from the pods of a newer
+        // incarnation than the store knows outlives the older job's late
+        // events.)
+        let known = self.store.jobs.get(key).and_then(|j| j.uid.clone());
+        let stale = self.recoveries.get(key).is_some_and(|r| {
+            r.job.uid.is_some() && info.uid.is_some() && r.job.uid != info.uid && r.job.uid == known
+        });
         if stale {
             tracing::info!(job = ?key, "job recreated under the same name; its old recovery ends");
             self.recoveries.remove(key);

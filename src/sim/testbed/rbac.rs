@@ -146,11 +146,11 @@ impl Testbed {
             }
         }
         let tr = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: Vec::new(),
+            spec: Some(TokenRequestSpec {
+                audiences: None,
                 expiration_seconds: Some(3600),
                 ..Default::default()
-            },
+            }),
             ..Default::default()
         };
         let token = sas
@@ -158,7 +158,7 @@ impl Testbed {
             .await
             .map_err(|e| create_error("TokenRequest for", name, e))?
             .status
-            .map(|s| s.token)
+            .and_then(|s| s.token)
             .ok_or_else(|| TestbedError::Other("TokenRequest answered no token".into()))?;
         let mut cfg = self.config.clone();
         cfg.auth_info.token = Some(token.into());

@@ -44,6 +44,7 @@ mod nodes;
 mod policies;
 mod proxy;
 mod rbac;
+mod recovery_core;
 mod resilience;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
