@@ -8,7 +8,12 @@
 //!
 //! This module is the contract between the controller, the agent, `rebound
 //! inject` and the simulated kubelet: names, annotation keys and the
-//! agent's pure decision ([`AgentCore`]).
+//! agent's pure decision ([`AgentCore`]). [`agent`] runs that decision
+//! against the API server; [`restart_agent`] is the `rebound
+//! restart-agent` command around it.
+
+pub mod agent;
+pub mod restart_agent;
 
 /// Annotation on the job: the generation every pod of the job must run.
 /// Absent means 0. Written by the controller with the restart record.
