@@ -136,8 +136,9 @@ pub struct RunnerConfig {
     /// the agent then reads its job again and watches anew.
     pub watch_timeout: Duration,
     /// A watch that delivers nothing (no event, no bookmark) for this long
-    /// is taken for a dead connection. Real API servers send a bookmark
-    /// about every minute to a watch that asked for them.
+    /// is taken for a dead connection; never less than the server's
+    /// timeout (with its jitter) plus 30 s, since a real API server may
+    /// send nothing at all to a watch of a quiet object.
     pub idle_timeout: Duration,
     /// Longest wait for a `GET` or for a watch to be accepted.
     pub request_timeout: Duration,
@@ -151,8 +152,8 @@ impl Default for RunnerConfig {
     fn default() -> Self {
         Self {
             fail_open_after: Duration::from_secs(60),
-            watch_timeout: Duration::from_secs(600),
-            idle_timeout: Duration::from_secs(180),
+            watch_timeout: Duration::from_secs(290),
+            idle_timeout: Duration::from_secs(350),
             request_timeout: Duration::from_secs(30),
             backoff_min: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
@@ -410,10 +411,13 @@ impl<S: FnMut(&Report)> Runner<S> {
             .fields(&format!("metadata.name={}", self.job.name))
             .timeout(secs.as_secs().clamp(1, u64::from(u32::MAX)) as u32);
         // From the GET's resourceVersion: nothing between the GET and the
-        // watch is lost. A missing job is watched from the current state
-        // (no resourceVersion), so its creation arrives as ADDED.
+        // watch is lost. A missing job is watched from "0" (any state the
+        // server has, its watch cache on a real one), so its creation
+        // arrives as ADDED. Not from "" (the most recent state): a real
+        // v1.36 server answers that with an error unless its etcd supports
+        // watch progress requests (etcd 3.4.23 does not).
         let rv = if from_current {
-            String::new()
+            "0".to_owned()
         } else {
             self.resume_rv.clone().unwrap_or_default()
         };
@@ -430,17 +434,18 @@ impl<S: FnMut(&Report)> Runner<S> {
             Ok(Ok(s)) => s,
         };
         let mut stream = std::pin::pin!(stream);
+        let idle = self.cfg.idle_timeout.max(secs + Duration::from_secs(30));
         loop {
             let next = if self.fail_open_pending() {
                 tokio::select! {
-                    n = tokio::time::timeout(self.cfg.idle_timeout, stream.next()) => n,
+                    n = tokio::time::timeout(idle, stream.next()) => n,
                     _ = tokio::time::sleep_until(self.fail_open_at) => {
                         self.maybe_fail_open();
                         continue;
                     }
                 }
             } else {
-                tokio::time::timeout(self.cfg.idle_timeout, stream.next()).await
+                tokio::time::timeout(idle, stream.next()).await
             };
             match next {
                 Err(_) => {

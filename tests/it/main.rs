@@ -4,6 +4,7 @@ mod agent;
 mod crds;
 mod e2e;
 mod fault_parsers;
+mod inplace;
 mod packaging;
 mod samples;
 mod sim_actors;
