@@ -494,3 +494,63 @@ async fn agents_that_lost_their_watch_catch_up_and_restart_their_pods() {
     assert!(pods.iter().all(pod_running));
     c.shutdown().await;
 }
+
+/// With (scaled-down) modelled costs, an in-place restart pays kill, the
+/// init containers and the containers again, but no devices or sandbox;
+/// a fresh start pays them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_restart_pays_only_kill_init_and_start_again() {
+    let costs = PodCosts::parse(
+        "zero,devices=1s,sandbox=3s,image=100ms,start=100ms,init=200ms,ready=200ms,kill=100ms",
+    )
+    .expect("costs");
+    let created = Instant::now();
+    let c = wired_cluster(costs.clone()).await;
+    let sel = format!("{JOB_LABEL}=train");
+    c.wait_for_pods_running(NS, &sel, 2, WAIT)
+        .await
+        .expect("running");
+    let fresh = created.elapsed();
+    // devices + sandbox, setup (image, start, run), agent (image, start),
+    // worker (image, start); no probes on the worker.
+    let fresh_min = costs.devices + costs.sandbox + (costs.image + costs.start) * 3 + costs.init;
+    assert!(fresh >= fresh_min, "fresh start {fresh:?} < {fresh_min:?}");
+    let jobs = job_api(&c);
+    let t = Instant::now();
+    set_generation(&jobs, "train", 1, 0).await;
+    let held = wait_for(WAIT, "at the barrier", || async {
+        let pods = job_pods(&c).await;
+        let all = pods.len() == 2 && pods.iter().all(|p| at_barrier(p, 1));
+        Ok(all.then(|| t.elapsed()))
+    })
+    .await
+    .expect("held");
+    // kill, then setup (image, start, run) and the agent (image, start).
+    let to_barrier = costs.kill + (costs.image + costs.start) * 2 + costs.init;
+    assert!(
+        held >= to_barrier,
+        "at the barrier after {held:?} < {to_barrier:?}"
+    );
+    assert!(
+        held < to_barrier + costs.sandbox,
+        "the sandbox ({:?}) is not paid again: at the barrier after {held:?}",
+        costs.sandbox
+    );
+    let t = Instant::now();
+    set_generation(&jobs, "train", 1, 1).await;
+    let resumed = wait_for(WAIT, "running again", || async {
+        let pods = job_pods(&c).await;
+        let done = pods.len() == 2
+            && pods
+                .iter()
+                .all(|p| pod_running(p) && main_status(p).restart_count == 1);
+        Ok(done.then(|| t.elapsed()))
+    })
+    .await
+    .expect("resumed");
+    assert!(resumed >= costs.image + costs.start, "{resumed:?}");
+    eprintln!(
+        "scaled costs: fresh start {fresh:?}; in place: barrier after {held:?}, running {resumed:?} after the release"
+    );
+    c.shutdown().await;
+}

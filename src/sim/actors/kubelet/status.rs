@@ -359,3 +359,68 @@ pub(crate) fn fingerprint(status: &PodStatus) -> u64 {
         .hash(&mut h);
     h.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::actors::kubelet::costs::PodCosts;
+    use crate::sim::actors::kubelet::spec::parse_pod;
+    use serde_json::{Value, json};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_status_read_back_from_a_server_has_the_fingerprint_it_was_written_with() {
+        let pod = json!({"spec": {
+            "initContainers": [{"name": "setup", "image": "b"}],
+            "containers": [{"name": "c", "image": "i"}]}});
+        let costs = PodCosts::default();
+        let mut run = PodRun::new(
+            parse_pod(&pod),
+            "10.0.0.1".into(),
+            Instant::now(),
+            &costs,
+            Duration::ZERO,
+        );
+        let t = super::super::pod::Timing {
+            costs: &costs,
+            restart_delay: Duration::ZERO,
+        };
+        run.advance(Instant::now(), t, &mut Vec::new());
+        let mut tr = Transitions::default();
+        let scheduled: PodCondition = serde_json::from_value(
+            json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+        )
+        .expect("condition");
+        let written = run.status(&mut tr, std::slice::from_ref(&scheduled));
+        // What a real server returns: empty lastState objects, null probe
+        // times, fields the kubelet does not write.
+        let mut back = serde_json::to_value(&written).expect("json");
+        back["containerStatuses"][0]["lastState"] = json!({});
+        back["conditions"][0]["lastProbeTime"] = Value::Null;
+        back["nominatedNodeName"] = json!("");
+        let back: PodStatus = serde_json::from_value(back).expect("status");
+        assert_eq!(fingerprint(&back), fingerprint(&written));
+        // Rendering again later gives the same status (transition times
+        // move only with a status).
+        assert_eq!(
+            fingerprint(&run.status(&mut tr, &[scheduled])),
+            fingerprint(&written)
+        );
+        let names: Vec<&str> = written
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled"
+            ]
+        );
+    }
+}
