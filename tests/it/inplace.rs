@@ -554,3 +554,77 @@ async fn an_in_place_restart_pays_only_kill_init_and_start_again() {
     );
     c.shutdown().await;
 }
+
+/// At scale (run with `--ignored`): a 1,024-pod wired job on 2,000 nodes,
+/// one in-process agent (GET + watch) per pod, restarted in place once.
+/// Prints the times; asserts only that every pod restarted in place once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "scale: about a minute in a debug build"]
+async fn scale_1024_wired_pods_restart_in_place() {
+    let c = SimCluster::start(SimConfig {
+        nodes: 2000,
+        namespaces: vec![NS.into()],
+        operators: Operators {
+            kubeflow: false,
+            volcano: false,
+            jobset: false,
+            batch: false,
+        },
+        server_threads: 2,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("cluster");
+    let job = c
+        .api()
+        .create_object(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": NS},
+            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1024, "template": wired_template()}}},
+        }))
+        .expect("job");
+    let t = Instant::now();
+    for i in 0..1024 {
+        let mut spec = wired_template()["spec"].clone();
+        spec["restartPolicy"] = json!("OnFailure");
+        spec["nodeName"] = json!(format!("node-{:04}", i % 2000));
+        c.api()
+            .create_object(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("train-worker-{i}"), "namespace": NS,
+                    "labels": {JOB_LABEL: "train"},
+                    "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                        "name": "train", "uid": job["metadata"]["uid"], "controller": true}]},
+                "spec": spec,
+            }))
+            .expect("pod");
+    }
+    let sel = format!("{JOB_LABEL}=train");
+    c.wait_for_pods_running(NS, &sel, 1024, Duration::from_secs(300))
+        .await
+        .expect("running");
+    eprintln!("1,024 wired pods running after {:?}", t.elapsed());
+    c.api().clear_requests();
+    let jobs = job_api(&c);
+    let t = Instant::now();
+    set_generation(&jobs, "train", 1, 0).await;
+    wait_for(Duration::from_secs(300), "all at the barrier", || async {
+        let pods = job_pods(&c).await;
+        Ok((pods.len() == 1024 && pods.iter().all(|p| at_barrier(p, 1))).then_some(()))
+    })
+    .await
+    .expect("held");
+    let held = t.elapsed();
+    set_generation(&jobs, "train", 1, 1).await;
+    c.wait_for_pods_running(NS, &sel, 1024, Duration::from_secs(300))
+        .await
+        .expect("running again");
+    let counts = c.api().request_counts();
+    eprintln!(
+        "in place: all 1,024 at the barrier after {held:?}, running again after {:?}; requests meanwhile: {counts:?}",
+        t.elapsed()
+    );
+    let pods = job_pods(&c).await;
+    assert!(pods.iter().all(|p| main_status(p).restart_count == 1));
+    c.shutdown().await;
+}
