@@ -19,6 +19,10 @@ enum Command {
     Controller(rebound::controller::ControllerArgs),
     /// Run the node agent (DaemonSet on accelerator nodes).
     Agent(rebound::agent::AgentArgs),
+    /// The in-pod agent of in-place restarts (a native sidecar, see
+    /// docs/in-place.md): holds the pod's workers at the barrier and exits
+    /// with the restart rule's code when the pod is behind its job.
+    RestartAgent(rebound::inplace::restart_agent::RestartAgentArgs),
     /// The embedded cluster with the controller: a narrated demo.
     Demo(rebound::sim::demo::DemoArgs),
     /// The embedded cluster at scale: reaction times, API calls, memory.
@@ -104,6 +108,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(a) => {
             runtime()?.block_on(rebound::agent::run(a))?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::RestartAgent(a) => {
+            // Exit at once with the rule's code: the kubelet restarts
+            // every container of the pod in place.
+            let code = rebound::inplace::restart_agent::run(a)?;
+            std::process::exit(code)
         }
         Command::Demo(a) => runtime()?.block_on(rebound::sim::demo::run(a)),
         Command::Sim(a) => runtime()?.block_on(rebound::sim::bench::run(a)),

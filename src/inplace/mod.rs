@@ -8,7 +8,12 @@
 //!
 //! This module is the contract between the controller, the agent, `rebound
 //! inject` and the simulated kubelet: names, annotation keys and the
-//! agent's pure decision ([`AgentCore`]).
+//! agent's pure decision ([`AgentCore`]). [`agent`] runs that decision
+//! against the API server; [`restart_agent`] is the `rebound
+//! restart-agent` command around it.
+
+pub mod agent;
+pub mod restart_agent;
 
 pub mod inject;
 pub mod inject_cli;

@@ -54,6 +54,18 @@ pub struct SimArgs {
     /// Output format.
     #[arg(short = 'o', long, default_value = "text", value_parser = ["text", "json"])]
     pub output: String,
+    /// What starting and stopping pods costs in the simulated scheduler and
+    /// kubelets: comma-separated key=value over the modelled costs
+    /// (`sandbox=3s,image=5m`), or over none after `zero` (`zero` alone: pods
+    /// start at once). Keys: schedule (pods/s), schedule-burst, devices,
+    /// sandbox, image, start, init, ready, stop, kill. See
+    /// docs/simulated-kubelet.md for the defaults and their sources.
+    #[arg(long, default_value = "modelled", value_parser = parse_pod_costs)]
+    pub pod_costs: super::actors::kubelet::PodCosts,
+}
+
+fn parse_pod_costs(s: &str) -> Result<super::actors::kubelet::PodCosts, String> {
+    super::actors::kubelet::PodCosts::parse(s).map_err(|e| e.to_string())
 }
 
 /// Reaction-time percentiles in milliseconds.
@@ -184,6 +196,10 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         gpus_per_node: 8,
         gpus_per_pod: 0,
         server_threads: 2,
+        kubelet: super::actors::kubelet::KubeletConfig {
+            costs: args.pod_costs.clone(),
+            ..Default::default()
+        },
         ..SimConfig::default()
     })
     .await?;
@@ -232,7 +248,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     bed.cluster.api().clear_requests();
     let t_start = Instant::now();
 
-    let mut notes = Vec::new();
+    let mut notes = vec![format!("pod costs: {}", args.pod_costs)];
     let node_names = bed.cluster.node_names();
     let faults = args.faults.unwrap_or(if args.scenario == "storm" {
         (args.nodes / 4).max(1)

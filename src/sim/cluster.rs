@@ -413,16 +413,25 @@ impl SimCluster {
             .then(|| AscendPlugin::new(client.clone(), config.gpus_per_node));
         let mut tasks = ActorTasks::new();
         let mut kubelet_cfg = config.kubelet.clone();
+        // The scheduler's throughput is one of the modelled pod costs.
+        let sched = |scope| scheduler::SchedulerConfig {
+            scope,
+            rate: config.kubelet.costs.schedule_rate,
+            burst: config.kubelet.costs.schedule_burst,
+        };
         match &config.shared {
-            None => tasks.push(tokio::spawn(scheduler::run(client.clone()))),
+            None => tasks.push(tokio::spawn(scheduler::run_with(
+                client.clone(),
+                sched(None),
+            ))),
             Some(sh) => {
                 let scope = scheduler::Scope {
                     scheduler_name: sh.scheduler_name.clone(),
                     node_prefix: config.node_prefix.clone(),
                 };
-                tasks.push(tokio::spawn(scheduler::run_scoped(
+                tasks.push(tokio::spawn(scheduler::run_with(
                     client.clone(),
-                    Some(scope),
+                    sched(Some(scope)),
                 )));
                 kubelet_cfg.node_prefix = Some(config.node_prefix.clone());
                 let names: Vec<String> = (0..config.nodes).map(|i| nth_node(&config, i)).collect();

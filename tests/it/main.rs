@@ -5,6 +5,7 @@ mod crds;
 mod e2e;
 mod fault_parsers;
 mod inject;
+mod inplace;
 mod packaging;
 mod samples;
 mod sim_actors;

@@ -287,13 +287,46 @@ impl PodInfo {
                     .find(|c| c.name == inplace::AGENT_CONTAINER),
             ),
         });
-        let restarted_in_place = condition("AllContainersRestarting").and_then(|c| {
+        let by_condition = condition("AllContainersRestarting").and_then(|c| {
             if c.status == "True" {
                 Some(i64::MAX)
             } else {
                 c.last_transition_time.as_ref().map(secs)
             }
         });
+        // The agent's own record of an in-place restart, for a kubelet
+        // that never wrote the condition `True` (a restart between two
+        // status syncs): its last run ended with its rule's code, so every
+        // termination before its current run began was that restart's.
+        let by_agent = agent.and_then(|a| {
+            let st = status
+                .and_then(|s| s.init_container_statuses.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| c.name == inplace::AGENT_CONTAINER)?;
+            let exited = st
+                .last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == a.exit_code);
+            let now = st.state.as_ref();
+            if now
+                .and_then(|n| n.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == a.exit_code)
+            {
+                return Some(i64::MAX);
+            }
+            if !exited {
+                return None;
+            }
+            Some(
+                now.and_then(|n| n.running.as_ref())
+                    .and_then(|r| r.started_at.as_ref())
+                    .map(secs)
+                    .unwrap_or(i64::MAX),
+            )
+        });
+        let restarted_in_place = by_condition.max(by_agent);
         PodInfo {
             created: m.creation_timestamp.as_ref().map(secs).unwrap_or(0),
             deleting_since: m.deletion_timestamp.as_ref().map(secs),

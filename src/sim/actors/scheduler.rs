@@ -6,11 +6,16 @@
 //! It binds through the `pods/binding` subresource, as kube-scheduler does;
 //! if the server answers that subresource with 404/405 it falls back, once
 //! and for good, to a merge patch of `spec.nodeName`.
+//!
+//! Its throughput can be limited ([`SchedulerConfig::rate`]): kube-scheduler
+//! binds each pod with one request through a client limited to 50 requests
+//! a second (burst 100) by default, which is what recreating a large job
+//! waits for (see [`super::kubelet::costs`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
@@ -59,6 +64,68 @@ enum Input {
     Pod(Event<Pod>),
     Bound(String, String, Result<(), kube::Error>),
     Tick,
+    /// The bind rate allows the next bind.
+    Wake,
+}
+
+/// How the scheduler runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SchedulerConfig {
+    /// `None`: every pod and node (the embedded cluster).
+    pub scope: Option<Scope>,
+    /// Binds per second; 0 for no limit.
+    pub rate: f64,
+    /// Binds allowed at once before the rate applies (at least 1).
+    pub burst: u32,
+}
+
+/// A token bucket: `rate` binds a second, at most `burst` at once.
+#[derive(Debug)]
+struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    fn new(rate: f64, burst: u32, now: Instant) -> Bucket {
+        let burst = f64::from(burst.max(1));
+        Bucket {
+            rate,
+            burst,
+            tokens: burst,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+        self.last = now;
+    }
+
+    /// Takes one bind, if the rate allows it now.
+    fn take(&mut self, now: Instant) -> bool {
+        if self.rate <= 0.0 {
+            return true;
+        }
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// How long until the next bind is allowed.
+    fn wait(&self) -> Duration {
+        if self.rate <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(((1.0 - self.tokens).max(0.0) / self.rate).max(0.001))
+    }
 }
 
 /// Extended resources (names with a `/`) a pod asks for, summed over its
@@ -305,6 +372,23 @@ pub async fn run(client: Client) {
 /// Runs the scheduler limited to `scope` (`None`: every pod and node)
 /// until the task is aborted.
 pub async fn run_scoped(client: Client, scope: Option<Scope>) {
+    run_with(
+        client,
+        SchedulerConfig {
+            scope,
+            ..SchedulerConfig::default()
+        },
+    )
+    .await;
+}
+
+/// Runs the scheduler with `cfg` until the task is aborted.
+pub async fn run_with(client: Client, cfg: SchedulerConfig) {
+    let scope = cfg.scope.clone();
+    let mut bucket = Bucket::new(cfg.rate, cfg.burst, Instant::now());
+    let (wake_tx, mut wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let wakes = futures::stream::poll_fn(move |cx| wake_rx.poll_recv(cx));
+    let mut wake_pending = false;
     let pods: Api<Pod> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let (writer, results) = Writer::new(64);
@@ -319,6 +403,7 @@ pub async fn run_scoped(client: Client, scope: Option<Scope>) {
         ticks(Duration::from_millis(500))
             .map(|_| Input::Tick)
             .boxed(),
+        wakes.map(|_| Input::Wake).boxed(),
     ]);
     let use_patch = Arc::new(AtomicBool::new(false));
     let mut st = State::new(scope);
@@ -375,6 +460,7 @@ pub async fn run_scoped(client: Client, scope: Option<Scope>) {
                     }
                 }
                 Input::Tick => unpark = true,
+                Input::Wake => wake_pending = false,
             }
         }
         if unpark {
@@ -394,6 +480,19 @@ pub async fn run_scoped(client: Client, scope: Option<Scope>) {
                 st.parked.insert(k);
                 continue;
             };
+            if !bucket.take(Instant::now()) {
+                // Throttled: the rest waits for the next token.
+                if !wake_pending {
+                    wake_pending = true;
+                    let tx = wake_tx.clone();
+                    let d = bucket.wait();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(d).await;
+                        let _ = tx.send(());
+                    });
+                }
+                break;
+            }
             st.pending.remove(&k);
             st.charge(&node, &pod.requests, 1);
             st.bound.insert(
@@ -541,6 +640,22 @@ mod tests {
             !tolerates(std::slice::from_ref(&by_key), &t),
             "effect differs"
         );
+    }
+
+    #[test]
+    fn the_bind_rate_allows_a_burst_then_the_rate() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(50.0, 100, t0);
+        assert_eq!((0..150).filter(|_| b.take(t0)).count(), 100, "the burst");
+        assert!(b.wait() > Duration::ZERO);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(
+            (0..150).filter(|_| b.take(t1)).count(),
+            50,
+            "then 50 a second"
+        );
+        let mut free = Bucket::new(0.0, 0, t0);
+        assert!((0..10_000).all(|_| free.take(t0)), "0: no limit");
     }
 
     #[test]

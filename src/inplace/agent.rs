@@ -1,0 +1,837 @@
+//! The restart agent's runner: it follows one job's restart generation
+//! and feeds every observation to [`AgentCore`], reporting each change of
+//! verdict to a caller-supplied sink. The same runner serves the real
+//! `rebound restart-agent` (whose sink flips the startup probe and exits the
+//! process) and the simulated kubelet (whose sink drives a simulated
+//! container), so the API load the simulation measures is the real one.
+//!
+//! What it costs the API server, per pod: one metadata-only `GET` of the
+//! job, then one metadata-only watch of that object alone
+//! (`fieldSelector=metadata.name=<job>`, bookmarks on), renewed every
+//! [`RunnerConfig::watch_timeout`] (10 minutes, jittered) with a fresh
+//! `GET`. No lists, ever: a list of a job kind at 10,000 pods would cost the
+//! server far more than every watch together.
+//!
+//! Resilience: a watch that ends (timeout, a dropped connection, `410
+//! Expired`, an error event, or silence longer than
+//! [`RunnerConfig::idle_timeout`]) is followed by a fresh `GET`, so the
+//! agent catches up with a generation bumped while it was not watching. A
+//! job that does not exist is watched for its creation (a watch without a
+//! resourceVersion delivers it as `ADDED`). Failures back off
+//! exponentially (0.5 s to 30 s, jittered). If the agent never managed to
+//! read its job for [`RunnerConfig::fail_open_after`], it opens the barrier
+//! ([`AgentCore::fail_open`]): a broken wiring must never keep training
+//! from starting.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, WatchEvent, WatchParams};
+use kube::core::ObjectMeta;
+use tokio::time::Instant;
+
+use super::{AgentCore, Generation, Verdict};
+
+/// Why the agent's configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// `REBOUND_JOB_API` is not `group/version/plural` (or `version/plural`).
+    #[error(
+        "job API {0:?}: expected group/version/plural (e.g. kubeflow.org/v1/pytorchjobs; core kinds: v1/pods)"
+    )]
+    BadApi(String),
+    /// A required value is empty.
+    #[error("{0} is empty: the agent cannot tell which job to follow")]
+    Empty(&'static str),
+}
+
+/// The job object an agent follows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRef {
+    /// API group (empty for the core group).
+    pub group: String,
+    /// API version (`v1`, `v1alpha1`, ...).
+    pub version: String,
+    /// Resource plural (`pytorchjobs`, `jobs`, ...).
+    pub plural: String,
+    /// The job's namespace (the pod's own).
+    pub namespace: String,
+    /// The job's name.
+    pub name: String,
+}
+
+impl JobRef {
+    /// From the agent's wiring: `api` is `group/version/plural`
+    /// (`kubeflow.org/v1/pytorchjobs`, `batch/v1/jobs`) or, for the core
+    /// group, `version/plural` (`v1/pods`).
+    pub fn parse(api: &str, namespace: &str, name: &str) -> Result<JobRef, AgentError> {
+        let parts: Vec<&str> = api.trim().trim_matches('/').split('/').collect();
+        let (group, version, plural) = match parts.as_slice() {
+            [g, v, p] if !g.is_empty() && !v.is_empty() && !p.is_empty() => (*g, *v, *p),
+            [v, p] if !v.is_empty() && !p.is_empty() => ("", *v, *p),
+            _ => return Err(AgentError::BadApi(api.to_owned())),
+        };
+        if namespace.trim().is_empty() {
+            return Err(AgentError::Empty("the namespace (POD_NAMESPACE)"));
+        }
+        if name.trim().is_empty() {
+            return Err(AgentError::Empty("the job name (REBOUND_JOB_NAME)"));
+        }
+        Ok(JobRef {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            plural: plural.to_owned(),
+            namespace: namespace.trim().to_owned(),
+            name: name.trim().to_owned(),
+        })
+    }
+
+    /// The resource for the dynamic client (the kind is not needed for
+    /// metadata-only requests, which name the plural only).
+    fn api_resource(&self) -> ApiResource {
+        let api_version = if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        };
+        ApiResource {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            api_version,
+            kind: String::new(),
+            plural: self.plural.clone(),
+        }
+    }
+}
+
+impl fmt::Display for JobRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.group.is_empty() {
+            write!(
+                f,
+                "{}/{} {}/{}",
+                self.version, self.plural, self.namespace, self.name
+            )
+        } else {
+            write!(
+                f,
+                "{}/{}/{} {}/{}",
+                self.group, self.version, self.plural, self.namespace, self.name
+            )
+        }
+    }
+}
+
+/// How the runner talks to the API server.
+#[derive(Clone, Debug)]
+pub struct RunnerConfig {
+    /// Open the barrier if the job could not be read at all for this long
+    /// after the start (`--fail-open-after`).
+    pub fail_open_after: Duration,
+    /// The server ends each watch after this long (`timeoutSeconds`, plus
+    /// up to a tenth of jitter so agents started together renew apart);
+    /// the agent then reads its job again and watches anew.
+    pub watch_timeout: Duration,
+    /// A watch that delivers nothing (no event, no bookmark) for this long
+    /// is taken for a dead connection; never less than the server's
+    /// timeout (with its jitter) plus 30 s, since a real API server may
+    /// send nothing at all to a watch of a quiet object.
+    pub idle_timeout: Duration,
+    /// Longest wait for a `GET` or for a watch to be accepted.
+    pub request_timeout: Duration,
+    /// First retry delay after a failure; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest retry delay.
+    pub backoff_max: Duration,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            fail_open_after: Duration::from_secs(60),
+            watch_timeout: Duration::from_secs(290),
+            idle_timeout: Duration::from_secs(350),
+            request_timeout: Duration::from_secs(30),
+            backoff_min: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the verdict changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The first read of the job fixed this run's generation.
+    FirstRead,
+    /// The job's generation annotations changed.
+    Generation,
+    /// The job could not be read for `fail_open_after`; the last error.
+    FailOpen(String),
+}
+
+/// A change of the agent's verdict, as the sink receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The new verdict.
+    pub verdict: Verdict,
+    /// The job's generation as last read (`None` when failing open without
+    /// ever having read it).
+    pub observed: Option<Generation>,
+    /// The generation this run of the agent belongs to, once known.
+    pub generation: Option<u64>,
+    /// Why.
+    pub cause: Cause,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let obs = |f: &mut fmt::Formatter<'_>| match self.observed {
+            Some(g) => write!(
+                f,
+                "job at generation {}, released {}",
+                g.current, g.released
+            ),
+            None => write!(f, "job never read"),
+        };
+        match (&self.verdict, &self.cause) {
+            (_, Cause::FailOpen(why)) => {
+                write!(
+                    f,
+                    "barrier opened without reading the job (fail-open): {why}"
+                )
+            }
+            (Verdict::Hold, _) => {
+                write!(
+                    f,
+                    "barrier holds for generation {}: ",
+                    self.generation.unwrap_or(0)
+                )?;
+                obs(f)
+            }
+            (Verdict::Open, _) => {
+                write!(
+                    f,
+                    "barrier open for generation {}: ",
+                    self.generation.unwrap_or(0)
+                )?;
+                obs(f)
+            }
+            (Verdict::Exit, _) => {
+                write!(
+                    f,
+                    "pod behind: this run belongs to generation {}, ",
+                    self.generation.unwrap_or(0)
+                )?;
+                obs(f)?;
+                write!(f, "; exiting so that the pod restarts in place")
+            }
+        }
+    }
+}
+
+/// Exponential backoff with jitter (a quarter either way), so thousands
+/// of agents that lost the API server together do not return together.
+struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(cfg: &RunnerConfig) -> Backoff {
+        Backoff {
+            min: cfg.backoff_min,
+            max: cfg.backoff_max.max(cfg.backoff_min),
+            next: cfg.backoff_min,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = self.min;
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        let quarter = d / 4;
+        d - quarter + jitter(quarter * 2)
+    }
+}
+
+/// A random duration in `[0, max)`.
+fn jitter(max: Duration) -> Duration {
+    let nanos = max.as_nanos() as u64;
+    if nanos == 0 {
+        return Duration::ZERO;
+    }
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(nanos);
+    Duration::from_nanos(h.finish() % nanos)
+}
+
+/// How one watch ended.
+enum WatchEnd {
+    /// The pod is behind: the run is over.
+    Exit(Report),
+    /// The stream ended or went silent; read the job again.
+    Ended,
+    /// The watch failed (refused, an error event, a broken stream).
+    Failed(String),
+}
+
+/// What a `GET` found.
+enum Read {
+    Exit(Report),
+    Found,
+    Missing,
+    Failed(String),
+}
+
+struct Runner<S> {
+    api: Api<DynamicObject>,
+    job: JobRef,
+    cfg: RunnerConfig,
+    sink: S,
+    core: AgentCore,
+    last: Option<Verdict>,
+    observed: Option<Generation>,
+    read_once: bool,
+    failed_open: bool,
+    fail_open_at: Instant,
+    last_error: String,
+    /// The resourceVersion of the last GET: the watch starts there.
+    resume_rv: Option<String>,
+}
+
+impl<S: FnMut(&Report)> Runner<S> {
+    fn report(&mut self, verdict: Verdict, cause: Cause) -> Report {
+        let r = Report {
+            verdict,
+            observed: self.observed,
+            generation: self.core.generation(),
+            cause,
+        };
+        self.last = Some(verdict);
+        (self.sink)(&r);
+        r
+    }
+
+    /// Feeds one observation of the job to the core; `Some` once the pod
+    /// must restart.
+    fn observe(&mut self, meta: &ObjectMeta) -> Option<Report> {
+        let empty = Default::default();
+        let g = Generation::from_annotations(meta.annotations.as_ref().unwrap_or(&empty));
+        let first = !self.read_once;
+        self.read_once = true;
+        self.observed = Some(g);
+        let v = self.core.observe(g);
+        // The sink hears changes only (a run that failed open and then
+        // reads a released job stays Open without a second report).
+        if self.last == Some(v) {
+            return None;
+        }
+        let cause = if first {
+            Cause::FirstRead
+        } else {
+            Cause::Generation
+        };
+        let r = self.report(v, cause);
+        (v == Verdict::Exit).then_some(r)
+    }
+
+    fn note_error(&mut self, e: String) {
+        tracing::debug!(job = %self.job, error = %e, "restart agent: cannot read the job");
+        self.last_error = e;
+    }
+
+    /// Opens the barrier once the job has been unreadable for too long.
+    fn maybe_fail_open(&mut self) {
+        if self.read_once || self.failed_open || Instant::now() < self.fail_open_at {
+            return;
+        }
+        self.failed_open = true;
+        self.core.fail_open();
+        let why = if self.last_error.is_empty() {
+            format!(
+                "job {} not readable within {:?}",
+                self.job, self.cfg.fail_open_after
+            )
+        } else {
+            format!(
+                "job {} not readable within {:?}: {}",
+                self.job, self.cfg.fail_open_after, self.last_error
+            )
+        };
+        if self.last != Some(Verdict::Open) {
+            self.report(Verdict::Open, Cause::FailOpen(why));
+        }
+    }
+
+    /// Whether the fail-open deadline still lies ahead.
+    fn fail_open_pending(&self) -> bool {
+        !self.read_once && !self.failed_open
+    }
+
+    /// Sleeps `d`, failing open on the way if its time comes.
+    async fn sleep(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        if self.fail_open_pending() && self.fail_open_at < until {
+            tokio::time::sleep_until(self.fail_open_at).await;
+            self.maybe_fail_open();
+        }
+        tokio::time::sleep_until(until).await;
+    }
+
+    async fn get(&mut self) -> Read {
+        let name = self.job.name.clone();
+        match tokio::time::timeout(self.cfg.request_timeout, self.api.get_metadata_opt(&name)).await
+        {
+            Err(_) => Read::Failed(format!(
+                "GET timed out after {:?}",
+                self.cfg.request_timeout
+            )),
+            Ok(Err(e)) => Read::Failed(format!("GET: {e}")),
+            Ok(Ok(None)) => Read::Missing,
+            Ok(Ok(Some(m))) => {
+                self.resume_rv = m.metadata.resource_version.clone();
+                match self.observe(&m.metadata) {
+                    Some(exit) => Read::Exit(exit),
+                    None => Read::Found,
+                }
+            }
+        }
+    }
+
+    async fn watch(&mut self, from_current: bool) -> WatchEnd {
+        let secs = self.cfg.watch_timeout + jitter(self.cfg.watch_timeout / 10);
+        let wp = WatchParams::default()
+            .fields(&format!("metadata.name={}", self.job.name))
+            .timeout(secs.as_secs().clamp(1, u64::from(u32::MAX)) as u32);
+        // From the GET's resourceVersion: nothing between the GET and the
+        // watch is lost. A missing job is watched from "0" (any state the
+        // server has, its watch cache on a real one), so its creation
+        // arrives as ADDED. Not from "" (the most recent state): a real
+        // v1.36 server answers that with an error unless its etcd supports
+        // watch progress requests (etcd 3.4.23 does not).
+        let rv = if from_current {
+            "0".to_owned()
+        } else {
+            self.resume_rv.clone().unwrap_or_default()
+        };
+        let started =
+            tokio::time::timeout(self.cfg.request_timeout, self.api.watch_metadata(&wp, &rv)).await;
+        let stream = match started {
+            Err(_) => {
+                return WatchEnd::Failed(format!(
+                    "watch not accepted within {:?}",
+                    self.cfg.request_timeout
+                ));
+            }
+            Ok(Err(e)) => return WatchEnd::Failed(format!("watch: {e}")),
+            Ok(Ok(s)) => s,
+        };
+        let mut stream = std::pin::pin!(stream);
+        let idle = self.cfg.idle_timeout.max(secs + Duration::from_secs(30));
+        loop {
+            let next = if self.fail_open_pending() {
+                tokio::select! {
+                    n = tokio::time::timeout(idle, stream.next()) => n,
+                    _ = tokio::time::sleep_until(self.fail_open_at) => {
+                        self.maybe_fail_open();
+                        continue;
+                    }
+                }
+            } else {
+                tokio::time::timeout(idle, stream.next()).await
+            };
+            match next {
+                Err(_) => {
+                    tracing::debug!(job = %self.job, "restart agent: watch silent, reading the job again");
+                    return WatchEnd::Ended;
+                }
+                Ok(None) => return WatchEnd::Ended,
+                Ok(Some(Ok(WatchEvent::Added(m) | WatchEvent::Modified(m)))) => {
+                    if let Some(exit) = self.observe(&m.metadata) {
+                        return WatchEnd::Exit(exit);
+                    }
+                }
+                // The generation of a deleted job cannot move (a job created
+                // again under the name arrives as ADDED); a bookmark only
+                // says the connection lives.
+                Ok(Some(Ok(WatchEvent::Deleted(_) | WatchEvent::Bookmark(_)))) => {}
+                Ok(Some(Ok(WatchEvent::Error(s)))) if s.code == 410 => {
+                    // Expired: the fresh GET that follows catches up.
+                    return WatchEnd::Ended;
+                }
+                Ok(Some(Ok(WatchEvent::Error(s)))) => {
+                    return WatchEnd::Failed(format!("watch error {}: {}", s.code, s.message));
+                }
+                Ok(Some(Err(e))) => return WatchEnd::Failed(format!("watch stream: {e}")),
+            }
+        }
+    }
+}
+
+/// Follows `job` until the pod must restart, reporting every change of
+/// verdict to `sink` (the first one as soon as the job is read, or when
+/// failing open). Returns the [`Verdict::Exit`] report, which the sink has
+/// received too. Never returns otherwise: a run of the agent lasts until
+/// its pod is behind or its container is stopped (drop the future).
+pub async fn run<S>(client: kube::Client, job: &JobRef, cfg: &RunnerConfig, sink: S) -> Report
+where
+    S: FnMut(&Report) + Send,
+{
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &job.namespace, &job.api_resource());
+    let mut r = Runner {
+        api,
+        job: job.clone(),
+        cfg: cfg.clone(),
+        sink,
+        core: AgentCore::new(),
+        last: None,
+        observed: None,
+        read_once: false,
+        failed_open: false,
+        fail_open_at: Instant::now() + cfg.fail_open_after,
+        last_error: String::new(),
+        resume_rv: None,
+    };
+    let mut backoff = Backoff::new(cfg);
+    loop {
+        let missing = match r.get().await {
+            Read::Exit(report) => return report,
+            Read::Found => false,
+            Read::Missing => {
+                r.note_error(format!("job {} not found", r.job));
+                r.resume_rv = None;
+                true
+            }
+            Read::Failed(e) => {
+                r.note_error(e);
+                r.maybe_fail_open();
+                let d = backoff.next_delay();
+                r.sleep(d).await;
+                continue;
+            }
+        };
+        r.maybe_fail_open();
+        let opened = Instant::now();
+        match r.watch(missing).await {
+            WatchEnd::Exit(report) => return report,
+            WatchEnd::Ended => {}
+            WatchEnd::Failed(e) => r.note_error(e),
+        }
+        // A watch that lived long was healthy: start the backoff afresh.
+        // One that ended at once (refused, expired) waits before the next
+        // GET, so a broken server is not hammered by thousands of agents.
+        if opened.elapsed() >= Duration::from_secs(30) {
+            backoff.reset();
+        } else {
+            let d = backoff.next_delay();
+            r.sleep(d).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inplace::{GENERATION_ANNOTATION, RELEASED_ANNOTATION};
+    use crate::sim::{ApiServer, ApiServerHandle};
+    use kube::api::{Patch, PatchParams, PostParams};
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    const NS: &str = "ml";
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn pytorchjobs() -> JobRef {
+        JobRef::parse("kubeflow.org/v1/pytorchjobs", NS, "train").expect("job ref")
+    }
+
+    fn fast() -> RunnerConfig {
+        RunnerConfig {
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(200),
+            ..RunnerConfig::default()
+        }
+    }
+
+    async fn server() -> ApiServerHandle {
+        let s = ApiServer::builder().start().await.expect("server");
+        s.register_crds_yaml(crate::sim::cluster::JOB_CRDS[0])
+            .await
+            .expect("crd");
+        s.ensure_namespace(NS).expect("namespace");
+        s
+    }
+
+    fn api(s: &ApiServerHandle) -> Api<DynamicObject> {
+        Api::namespaced_with(s.client(), NS, &pytorchjobs().api_resource())
+    }
+
+    async fn create_job(s: &ApiServerHandle, current: u64, released: u64) {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": NS, "annotations": {
+                GENERATION_ANNOTATION: current.to_string(),
+                RELEASED_ANNOTATION: released.to_string(),
+            }},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {
+                "spec": {"containers": [{"name": "pytorch", "image": "x"}]}}}}},
+        }))
+        .expect("object");
+        api(s)
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("create job");
+    }
+
+    async fn set_generation(s: &ApiServerHandle, current: u64, released: u64) {
+        let patch = json!({"metadata": {"annotations": {
+            GENERATION_ANNOTATION: current.to_string(),
+            RELEASED_ANNOTATION: released.to_string(),
+        }}});
+        api(s)
+            .patch("train", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch job");
+    }
+
+    /// Starts the runner on its own task; its reports arrive on the channel.
+    fn start(
+        s: &ApiServerHandle,
+        cfg: RunnerConfig,
+    ) -> (
+        mpsc::UnboundedReceiver<Report>,
+        tokio::task::JoinHandle<Report>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let client = s.client();
+        let task = tokio::spawn(async move {
+            run(client, &pytorchjobs(), &cfg, move |r| {
+                let _ = tx.send(r.clone());
+            })
+            .await
+        });
+        (rx, task)
+    }
+
+    /// Waits until the agent has opened `n` watches (and the server's side
+    /// of the last one is running, so a drop reaches it).
+    async fn watching(s: &ApiServerHandle, n: usize) {
+        let deadline = Instant::now() + WAIT;
+        while agent_requests(s)
+            .iter()
+            .filter(|r| **r == ("watch", 200))
+            .count()
+            < n
+        {
+            assert!(Instant::now() < deadline, "the agent watches");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    async fn next(rx: &mut mpsc::UnboundedReceiver<Report>) -> Report {
+        tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .expect("a report in time")
+            .expect("runner alive")
+    }
+
+    /// Requests the agent made on the job kind, as `verb` strings.
+    fn agent_requests(s: &ApiServerHandle) -> Vec<(&'static str, u16)> {
+        s.requests()
+            .into_iter()
+            .filter(|r| r.resource == "pytorchjobs" && r.verb != "create" && r.verb != "patch")
+            .map(|r| (r.verb, r.status))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_running_pod_exits_when_its_job_moves_on_with_one_get_and_one_watch() {
+        let s = server().await;
+        create_job(&s, 3, 3).await;
+        let (mut rx, task) = start(&s, fast());
+        let r = next(&mut rx).await;
+        assert_eq!(
+            (r.verdict, r.cause.clone()),
+            (Verdict::Open, Cause::FirstRead)
+        );
+        assert_eq!(r.generation, Some(3));
+        // Metadata only, one object, from the GET's version.
+        let reqs = s.requests();
+        let get = reqs
+            .iter()
+            .find(|r| r.resource == "pytorchjobs" && r.verb == "get")
+            .expect("a GET");
+        assert!(
+            get.content_type.is_none() || get.path.ends_with("/train"),
+            "GET of the object itself"
+        );
+        set_generation(&s, 4, 3).await;
+        let r = next(&mut rx).await;
+        assert_eq!(r.verdict, Verdict::Exit);
+        assert_eq!(
+            r.observed,
+            Some(Generation {
+                current: 4,
+                released: 3
+            })
+        );
+        let done = tokio::time::timeout(WAIT, task)
+            .await
+            .expect("run ends")
+            .expect("task");
+        assert_eq!(done, r);
+        assert_eq!(
+            agent_requests(&s),
+            vec![("get", 200), ("watch", 200)],
+            "one GET and one watch, no list"
+        );
+        let watch = s
+            .requests()
+            .into_iter()
+            .find(|r| r.resource == "pytorchjobs" && r.verb == "watch")
+            .expect("watch");
+        assert!(
+            watch.query.contains("fieldSelector=metadata.name%3Dtrain"),
+            "{}",
+            watch.query
+        );
+        assert!(
+            watch.query.contains("allowWatchBookmarks=true"),
+            "{}",
+            watch.query
+        );
+        assert!(watch.query.contains("resourceVersion="), "{}", watch.query);
+    }
+
+    #[tokio::test]
+    async fn a_restarted_pod_holds_until_released_and_adopts_a_newer_generation() {
+        let s = server().await;
+        create_job(&s, 4, 3).await;
+        let (mut rx, _task) = start(&s, fast());
+        let r = next(&mut rx).await;
+        assert_eq!((r.verdict, r.generation), (Verdict::Hold, Some(4)));
+        // A second fault while waiting: adopted, no exit.
+        set_generation(&s, 5, 3).await;
+        set_generation(&s, 5, 4).await;
+        set_generation(&s, 5, 5).await;
+        let r = next(&mut rx).await;
+        assert_eq!((r.verdict, r.generation), (Verdict::Open, Some(5)));
+        assert_eq!(r.cause, Cause::Generation);
+        assert!(rx.try_recv().is_err(), "no report for the unchanged Hold");
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_lost_its_watch_catches_up_with_a_get() {
+        let s = server().await;
+        create_job(&s, 1, 1).await;
+        let (mut rx, _task) = start(&s, fast());
+        assert_eq!(next(&mut rx).await.verdict, Verdict::Open);
+        watching(&s, 1).await;
+        // From now on every watch fails: only GETs can tell the agent.
+        s.inject()
+            .fail_next_matching(1_000_000, 500, Some("watch"), Some("pytorchjobs"));
+        s.inject().drop_watches();
+        let deadline = Instant::now() + WAIT;
+        while !agent_requests(&s).contains(&("watch", 500)) {
+            assert!(Instant::now() < deadline, "the agent watches again");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        set_generation(&s, 2, 1).await;
+        let r = next(&mut rx).await;
+        assert_eq!(r.verdict, Verdict::Exit);
+        assert!(
+            agent_requests(&s)
+                .iter()
+                .all(|(v, _)| *v == "get" || *v == "watch"),
+            "never a list: {:?}",
+            agent_requests(&s)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expired_watch_is_followed_by_a_fresh_read() {
+        let s = server().await;
+        create_job(&s, 1, 1).await;
+        let (mut rx, _task) = start(&s, fast());
+        assert_eq!(next(&mut rx).await.verdict, Verdict::Open);
+        watching(&s, 1).await;
+        // Slow requests, so that the versions expire between the agent's
+        // GET and its watch from the GET's version: 410 Expired.
+        let l = Duration::from_millis(400);
+        s.inject().set_latency(l);
+        s.inject().drop_watches();
+        tokio::time::sleep(l + l / 2).await;
+        s.inject().expire_all_versions();
+        s.inject().set_latency(Duration::ZERO);
+        set_generation(&s, 2, 1).await;
+        let r = next(&mut rx).await;
+        assert_eq!(r.verdict, Verdict::Exit);
+        assert_eq!(r.observed.map(|g| g.current), Some(2));
+        let gets = agent_requests(&s)
+            .iter()
+            .filter(|(v, _)| *v == "get")
+            .count();
+        let all: Vec<_> = s
+            .requests()
+            .into_iter()
+            .map(|r| (r.verb, r.resource, r.status, r.query))
+            .collect();
+        assert!(gets >= 2, "read again after the drop: {all:?}");
+    }
+
+    #[tokio::test]
+    async fn a_job_created_after_the_agent_started_is_followed() {
+        let s = server().await;
+        let (mut rx, _task) = start(&s, fast());
+        // The GET finds nothing; the watch from the current state waits.
+        watching(&s, 1).await;
+        assert_eq!(agent_requests(&s)[0], ("get", 404));
+        create_job(&s, 2, 1).await;
+        let r = next(&mut rx).await;
+        assert_eq!(
+            (r.verdict, r.cause.clone()),
+            (Verdict::Hold, Cause::FirstRead)
+        );
+        set_generation(&s, 2, 2).await;
+        assert_eq!(next(&mut rx).await.verdict, Verdict::Open);
+        assert_eq!(
+            agent_requests(&s),
+            vec![("get", 404), ("watch", 200)],
+            "the creation arrived on the watch"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_cannot_read_its_job_fails_open_and_still_follows_it_later() {
+        let s = server().await;
+        let cfg = RunnerConfig {
+            fail_open_after: Duration::from_millis(300),
+            ..fast()
+        };
+        let t0 = Instant::now();
+        let (mut rx, _task) = start(&s, cfg);
+        let r = next(&mut rx).await;
+        assert_eq!(r.verdict, Verdict::Open);
+        assert!(
+            matches!(&r.cause, Cause::FailOpen(why) if why.contains("not found")),
+            "{r:?}"
+        );
+        assert!(t0.elapsed() >= Duration::from_millis(300));
+        assert!(r.to_string().contains("fail-open"), "{r}");
+        // The job appears later: its workers already run, so the first
+        // read keeps the barrier open, and a newer generation restarts
+        // the pod as usual.
+        create_job(&s, 3, 2).await;
+        set_generation(&s, 4, 2).await;
+        let r = next(&mut rx).await;
+        assert_eq!((r.verdict, r.generation), (Verdict::Exit, Some(3)));
+    }
+}

@@ -1,0 +1,266 @@
+//! What starting and stopping a pod costs on a real node, as modelled by
+//! the simulated scheduler and kubelets, so that a restart that recreates
+//! pods and one that restarts them in place can be compared on equal
+//! terms.
+//!
+//! Every cost is a latency of one pod (kubelets and their pods work in
+//! parallel), except `schedule`, a throughput shared by every pod of the
+//! cluster. A fresh pod pays: scheduling, device allocation, sandbox and
+//! network, then per init container image + start (+ `init` for a regular
+//! one, the barrier for the restart agent), then per container image +
+//! start, then `ready`. A pod restarted in place (`RestartAllContainers`)
+//! keeps its sandbox, IP and devices and pays `kill`, then the init
+//! containers and containers again. A deleted pod pays `stop` before its
+//! kubelet confirms the deletion (what operators with fixed pod names wait
+//! for before they can create the replacement).
+//!
+//! [`PodCosts::default`] is zero everywhere (tests, `rebound demo`);
+//! [`PodCosts::modelled`] are the figures below, which `rebound sim` uses
+//! unless `--pod-costs` says otherwise (`--pod-costs image=5m` for cold
+//! image pulls, `--pod-costs zero` for none).
+//!
+//! | cost | modelled | based on |
+//! |---|---|---|
+//! | `schedule` | 50 pods/s, burst 100 | kube-scheduler binds each pod with one API request through a client limited by `clientConnection.qps: 50`, `burst: 100` (KubeSchedulerConfiguration v1 defaults) |
+//! | `devices` | 1 s | device plugin `Allocate` at admission (NVIDIA: plus the CDI / container-toolkit hook) |
+//! | `sandbox` | 2 s | containerd `RunPodSandbox` with CNI setup; the SIG Scalability SLO allows 5 s at p99 for a whole stateless pod start with pre-pulled images |
+//! | `image` | 1 s per container | image present on the node (`IfNotPresent`), snapshot prepared for a multi-GB training image; a cold pull is minutes |
+//! | `start` | 1 s per container | `CreateContainer` + `StartContainer` |
+//! | `init` | 1 s per regular init container | what an init container does is the workload's own; a short setup step |
+//! | `ready` | 2 s | first successful startup/readiness probe after the start |
+//! | `stop` | 5 s | SIGTERM to exit of a training process (checkpoint flush, NCCL teardown), at most the pod's `terminationGracePeriodSeconds` |
+//! | `kill` | 0.5 s | KEP-5532: an in-place restart kills the containers without a grace period |
+
+use std::fmt;
+use std::time::Duration;
+
+/// Start and stop costs of pods (see the module documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodCosts {
+    /// Pods the scheduler binds per second; 0 for no limit.
+    pub schedule_rate: f64,
+    /// Binds the scheduler may make at once before `schedule_rate` applies.
+    pub schedule_burst: u32,
+    /// Device plugin allocation, once per fresh pod.
+    pub devices: Duration,
+    /// Sandbox and network setup, once per fresh pod (kept by an in-place
+    /// restart).
+    pub sandbox: Duration,
+    /// Image check (or pull) before each container start.
+    pub image: Duration,
+    /// Creating and starting each container.
+    pub start: Duration,
+    /// How long each regular init container runs.
+    pub init: Duration,
+    /// From a container's start to its first successful probe (startup or
+    /// readiness); containers without probes are ready at once.
+    pub ready: Duration,
+    /// Graceful stop of a deleted pod (capped by its grace period).
+    pub stop: Duration,
+    /// Killing the containers of a pod restarted in place.
+    pub kill: Duration,
+}
+
+impl Default for PodCosts {
+    /// No costs: pods start at once (tests and `rebound demo`).
+    fn default() -> Self {
+        Self {
+            schedule_rate: 0.0,
+            schedule_burst: 0,
+            devices: Duration::ZERO,
+            sandbox: Duration::ZERO,
+            image: Duration::ZERO,
+            start: Duration::ZERO,
+            init: Duration::ZERO,
+            ready: Duration::ZERO,
+            stop: Duration::ZERO,
+            kill: Duration::ZERO,
+        }
+    }
+}
+
+/// Why a `--pod-costs` value was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CostsError {
+    /// An item is not `key=value` or a known base.
+    #[error("pod costs: {0:?} is not key=value (keys: {KEYS})")]
+    Item(String),
+    /// The key is unknown.
+    #[error("pod costs: unknown key {0:?} (keys: {KEYS})")]
+    Key(String),
+    /// The value does not parse.
+    #[error("pod costs: {key}={value}: {why}")]
+    Value {
+        /// The key.
+        key: String,
+        /// The value given.
+        value: String,
+        /// What was wrong.
+        why: String,
+    },
+}
+
+const KEYS: &str = "schedule (pods/s), schedule-burst, devices, sandbox, image, start, init, ready, stop, kill; bases: modelled, zero";
+
+impl PodCosts {
+    /// The modelled costs of a real node (the table in the module
+    /// documentation).
+    pub fn modelled() -> Self {
+        Self {
+            schedule_rate: 50.0,
+            schedule_burst: 100,
+            devices: Duration::from_secs(1),
+            sandbox: Duration::from_secs(2),
+            image: Duration::from_secs(1),
+            start: Duration::from_secs(1),
+            init: Duration::from_secs(1),
+            ready: Duration::from_secs(2),
+            stop: Duration::from_secs(5),
+            kill: Duration::from_millis(500),
+        }
+    }
+
+    /// Parses `--pod-costs`: comma-separated `key=value` items over the
+    /// modelled costs, or over none when the first item is `zero`
+    /// (`modelled` names the default base). Durations are humantime
+    /// (`3s`, `500ms`, `2m`); `schedule` is pods per second (`50` or
+    /// `50/s`; `0` for no limit).
+    pub fn parse(spec: &str) -> Result<Self, CostsError> {
+        let mut items = spec
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .peekable();
+        let mut c = match items.peek().copied() {
+            Some("zero") | Some("none") => {
+                items.next();
+                PodCosts::default()
+            }
+            Some("modelled") | Some("modeled") => {
+                items.next();
+                PodCosts::modelled()
+            }
+            _ => PodCosts::modelled(),
+        };
+        for item in items {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| CostsError::Item(item.to_owned()))?;
+            let (k, v) = (k.trim(), v.trim());
+            let bad = |why: String| CostsError::Value {
+                key: k.to_owned(),
+                value: v.to_owned(),
+                why,
+            };
+            let dur = || humantime::parse_duration(v).map_err(|e| bad(e.to_string()));
+            match k {
+                "schedule" => {
+                    let n = v.strip_suffix("/s").unwrap_or(v);
+                    c.schedule_rate = n
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|r| r.is_finite() && *r >= 0.0)
+                        .ok_or_else(|| bad("pods per second, a number >= 0".into()))?;
+                }
+                "schedule-burst" => {
+                    c.schedule_burst = v.parse().map_err(|_| bad("a whole number".into()))?;
+                }
+                "devices" => c.devices = dur()?,
+                "sandbox" => c.sandbox = dur()?,
+                "image" => c.image = dur()?,
+                "start" => c.start = dur()?,
+                "init" => c.init = dur()?,
+                "ready" => c.ready = dur()?,
+                "stop" => c.stop = dur()?,
+                "kill" => c.kill = dur()?,
+                _ => return Err(CostsError::Key(k.to_owned())),
+            }
+        }
+        Ok(c)
+    }
+
+    /// Whether every cost is zero (nothing to wait for).
+    pub fn is_zero(&self) -> bool {
+        *self == PodCosts::default()
+    }
+
+    /// What a fresh pod with `inits` regular init containers (and no
+    /// barrier) pays from its binding to Ready, scheduling excluded: the
+    /// figure `rebound sim` prints beside its measurements.
+    pub fn fresh_start(&self, inits: u32) -> Duration {
+        self.devices
+            + self.sandbox
+            + (self.image + self.start + self.init) * inits
+            + self.image
+            + self.start
+            + self.ready
+    }
+}
+
+impl fmt::Display for PodCosts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = |d: Duration| humantime::format_duration(d).to_string();
+        let sched = if self.schedule_rate > 0.0 {
+            format!("{}/s", self.schedule_rate)
+        } else {
+            "0".to_owned()
+        };
+        write!(
+            f,
+            "schedule={sched},schedule-burst={},devices={},sandbox={},image={},start={},init={},ready={},stop={},kill={}",
+            self.schedule_burst,
+            d(self.devices),
+            d(self.sandbox),
+            d(self.image),
+            d(self.start),
+            d(self.init),
+            d(self.ready),
+            d(self.stop),
+            d(self.kill),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_apply_over_the_modelled_costs_or_over_none() {
+        let c = PodCosts::parse("sandbox=3s, image=5m,schedule=20/s").expect("parse");
+        assert_eq!(c.sandbox, Duration::from_secs(3));
+        assert_eq!(c.image, Duration::from_secs(300));
+        assert_eq!(c.schedule_rate, 20.0);
+        assert_eq!(c.start, PodCosts::modelled().start, "others modelled");
+        let z = PodCosts::parse("zero,kill=1s").expect("parse");
+        assert_eq!(z.kill, Duration::from_secs(1));
+        assert_eq!(z.sandbox, Duration::ZERO);
+        assert!(PodCosts::parse("zero").expect("zero").is_zero());
+        assert_eq!(PodCosts::parse("").expect("empty"), PodCosts::modelled());
+        assert_eq!(
+            PodCosts::parse("modelled").expect("m"),
+            PodCosts::modelled()
+        );
+    }
+
+    #[test]
+    fn bad_items_say_what_is_wrong() {
+        assert!(matches!(
+            PodCosts::parse("sandbox"),
+            Err(CostsError::Item(_))
+        ));
+        assert!(matches!(PodCosts::parse("gpu=1s"), Err(CostsError::Key(_))));
+        let e = PodCosts::parse("image=soon").unwrap_err().to_string();
+        assert!(e.contains("image=soon"), "{e}");
+        assert!(PodCosts::parse("schedule=-1").is_err());
+    }
+
+    #[test]
+    fn display_round_trips() {
+        let m = PodCosts::modelled();
+        assert_eq!(PodCosts::parse(&m.to_string()).expect("parse"), m);
+        let z = PodCosts::default();
+        assert_eq!(PodCosts::parse(&format!("zero,{z}")).expect("parse"), z);
+        assert_eq!(m.fresh_start(0), Duration::from_secs(7));
+    }
+}
