@@ -249,6 +249,11 @@ spec:
     // Recreated pods take 3 s to run: the job is not Running again within
     // jobAfter, so the whole job is restarted.
     cfg.kubelet.start_delay = Duration::from_secs(3);
+    // As on a real cluster, a deleted pod terminates over a moment (its
+    // processes get SIGTERM) and serves its logs meanwhile: rebound reads
+    // them beside the restart, not before it.
+    cfg.hold_pod_deletion = true;
+    cfg.kubelet.costs.stop = Duration::from_millis(1500);
     let (bed, ctl) = bed_with(server, 4, policy, Some(cfg)).await;
     let team_a = bed.ns("team-a");
     let c = &bed.cluster;
@@ -283,7 +288,8 @@ spec:
         (job_restarts(&bed, &team_a, "pt").await == 1).then_some(())
     })
     .await;
-    // Logs were saved before the pod was deleted, in a ConfigMap owned by the job.
+    // Logs were saved (while the deleted pod terminated), in a ConfigMap
+    // owned by the job.
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(bed.client(), &team_a);
     let list = cms
         .list(&ListParams::default().labels("rebound.dev/logs"))
