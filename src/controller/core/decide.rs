@@ -10,10 +10,10 @@ use super::jobs::{Cause, Tier};
 use super::occurrence::{Fate, OccurrenceId};
 use super::store::{JobKey, job_key};
 use super::{Core, Now, Scope};
-use crate::api::{RecoveryTier, RetryLimitAction, WorkloadKind};
+use crate::api::WorkloadKind;
 use crate::expr::{JobView, NodeView};
 use crate::fault::{Fault, Level};
-use crate::policy::{JobAction, JobDecision, JobInput, RestartConfig, RestartRecord, Skip};
+use crate::policy::{JobAction, JobDecision, JobInput, RestartRecord, Skip};
 use crate::recover::{Notice, reasons};
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
@@ -383,135 +383,6 @@ impl Core {
         Fate::Skipped(skip.name())
     }
 
-    /// Whether a node is being taken out of scheduling, or is NotReady:
-    /// pods there must move.
-    pub(super) fn node_is_faulty(&self, node: &str) -> bool {
-        self.nodes.level(node).is_some_and(|l| l.cordons_node())
-            || self.store.nodes.get(node).is_some_and(|n| !n.ready)
-    }
-
-    /// The job's pods on faulty nodes.
-    pub(super) fn faulty_pods(&self, key: &JobKey) -> Vec<PodTarget> {
-        self.store
-            .job_pods(key)
-            .into_iter()
-            .filter(|p| !p.deleting && p.node.as_deref().is_some_and(|n| self.node_is_faulty(n)))
-            .map(|p| PodTarget {
-                namespace: p.namespace.to_string(),
-                name: p.name.to_string(),
-                uid: p.uid.to_string(),
-                grace_seconds: None,
-            })
-            .collect()
-    }
-
-    /// The cheapest tier of the policy's list that can restart this job,
-    /// and why cheaper ones could not, if they were skipped.
-    pub(super) fn plan_tier(
-        &self,
-        key: &JobKey,
-        cfg: &RestartConfig,
-        _level: Option<Level>,
-    ) -> (Tier, Option<String>) {
-        let pods: Vec<_> = self
-            .store
-            .job_pods(key)
-            .into_iter()
-            .filter(|p| !p.deleting)
-            .collect();
-        let faulty = self.faulty_pods(key);
-        let wired = |all: bool| {
-            pods.iter()
-                .filter(|p| all || !faulty.iter().any(|f| f.uid == *p.uid))
-                .all(|p| p.agent.is_some())
-                && !pods.is_empty()
-        };
-        let mut why: Vec<String> = Vec::new();
-        for t in &cfg.tiers {
-            match t {
-                RecoveryTier::InPlace => {
-                    if !faulty.is_empty() {
-                        why.push(format!(
-                            "not in place: {} pod(s) on faulty nodes must move",
-                            faulty.len()
-                        ));
-                    } else if !wired(true) {
-                        why.push("not in place: the job's pods lack the in-place wiring (rebound inject)".into());
-                    } else {
-                        return (Tier::InPlace, join(why));
-                    }
-                }
-                RecoveryTier::ReplaceFaulty => {
-                    if faulty.is_empty() {
-                        continue;
-                    }
-                    if !wired(false) {
-                        why.push("not replacing only the faulty pods: the job's pods lack the in-place wiring (rebound inject)".into());
-                    } else {
-                        return (Tier::ReplaceFaulty { pods: faulty }, join(why));
-                    }
-                }
-                RecoveryTier::Recreate => return (Tier::Recreate, join(why)),
-            }
-        }
-        why.push("falling back to Recreate".into());
-        (Tier::Recreate, join(why))
-    }
-
-    /// Whether the restart would exhaust the job's own retry limit, and
-    /// the policy says to leave the job then.
-    fn retry_limit_skip(
-        &self,
-        key: &JobKey,
-        tier: &Tier,
-        cfg: &RestartConfig,
-        reasons: &mut Vec<String>,
-    ) -> Option<Skip> {
-        let info = self.store.jobs.get(key)?;
-        let limit = info.retry_limit.as_ref()?;
-        let deleted = match tier {
-            Tier::InPlace => 0,
-            Tier::PodFirst { .. } => 1,
-            Tier::ReplaceFaulty { pods } | Tier::NativeReplace { pods } => pods.len() as i64,
-            Tier::Recreate => self
-                .store
-                .job_pods(key)
-                .iter()
-                .filter(|p| !p.deleting)
-                .count() as i64,
-        };
-        let cost = match limit.per_restart {
-            None => deleted,
-            Some(c) if deleted > 0 => c,
-            Some(_) => 0,
-        };
-        if cost == 0 || limit.remaining > cost {
-            return None;
-        }
-        let what = format!(
-            "the restart would use {cost} of the {} left under the job's {} (its operator then fails the job)",
-            limit.remaining.max(0),
-            limit.field
-        );
-        match cfg.on_retry_limit {
-            RetryLimitAction::Proceed => {
-                reasons.push(format!(
-                    "{what}; proceeding (spec.restart.onRetryLimit: Proceed)"
-                ));
-                None
-            }
-            RetryLimitAction::Skip => {
-                reasons.push(format!(
-                    "{what}; not restarting (spec.restart.onRetryLimit: Skip)"
-                ));
-                Some(Skip::RetryLimit {
-                    field: limit.field.to_string(),
-                    remaining: limit.remaining.max(0),
-                })
-            }
-        }
-    }
-
     /// The pod to look at first: one on a node that carries a fault, else
     /// the earliest failure among the job's pods.
     fn root_cause(&self, key: &JobKey, fault: &Fault) -> Option<String> {
@@ -534,10 +405,6 @@ impl Core {
             .map(|(t, n)| format!("{n} (first failure at {})", t.to_rfc3339()))
             .or_else(|| fault.pod.clone())
     }
-}
-
-fn join(v: Vec<String>) -> Option<String> {
-    (!v.is_empty()).then(|| v.join("; "))
 }
 
 /// One fate for an occurrence that concerned several jobs: acted if any

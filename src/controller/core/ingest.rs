@@ -8,14 +8,13 @@ use super::input::{Change, PodSeen};
 use super::occurrence::{self, OccurrenceId};
 use super::store::{EventFault, JobInfo, NodeInfo, RetryLimit, Watched, job_key};
 use super::{Core, Now, Occurrence, Scope};
-use crate::api::{FaultClassification, RecoveryPolicy, WorkloadKind};
+use crate::api::WorkloadKind;
 use crate::fault::Fault;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::discovery::ApiResource;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 fn pod_carrier(ns: &str, name: &str) -> String {
@@ -63,7 +62,7 @@ impl Core {
         }
     }
 
-    fn end_relist(&mut self, w: Watched) -> Option<HashSet<String>> {
+    pub(super) fn end_relist(&mut self, w: Watched) -> Option<HashSet<String>> {
         self.synced.insert(w);
         self.store.relists.end(w)
     }
@@ -369,159 +368,6 @@ impl Core {
         }
         self.set_carrier(format!("device/{node}"), Vec::new(), now);
         self.dirty_nodes.insert(node.to_string());
-    }
-
-    pub(super) fn on_policy(&mut self, c: Change<RecoveryPolicy>, _now: Now) {
-        self.hang.forget_all_choices();
-        match c {
-            Change::Apply(p) => {
-                let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
-                self.store
-                    .relists
-                    .saw(Watched::Policies, &format!("{ns}/{name}"));
-                let r = self.engine.policies.upsert(&p);
-                self.status.policy_changed(&p, r);
-            }
-            Change::Delete(p) => {
-                let ns = p.namespace().unwrap_or_default();
-                self.engine.policies.remove(&ns, &p.name_any());
-                self.status.policy_deleted(&ns, &p.name_any());
-            }
-            Change::Relist => self.store.relists.begin(Watched::Policies),
-            Change::Synced => {
-                if let Some(seen) = self.end_relist(Watched::Policies) {
-                    for (ns, name) in self.status.policy_keys() {
-                        if !seen.contains(&format!("{ns}/{name}")) {
-                            self.engine.policies.remove(&ns, &name);
-                            self.status.policy_deleted(&ns, &name);
-                        }
-                    }
-                }
-            }
-        }
-        self.progress_keys.set(
-            self.engine
-                .policies
-                .iter()
-                .filter_map(|p| p.hang.as_ref().map(|h| h.annotation.clone()))
-                .collect(),
-        );
-    }
-
-    pub(super) fn on_classification(&mut self, c: Change<FaultClassification>, _now: Now) {
-        match c {
-            Change::Apply(o) => {
-                self.store
-                    .relists
-                    .saw(Watched::Classifications, &o.name_any());
-                let r = self.engine.classifier.upsert(&o);
-                self.status.classification_changed(&o, r);
-            }
-            Change::Delete(o) => {
-                self.engine.classifier.remove(&o.name_any());
-                self.status.classification_deleted(&o.name_any());
-            }
-            Change::Relist => self.store.relists.begin(Watched::Classifications),
-            Change::Synced => {
-                if let Some(seen) = self.end_relist(Watched::Classifications) {
-                    for name in self.status.classification_keys() {
-                        if !seen.contains(&name) {
-                            self.engine.classifier.remove(&name);
-                            self.status.classification_deleted(&name);
-                        }
-                    }
-                }
-            }
-        }
-        // Levels may have changed: every node is looked at again.
-        self.dirty_nodes.extend(self.store.nodes.keys().cloned());
-    }
-
-    pub(super) fn on_job(&mut self, kind: WorkloadKind, c: Change<DynamicObject>, now: Now) {
-        let w = Watched::Jobs(kind);
-        match c {
-            Change::Apply(o) => {
-                let key = (
-                    o.namespace().unwrap_or_default(),
-                    kind.as_str().to_string(),
-                    o.name_any(),
-                );
-                self.store.relists.saw(w, &format!("{}/{}", key.0, key.2));
-                let info = job_info(kind, &o);
-                self.hang.forget_choice(&key);
-                self.job_seen(&key, &info);
-                self.store.jobs.insert(key.clone(), info);
-                self.job_progress(&key, now);
-                if self.recoveries.contains_key(&key) {
-                    self.dirty_jobs.insert(key);
-                }
-            }
-            Change::Delete(o) => {
-                let key = (
-                    o.namespace().unwrap_or_default(),
-                    kind.as_str().to_string(),
-                    o.name_any(),
-                );
-                // The delete of an earlier incarnation (same name, another
-                // uid) leaves the current one's recovery alone.
-                let other = |u: &Option<String>| u.is_some() && o.uid().is_some() && *u != o.uid();
-                if self.recoveries.get(&key).is_some_and(|r| other(&r.job.uid)) {
-                    if self.store.jobs.get(&key).is_some_and(|j| !other(&j.uid)) {
-                        self.store.jobs.remove(&key);
-                    }
-                    return;
-                }
-                self.job_removed(&key);
-            }
-            Change::Relist => self.store.relists.begin(w),
-            Change::Synced => {
-                if let Some(seen) = self.end_relist(w) {
-                    let gone: Vec<_> = self
-                        .store
-                        .jobs
-                        .keys()
-                        .filter(|k| {
-                            k.1 == kind.as_str() && !seen.contains(&format!("{}/{}", k.0, k.2))
-                        })
-                        .cloned()
-                        .collect();
-                    for k in gone {
-                        self.job_removed(&k);
-                    }
-                }
-            }
-        }
-    }
-
-    fn job_removed(&mut self, key: &super::store::JobKey) {
-        self.store.jobs.remove(key);
-        self.hang.forget_job(key);
-        self.recorded.remove(key);
-        self.written_gen.remove(key);
-        if self.recoveries.remove(key).is_some() {
-            tracing::info!(job = ?key, "job deleted during its recovery");
-        }
-    }
-
-    pub(super) fn on_job_kinds(&mut self, kinds: Vec<(WorkloadKind, ApiResource)>) {
-        let now: BTreeSet<WorkloadKind> = kinds.iter().map(|(k, _)| *k).collect();
-        if let Some(before) = self.kinds.clone() {
-            for gone in before.difference(&now) {
-                self.synced.remove(&Watched::Jobs(*gone));
-                let keys: Vec<_> = self
-                    .store
-                    .jobs
-                    .keys()
-                    .filter(|k| k.1 == gone.as_str())
-                    .cloned()
-                    .collect();
-                for k in keys {
-                    self.job_removed(&k);
-                }
-            }
-        }
-        self.kinds = Some(now);
-        self.synced.insert(Watched::Kinds);
     }
 }
 

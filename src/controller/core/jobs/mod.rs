@@ -1,0 +1,270 @@
+//! A job's recovery, from the decision to the job running again: its tier
+//! (pod first, in place, replace the faulty pods, recreate), its phases
+//! (act, record, barrier, release, resume), fallbacks to the next tier,
+//! retries of failed requests, force-deletion of pods stuck on dead nodes.
+//!
+//! Level-triggered: [`Core::advance`] looks at the recovery and at the
+//! job's pods as they are now and emits what is missing, so an outcome
+//! lost, a request failed or a controller restarted in the middle leads to
+//! the same end. A recovery recorded on the job (its generation and
+//! history) is resumed by a new leader ([`Core::resume_recoveries`]).
+//!
+//! [`steps`] carries a recovery through its phases, [`tiers`] handles its
+//! deadlines and end, [`resume`] picks recoveries up from the cluster.
+
+mod resume;
+mod steps;
+mod tiers;
+
+use super::effect::{DeleteAll, EffectKind, PodTarget};
+use super::occurrence::OccurrenceId;
+use super::store::JobKey;
+use super::{Core, Now};
+use crate::api::{RecoveryTier, WorkloadKind};
+use crate::fault::{Fault, Level};
+use crate::policy::RestartConfig;
+use crate::recover::Notice;
+use crate::workload::JobRef;
+use chrono::{DateTime, Utc};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+/// How a recovery restarts the job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tier {
+    /// Delete the failed pod only (graded escalation's first step); the
+    /// job follows if it is not running again within `jobAfter`.
+    PodFirst { pod: PodTarget },
+    /// Raise the generation: every pod restarts in place.
+    InPlace,
+    /// Delete the pods on faulty nodes, restart the others in place.
+    ReplaceFaulty { pods: Vec<PodTarget> },
+    /// A JobSet with its own in-place restart: delete the pods on faulty
+    /// nodes and let JobSet restart the rest.
+    NativeReplace { pods: Vec<PodTarget> },
+    /// Delete every pod at once (Volcano: a Command).
+    Recreate,
+}
+
+impl Tier {
+    /// The name in records and Events.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Tier::PodFirst { .. } => "Pod",
+            Tier::InPlace => "InPlace",
+            Tier::ReplaceFaulty { .. } => "ReplaceFaulty",
+            Tier::NativeReplace { .. } => "NativeReplace",
+            Tier::Recreate => "Recreate",
+        }
+    }
+
+    /// Whether this tier moves the job to a new restart generation.
+    pub(in crate::controller::core) fn bumps(&self) -> bool {
+        !matches!(self, Tier::PodFirst { .. } | Tier::NativeReplace { .. })
+    }
+
+    /// Whether pods restart in place (and wait at the barrier).
+    pub(in crate::controller::core) fn in_place(&self) -> bool {
+        matches!(self, Tier::InPlace | Tier::ReplaceFaulty { .. })
+    }
+}
+
+/// Where a recovery stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Delete pods (or create the Volcano Command) and write the restart
+    /// record, both at once: the delete is the first request after the
+    /// fault, and the record (which for in-place tiers is what restarts the
+    /// pods) follows without waiting for it. Each is retried until done.
+    Act,
+    /// Every pod must wait at the barrier before the generation is released.
+    Barrier,
+    /// Lift the barrier.
+    Release,
+    /// Wait until every pod runs and is Ready again.
+    Resume,
+}
+
+/// What caused a recovery.
+#[derive(Clone, Debug)]
+pub struct Cause {
+    pub occurrence: OccurrenceId,
+    pub fault: Fault,
+    pub level: Level,
+    pub policy: Option<String>,
+    pub reasons: String,
+    pub root_cause: Option<String>,
+    pub infrastructure: bool,
+}
+
+/// A recovery under way.
+#[derive(Clone, Debug)]
+pub struct Recovery {
+    pub job: JobRef,
+    /// The generation this recovery runs the job at.
+    pub generation: u64,
+    /// `restart-released` before it (what in-place tiers keep writing).
+    pub released: u64,
+    pub tier: Tier,
+    pub phase: Phase,
+    pub started: DateTime<Utc>,
+    /// Fallback (in-place tiers) or escalation (pod first) time.
+    pub deadline: Option<DateTime<Utc>>,
+    /// When rebound stops waiting for the job to run again.
+    pub give_up: DateTime<Utc>,
+    /// Pods the job had when the recovery started.
+    pub expected: usize,
+    pub cause: Cause,
+    pub received: Option<Instant>,
+    /// The action (delete, Command, release) in flight.
+    pub acting: Option<super::effect::EffectId>,
+    /// The record in flight.
+    pub recording: Option<super::effect::EffectId>,
+    /// The action of this phase is done.
+    pub acted: bool,
+    /// The record is written.
+    pub recorded: bool,
+    pub retry_at: Option<DateTime<Utc>>,
+    pub attempts: u32,
+    pub cfg: RestartConfig,
+    pub logs: Option<(u32, u32)>,
+    pub job_after: Duration,
+    /// Append a record (a new restart) or only update the generation
+    /// (a fallback within the same restart).
+    pub append: bool,
+    /// Tiers left to fall back to.
+    pub fallbacks: Vec<RecoveryTier>,
+    /// Pods force-deleted already (uids).
+    pub forced: HashSet<String>,
+    /// Logs were asked for (once a recovery).
+    pub logs_saved: bool,
+    /// The pods a recreate was decided for (a retry deletes what is left
+    /// of them, never a pod recreated since).
+    pub targets: Vec<PodTarget>,
+}
+
+impl Recovery {
+    /// Whether it has a timer due by `now` (a deadline, a retry, or the
+    /// give-up time).
+    pub fn wakes_by(&self, now: DateTime<Utc>) -> bool {
+        (self.acting.is_none() || self.recording.is_none())
+            && (self.retry_at.is_some_and(|t| t <= now)
+                || self.deadline.is_some_and(|t| t <= now)
+                || self.give_up <= now
+                || matches!(self.phase, Phase::Resume | Phase::Barrier))
+    }
+}
+
+/// Retries of a failed request: 1 s doubling to 30 s, at most this many.
+pub(super) const MAX_ATTEMPTS: u32 = 12;
+
+pub(super) fn backoff(attempts: u32) -> chrono::Duration {
+    chrono::Duration::seconds(1i64 << attempts.min(5)).min(chrono::Duration::seconds(30))
+}
+
+pub(super) fn later(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// How a job's pods are deleted at once.
+pub fn delete_all(job: &JobRef) -> DeleteAll {
+    match job.kind {
+        WorkloadKind::VolcanoJob => DeleteAll::VolcanoCommand,
+        _ => DeleteAll::Selector(crate::workload::pod_selector(job).unwrap_or_default()),
+    }
+}
+
+impl Core {
+    /// Start a recovery and take its first step at once (the hot path:
+    /// the first request leaves in this step).
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::controller::core) fn start_recovery(
+        &mut self,
+        key: JobKey,
+        job: JobRef,
+        tier: Tier,
+        cause: Cause,
+        cfg: RestartConfig,
+        logs: Option<(u32, u32)>,
+        job_after: Duration,
+        received: Option<Instant>,
+        now: Now,
+    ) -> u64 {
+        let g = self.generation_of(&key);
+        let generation = if tier.bumps() {
+            g.current + 1
+        } else {
+            g.current
+        };
+        let expected = self
+            .store
+            .job_pods(&key)
+            .iter()
+            .filter(|p| !p.deleting)
+            .count();
+        let fallbacks = match &tier {
+            Tier::InPlace | Tier::ReplaceFaulty { .. } => cfg
+                .tiers
+                .iter()
+                .skip_while(|t| t.as_str() != tier.name())
+                .skip(1)
+                .copied()
+                .collect(),
+            _ => Vec::new(),
+        };
+        let phase = Phase::Act;
+        let acted = tier == Tier::InPlace;
+        let give_up = later(now.wall, cfg.fallback_after.max(Duration::from_secs(600)));
+        let rec = Recovery {
+            job: job.clone(),
+            generation,
+            released: g.released,
+            tier,
+            phase,
+            started: now.wall,
+            deadline: None,
+            give_up,
+            expected,
+            cause,
+            received,
+            acting: None,
+            recording: None,
+            acted,
+            recorded: false,
+            retry_at: None,
+            attempts: 0,
+            cfg,
+            logs,
+            job_after,
+            append: true,
+            fallbacks,
+            forced: HashSet::new(),
+            logs_saved: false,
+            targets: Vec::new(),
+        };
+        if let Some(v) = &self.clusterd {
+            v.set_recovering_job(
+                &job,
+                rec.cause.fault.node.as_deref(),
+                rec.cause.fault.last_seen,
+            );
+        }
+        self.recoveries.insert(key.clone(), rec);
+        self.advance(&key, now);
+        generation
+    }
+
+    /// Write an Event about a job.
+    pub(in crate::controller::core) fn job_event(&mut self, job: &JobRef, notice: Notice) {
+        self.effect(
+            EffectKind::Event {
+                about: super::effect::About::Job(job.clone()),
+                notice,
+            },
+            None,
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! A new leader resumes the recoveries recorded on the jobs; the job
+//! objects seen reconcile what this process wrote with what they show.
+
+use super::super::effect::PodTarget;
+use super::super::store::JobKey;
+use super::super::{Core, Now};
+use super::*;
+use crate::api::WorkloadKind;
+use crate::fault::{Fault, Level};
+use crate::workload::JobRef;
+use std::collections::HashSet;
+use std::time::Duration;
+
+impl Core {
+    /// A new leader finds recoveries recorded on the jobs and goes on with
+    /// them: a generation raised but not released is an in-place restart
+    /// waiting at its barrier; a pod-only restart younger than `jobAfter`
+    /// waits for the job to run again.
+    pub(in crate::controller::core) fn resume_recoveries(&mut self, now: Now) {
+        let jobs: Vec<(JobKey, crate::controller::core::store::JobInfo)> = self
+            .store
+            .jobs
+            .iter()
+            .filter(|(k, _)| !self.recoveries.contains_key(*k))
+            .map(|(k, j)| (k.clone(), j.clone()))
+            .collect();
+        for (key, info) in jobs {
+            let Some(last) = info.history.last() else {
+                continue;
+            };
+            let Ok(kind) = key.1.parse::<WorkloadKind>() else {
+                continue;
+            };
+            let policy = self.policy_of(&key);
+            let cfg = policy
+                .as_ref()
+                .map(|p| p.restart.clone())
+                .unwrap_or_default();
+            let job_after = policy.as_ref().map(|p| p.job_after).unwrap_or_default();
+            let mut job = self
+                .store
+                .job_pods(&key)
+                .first()
+                .map(|p| (*p.job).clone())
+                .unwrap_or_else(|| JobRef::new(kind, &key.0, &key.2, None));
+            job.uid = info.uid.clone();
+            let (tier, phase, deadline) = if info.generation.current > info.generation.released {
+                let tier = if last.tier.as_deref() == Some("ReplaceFaulty") {
+                    Tier::ReplaceFaulty { pods: Vec::new() }
+                } else {
+                    Tier::InPlace
+                };
+                (
+                    tier,
+                    Phase::Barrier,
+                    Some(later(last.at, cfg.fallback_after)),
+                )
+            } else if last.pod_only && later(last.at, job_after) > now.wall {
+                let pod = last
+                    .pod
+                    .as_deref()
+                    .and_then(|p| p.split_once('/'))
+                    .map(|(n, u)| PodTarget {
+                        namespace: key.0.clone(),
+                        name: n.to_string(),
+                        uid: u.to_string(),
+                        grace_seconds: None,
+                    });
+                let Some(pod) = pod else { continue };
+                (
+                    Tier::PodFirst { pod },
+                    Phase::Resume,
+                    Some(later(last.at, job_after)),
+                )
+            } else {
+                continue;
+            };
+            tracing::info!(job = %job.id(), tier = tier.name(), "resuming a recovery recorded on the job");
+            let fallbacks = cfg
+                .tiers
+                .iter()
+                .skip_while(|t| t.as_str() != tier.name())
+                .skip(1)
+                .copied()
+                .collect();
+            let rec = Recovery {
+                job,
+                generation: info.generation.current,
+                released: info.generation.released,
+                tier,
+                phase,
+                started: last.at,
+                deadline,
+                give_up: later(last.at, cfg.fallback_after.max(Duration::from_secs(600))),
+                expected: last.pods.map(|p| p as usize).unwrap_or(0),
+                cause: Cause {
+                    occurrence: 0,
+                    fault: Fault::new(crate::fault::FaultSource::KubeEvent, "Resumed", last.at),
+                    level: Level::RestartJob,
+                    policy: policy.as_ref().map(|p| p.id()),
+                    reasons: "resumed from the job's restart record".into(),
+                    root_cause: info
+                        .annotations
+                        .get(crate::recover::ROOT_CAUSE_ANNOTATION)
+                        .cloned(),
+                    infrastructure: last.infrastructure,
+                },
+                received: None,
+                acting: None,
+                recording: None,
+                acted: true,
+                recorded: true,
+                retry_at: None,
+                attempts: 0,
+                logs: None,
+                job_after,
+                append: true,
+                fallbacks,
+                forced: HashSet::new(),
+                logs_saved: true,
+                targets: Vec::new(),
+                cfg,
+            };
+            self.recoveries.insert(key.clone(), rec);
+            self.dirty_jobs.insert(key);
+        }
+    }
+
+    /// The job's restart generation: what its annotations say, or what
+    /// this process wrote if they do not show it yet.
+    pub(in crate::controller::core) fn generation_of(
+        &self,
+        key: &JobKey,
+    ) -> crate::inplace::Generation {
+        let mut g = self
+            .store
+            .jobs
+            .get(key)
+            .map(|i| i.generation)
+            .unwrap_or_default();
+        if let Some(w) = self.written_gen.get(key) {
+            g.current = g.current.max(w.current);
+            g.released = g.released.max(w.released);
+        }
+        g
+    }
+
+    /// A job object was seen: records of ours its annotations now show are
+    /// no longer kept apart; a job recreated under the same name (another
+    /// uid) ends the recovery of the old one and forgets what was written
+    /// on the old one.
+    pub(in crate::controller::core) fn job_seen(
+        &mut self,
+        key: &JobKey,
+        info: &crate::controller::core::store::JobInfo,
+    ) {
+        let recreated = self
+            .store
+            .jobs
+            .get(key)
+            .is_some_and(|old| old.uid.is_some() && info.uid.is_some() && old.uid != info.uid);
+        if recreated {
+            self.recorded.remove(key);
+            self.written_gen.remove(key);
+        }
+        if let Some(r) = self.recorded.get_mut(key) {
+            r.retain(|x| !info.history.iter().any(|h| h.at == x.at));
+            if r.is_empty() {
+                self.recorded.remove(key);
+            }
+        }
+        if let Some(w) = self.written_gen.get(key)
+            && info.generation.current >= w.current
+            && info.generation.released >= w.released
+        {
+            self.written_gen.remove(key);
+        }
+        // The recovery was for the incarnation the store knew, and a new
+        // one replaced it. (A recovery decided from the pods of a newer
+        // incarnation than the store knows outlives the older job's late
+        // events.)
+        let known = self.store.jobs.get(key).and_then(|j| j.uid.clone());
+        let stale = self.recoveries.get(key).is_some_and(|r| {
+            r.job.uid.is_some() && info.uid.is_some() && r.job.uid != info.uid && r.job.uid == known
+        });
+        if stale {
+            tracing::info!(job = ?key, "job recreated under the same name; its old recovery ends");
+            self.recoveries.remove(key);
+        }
+    }
+}

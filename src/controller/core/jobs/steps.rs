@@ -1,0 +1,455 @@
+//! The steps of a recovery: act and record, the barrier and its release,
+//! the job running again; outcomes routed back, failures retried.
+
+use super::super::effect::{EffectKind, JobRecord, Outcome, PodTarget};
+use super::super::pods::AgentPhase;
+use super::super::store::JobKey;
+use super::super::{Core, Now, Waiting};
+use super::*;
+use crate::policy::RestartRecord;
+use crate::recover::{Notice, reasons};
+use crate::workload::JobRef;
+use std::time::Duration;
+
+impl Core {
+    /// Take the next step of a job's recovery, if one is due.
+    pub(in crate::controller::core) fn advance(&mut self, key: &JobKey, now: Now) {
+        if !self.acting() {
+            return;
+        }
+        let Some(rec) = self.recoveries.get(key) else {
+            return;
+        };
+        if rec.retry_at.is_some_and(|t| t > now.wall) {
+            return;
+        }
+        if rec.give_up <= now.wall {
+            let what = format!(
+                "the job is not running again {} after its restart; rebound stops following this recovery",
+                crate::api::duration::format(Duration::from_secs(
+                    (now.wall - rec.started).num_seconds().max(0) as u64
+                ))
+            );
+            let job = rec.job.clone();
+            self.job_event(
+                &job,
+                Notice::warning(reasons::RESTART_SKIPPED, "Restart", what),
+            );
+            self.finish(key, false, now);
+            return;
+        }
+        let (phase, tier) = (rec.phase, rec.tier.clone());
+        match phase {
+            Phase::Act => {
+                let (acted, acting, recorded, recording) =
+                    (rec.acted, rec.acting, rec.recorded, rec.recording);
+                if !acted && acting.is_none() {
+                    self.act(key, &tier, now);
+                }
+                if !recorded && recording.is_none() {
+                    self.record(key, now);
+                }
+            }
+            Phase::Barrier => {
+                if rec.acting.is_some() {
+                    return;
+                }
+                if self.at_barrier(key) {
+                    self.set_phase(key, Phase::Release);
+                    self.release(key, now);
+                } else {
+                    self.force_delete_stuck(key, now);
+                    self.check_deadline(key, now);
+                }
+            }
+            Phase::Release => {
+                if rec.acting.is_none() {
+                    self.release(key, now);
+                }
+            }
+            Phase::Resume => {
+                if self.resumed(key) {
+                    self.finish(key, true, now);
+                } else {
+                    self.force_delete_stuck(key, now);
+                    self.check_deadline(key, now);
+                }
+            }
+        }
+    }
+
+    pub(in crate::controller::core) fn set_phase(&mut self, key: &JobKey, phase: Phase) {
+        if let Some(r) = self.recoveries.get_mut(key) {
+            r.phase = phase;
+            r.attempts = 0;
+            r.retry_at = None;
+            r.acting = None;
+        }
+    }
+
+    pub(in crate::controller::core) fn act(&mut self, key: &JobKey, tier: &Tier, now: Now) {
+        let Some(rec) = self.recoveries.get(key) else {
+            return;
+        };
+        let job = rec.job.clone();
+        let received = rec.received;
+        let kind = match tier {
+            Tier::Recreate => {
+                // Level-triggered: a retry (an outcome failed or lost)
+                // deletes only what is left of the pods the restart was
+                // decided for, by uid; when none is left, it is done.
+                let pods = self.store.job_pods(key);
+                let live = |t: &PodTarget| {
+                    pods.iter()
+                        .any(|p| !p.deleting && *p.uid == *t.uid && *p.name == *t.name)
+                };
+                if rec.attempts > 0 && !rec.targets.is_empty() {
+                    let left: Vec<PodTarget> =
+                        rec.targets.iter().filter(|t| live(t)).cloned().collect();
+                    if left.is_empty() {
+                        if let Some(r) = self.recoveries.get_mut(key) {
+                            r.acted = true;
+                        }
+                        self.dirty_jobs.insert(key.clone());
+                        return;
+                    }
+                    if left.len() < rec.targets.len() {
+                        let id = self.effect_for(
+                            Waiting::Job(key.clone()),
+                            EffectKind::DeletePods { job, pods: left },
+                            None,
+                        );
+                        if let Some(r) = self.recoveries.get_mut(key) {
+                            r.acting = Some(id);
+                        }
+                        return;
+                    }
+                }
+                let targets: Vec<PodTarget> = pods
+                    .iter()
+                    .filter(|p| !p.deleting)
+                    .map(|p| PodTarget {
+                        namespace: p.namespace.to_string(),
+                        name: p.name.to_string(),
+                        uid: p.uid.to_string(),
+                        grace_seconds: None,
+                    })
+                    .collect();
+                if rec.targets.is_empty()
+                    && let Some(r) = self.recoveries.get_mut(key)
+                {
+                    r.targets = targets;
+                }
+                if let Some(other) = self.foreign_pod(key, &job) {
+                    // A job of the same name but another uid owns pods
+                    // the selector would match: the decision is stale.
+                    if let Some(r) = self.recoveries.get_mut(key) {
+                        r.acting = Some(0);
+                    }
+                    self.job_done(key, 0, Outcome::Gone(other), now);
+                    return;
+                }
+                EffectKind::RestartJob {
+                    how: delete_all(&job),
+                    job,
+                }
+            }
+            Tier::PodFirst { pod } => EffectKind::DeletePods {
+                job,
+                pods: vec![pod.clone()],
+            },
+            Tier::ReplaceFaulty { pods } | Tier::NativeReplace { pods } => EffectKind::DeletePods {
+                job,
+                pods: pods.clone(),
+            },
+            Tier::InPlace => return,
+        };
+        let id = self.effect_for(Waiting::Job(key.clone()), kind, received);
+        let first = self.recoveries.get_mut(key).map(|r| {
+            r.acting = Some(id);
+            std::mem::replace(&mut r.logs_saved, true)
+        });
+        // Logs are read beside the restart, never before it: a pod being
+        // deleted (gracefully) or restarted in place still serves them.
+        if first == Some(false)
+            && let Some(rec) = self.recoveries.get(key).cloned()
+        {
+            self.save_logs(key, &rec);
+        }
+    }
+
+    /// A pod the job's selector matches that another job (same name,
+    /// another uid) owns, if any.
+    pub(in crate::controller::core) fn foreign_pod(
+        &self,
+        key: &JobKey,
+        job: &JobRef,
+    ) -> Option<String> {
+        let uid = job.uid.as_deref()?;
+        self.store
+            .job_pods(key)
+            .into_iter()
+            .find(|p| p.job.uid.as_deref().is_some_and(|u| u != uid))
+            .map(|p| {
+                format!(
+                    "pod {} belongs to another {} named {} (uid {}), not to the one decided for (uid {uid})",
+                    p.name,
+                    job.kind.as_str(),
+                    job.name,
+                    p.job.uid.as_deref().unwrap_or("?")
+                )
+            })
+    }
+
+    pub(in crate::controller::core) fn record(&mut self, key: &JobKey, _now: Now) {
+        let Some(rec) = self.recoveries.get(key) else {
+            return;
+        };
+        let released = match rec.tier {
+            Tier::InPlace | Tier::ReplaceFaulty { .. } => rec.released,
+            _ => rec.generation,
+        };
+        let record = RestartRecord {
+            at: rec.started,
+            infrastructure: rec.cause.infrastructure,
+            pod_only: matches!(rec.tier, Tier::PodFirst { .. }),
+            generation: Some(rec.generation),
+            tier: Some(rec.tier.name().to_string()),
+            pod: match &rec.tier {
+                Tier::PodFirst { pod } => Some(format!("{}/{}", pod.name, pod.uid)),
+                _ => None,
+            },
+            pods: u32::try_from(rec.expected).ok(),
+        };
+        let write = JobRecord {
+            record,
+            root_cause: rec.cause.root_cause.clone(),
+            generation: rec.generation,
+            released: released.max(rec.released),
+            append: rec.append,
+        };
+        let job = rec.job.clone();
+        let received = rec.received.filter(|_| rec.tier == Tier::InPlace);
+        let current = self.store.jobs.get(key).map(|j| kube::api::ObjectMeta {
+            resource_version: j.resource_version.clone(),
+            annotations: Some(j.annotations.clone()),
+            ..Default::default()
+        });
+        let id = self.effect_for(
+            Waiting::Job(key.clone()),
+            EffectKind::Record {
+                job,
+                current,
+                write,
+            },
+            received,
+        );
+        if let Some(r) = self.recoveries.get_mut(key) {
+            r.recording = Some(id);
+        }
+    }
+
+    pub(in crate::controller::core) fn release(&mut self, key: &JobKey, _now: Now) {
+        let Some(rec) = self.recoveries.get(key) else {
+            return;
+        };
+        let kind = EffectKind::Release {
+            job: rec.job.clone(),
+            generation: rec.generation,
+        };
+        let id = self.effect_for(Waiting::Job(key.clone()), kind, None);
+        if let Some(r) = self.recoveries.get_mut(key) {
+            r.acting = Some(id);
+        }
+    }
+
+    /// Whether every pod of the job (as many as when the recovery started,
+    /// replacements included) waits at the barrier.
+    pub(in crate::controller::core) fn at_barrier(&self, key: &JobKey) -> bool {
+        let Some(rec) = self.recoveries.get(key) else {
+            return false;
+        };
+        let pods: Vec<_> = self
+            .store
+            .job_pods(key)
+            .into_iter()
+            .filter(|p| !p.deleting)
+            .collect();
+        pods.len() >= rec.expected
+            && pods
+                .iter()
+                .all(|p| p.agent.is_some_and(|a| a.phase == AgentPhase::Waiting))
+    }
+
+    /// Whether every pod of the job runs and is Ready again (in-place
+    /// tiers: past the barrier).
+    pub(in crate::controller::core) fn resumed(&self, key: &JobKey) -> bool {
+        let Some(rec) = self.recoveries.get(key) else {
+            return false;
+        };
+        let pods: Vec<_> = self
+            .store
+            .job_pods(key)
+            .into_iter()
+            .filter(|p| !p.deleting)
+            .collect();
+        let started = rec.started.timestamp();
+        pods.len() >= rec.expected
+            && pods.iter().all(|p| {
+                p.running
+                    && p.ready
+                    && match rec.tier {
+                        // Pods of the new generation: created since, or
+                        // restarted in place since.
+                        Tier::Recreate => p.created >= started - 1,
+                        Tier::InPlace | Tier::ReplaceFaulty { .. } => {
+                            p.agent.is_some_and(|a| a.phase == AgentPhase::Past)
+                        }
+                        _ => true,
+                    }
+            })
+    }
+
+    /// An effect of a job's recovery finished.
+    pub(in crate::controller::core) fn job_done(
+        &mut self,
+        key: &JobKey,
+        id: u64,
+        outcome: Outcome,
+        now: Now,
+    ) {
+        let Some(rec) = self.recoveries.get_mut(key) else {
+            return;
+        };
+        let is_record = rec.recording == Some(id);
+        if is_record {
+            rec.recording = None;
+        } else if rec.acting == Some(id) {
+            rec.acting = None;
+        } else {
+            // An outcome of an earlier phase or tier: nothing to do with it.
+            return;
+        }
+        match outcome {
+            Outcome::Ok(how) => self.step_done(key, is_record, how, now),
+            Outcome::Gone(why) => {
+                let job = rec.job.clone();
+                tracing::warn!(job = %job.id(), %why, "the job changed under a recovery; dropping it");
+                self.job_event(
+                    &job,
+                    Notice::warning(
+                        reasons::RESTART_SKIPPED,
+                        "Restart",
+                        format!("not restarted: {why}"),
+                    ),
+                );
+                self.finish(key, false, now);
+            }
+            Outcome::NotLeader => {}
+            Outcome::Failed(why) => {
+                rec.attempts += 1;
+                if rec.attempts >= MAX_ATTEMPTS {
+                    let job = rec.job.clone();
+                    self.job_event(
+                        &job,
+                        Notice::warning(
+                            reasons::RESTART_SKIPPED,
+                            "Restart",
+                            format!("restart failed {MAX_ATTEMPTS} times; giving up: {why}"),
+                        ),
+                    );
+                    self.finish(key, false, now);
+                } else {
+                    rec.retry_at = now.wall.checked_add_signed(backoff(rec.attempts));
+                    tracing::warn!(job = %rec.job.id(), attempt = rec.attempts, %why, "recovery step failed; retrying");
+                }
+            }
+        }
+    }
+
+    pub(in crate::controller::core) fn step_done(
+        &mut self,
+        key: &JobKey,
+        record: bool,
+        how: String,
+        now: Now,
+    ) {
+        let Some(rec) = self.recoveries.get(key).cloned() else {
+            return;
+        };
+        match rec.phase {
+            Phase::Act => {
+                if record {
+                    self.store_record(key, &rec);
+                    if rec.append
+                        && let Some(p) = &rec.cause.policy
+                    {
+                        self.status.recovered(p, now.wall);
+                    }
+                    if rec.tier == Tier::InPlace {
+                        self.restarted_event(&rec, &how);
+                        if !rec.logs_saved {
+                            self.save_logs(key, &rec);
+                        }
+                    }
+                } else {
+                    self.restarted_event(&rec, &how);
+                }
+                let Some(r) = self.recoveries.get_mut(key) else {
+                    return;
+                };
+                if record {
+                    r.recorded = true;
+                    r.logs_saved = r.logs_saved || r.tier == Tier::InPlace;
+                } else {
+                    r.acted = true;
+                }
+                r.attempts = 0;
+                if !(r.acted && r.recorded) {
+                    return;
+                }
+                let (phase, deadline) = match r.tier {
+                    Tier::InPlace | Tier::ReplaceFaulty { .. } => {
+                        (Phase::Barrier, Some(later(r.started, r.cfg.fallback_after)))
+                    }
+                    Tier::PodFirst { .. } => (Phase::Resume, Some(later(r.started, r.job_after))),
+                    _ => (Phase::Resume, None),
+                };
+                r.deadline = deadline;
+                self.set_phase(key, phase);
+                self.advance(key, now);
+            }
+            Phase::Release => {
+                self.set_phase(key, Phase::Resume);
+                self.advance(key, now);
+            }
+            Phase::Barrier | Phase::Resume => {}
+        }
+    }
+
+    /// Remember a record this process wrote until the job's annotations
+    /// show it (cooldowns and budgets read both).
+    pub(in crate::controller::core) fn store_record(&mut self, key: &JobKey, rec: &Recovery) {
+        // Kept apart until the job's annotations show it: a watch event
+        // older than the write (the operator's status update that crossed
+        // it) must not make the core forget a restart it made.
+        let written = self.written_gen.entry(key.clone()).or_default();
+        written.current = written.current.max(rec.generation);
+        if !rec.tier.in_place() {
+            written.released = written.released.max(rec.generation);
+        }
+        if rec.append {
+            let r = self.recorded.entry(key.clone()).or_default();
+            if !r.iter().any(|x| x.at == rec.started) {
+                r.push(RestartRecord {
+                    at: rec.started,
+                    infrastructure: rec.cause.infrastructure,
+                    pod_only: matches!(rec.tier, Tier::PodFirst { .. }),
+                    generation: Some(rec.generation),
+                    tier: Some(rec.tier.name().to_string()),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+}
