@@ -13,6 +13,7 @@
 //! ```
 
 pub mod apply;
+pub mod conformance;
 pub mod crd;
 pub mod delete;
 pub mod discovery;
