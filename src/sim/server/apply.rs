@@ -592,16 +592,22 @@ pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String,
         .find(|e| mine(e) && e.set == cfg_set)
         .map(|e| e.time.clone())
         .unwrap_or_else(super::validate::now_rfc3339);
-    // shared fields: other managers keep co-ownership of equal values
-    entries.retain(|e| !mine(e));
-    entries.push(Entry {
+    // shared fields: other managers keep co-ownership of equal values;
+    // a manager keeps its place in the list
+    let entry = Entry {
         manager: req.manager.to_string(),
         operation: "Apply".into(),
         api_version: req.api_version.clone(),
         time,
         subresource: req.subresource.to_string(),
         set: cfg_set,
-    });
+    };
+    match entries.iter().position(|e| mine(e)) {
+        Some(i) => {
+            entries[i] = entry;
+        }
+        None => entries.push(entry),
+    }
     write_entries(&mut out, &entries);
     Ok(out)
 }
@@ -617,18 +623,23 @@ pub fn record_update(
     subresource: &str,
 ) {
     let mut entries = read_entries(old);
-    if entries.is_empty() {
-        return;
-    }
     let section = if subresource == "status" {
         Section::Status
     } else {
         Section::All
     };
-    let changed: FieldSet = field_set(new, lists, section)
+    let mut changed: FieldSet = field_set(new, lists, section)
         .into_iter()
         .filter(|p| value_at(old, p) != value_at(new, p))
         .collect();
+    // a map the write created is owned itself too (`".": {}`)
+    for p in map_paths(new, lists, section) {
+        if value_at(old, &p).is_none() {
+            let mut d = p.clone();
+            d.push(Pe::Dot);
+            changed.insert(d);
+        }
+    }
     if changed.is_empty() {
         write_entries(new, &entries);
         return;
@@ -655,6 +666,96 @@ pub fn record_update(
         }),
     }
     write_entries(new, &entries);
+}
+
+/// Field names of the built-in kinds whose values are maps
+/// (`map[string]...` in the Go types), not structs: a map a write creates
+/// is owned itself (`".": {}` in FieldsV1), a struct is not.
+const BUILTIN_MAPS: &[&str] = &[
+    "labels",
+    "annotations",
+    "data",
+    "binaryData",
+    "stringData",
+    "nodeSelector",
+    "requests",
+    "limits",
+    "capacity",
+    "allocatable",
+    "matchLabels",
+    "hard",
+    "used",
+];
+
+/// Paths of the map-typed values in an object (see `BUILTIN_MAPS`; for
+/// custom resources, schema nodes with `additionalProperties`).
+fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
+    fn walk(name: &str, v: &Value, prefix: &mut Path, out: &mut Vec<Path>, lists: Lists<'_>) {
+        match v {
+            Value::Object(m) => {
+                let is_map = if lists.custom {
+                    lists.schema.is_some_and(|s| {
+                        s.get("additionalProperties").is_some_and(Value::is_object) && s.get("properties").is_none()
+                    })
+                } else {
+                    BUILTIN_MAPS.contains(&name)
+                };
+                if is_map {
+                    out.push(prefix.clone());
+                }
+                for (k, c) in m {
+                    prefix.push(Pe::F(k.clone()));
+                    walk(k, c, prefix, out, lists.field(k));
+                    prefix.pop();
+                }
+            }
+            Value::Array(items) => {
+                if let Rule::Keys(keys) = strategy(name, items, lists) {
+                    let item_lists = lists.items();
+                    for i in items {
+                        let (Some(kj), Some(m)) = (item_key(i, &keys), i.as_object()) else {
+                            continue;
+                        };
+                        prefix.push(Pe::K(kj));
+                        for (k, c) in m {
+                            prefix.push(Pe::F(k.clone()));
+                            walk(k, c, prefix, out, item_lists.field(k));
+                            prefix.pop();
+                        }
+                        prefix.pop();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let Some(map) = obj.as_object() else {
+        return out;
+    };
+    for (k, v) in map {
+        let keep = match (section, k.as_str()) {
+            (_, "apiVersion" | "kind") => false,
+            (Section::Status, "status") => true,
+            (Section::Status, _) => false,
+            (Section::Main, "status") => false,
+            _ => true,
+        };
+        if !keep {
+            continue;
+        }
+        if k == "metadata" {
+            for mk in ["labels", "annotations"] {
+                if v.get(mk).is_some_and(Value::is_object) {
+                    out.push(vec![Pe::F("metadata".into()), Pe::F(mk.into())]);
+                }
+            }
+            continue;
+        }
+        let mut p = vec![Pe::F(k.clone())];
+        walk(k, v, &mut p, &mut out, lists.field(k));
+    }
+    out
 }
 
 /// Managers per field (for debugging output and tests).

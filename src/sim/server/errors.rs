@@ -181,6 +181,39 @@ impl ApiError {
         e
     }
 
+    /// 403 Forbidden by the server's own rules (not RBAC): `<plural>
+    /// "<name>" is forbidden: <why>`, with optional causes.
+    pub fn forbidden(t: Target<'_>, why: &str, causes: Vec<Cause>) -> Self {
+        let mut e = Self::new(
+            403,
+            "Forbidden",
+            format!("{} \"{}\" is forbidden: {why}", qualified(t), t.name),
+        );
+        let mut d = target_details(t);
+        if !causes.is_empty() {
+            d["causes"] = Value::Array(
+                causes
+                    .iter()
+                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .collect(),
+            );
+        }
+        e.details = Some(d);
+        e
+    }
+
+    /// 405 for a verb the server refuses on a resource (deletecollection of
+    /// namespaces), with the real server's message and empty details.
+    pub fn not_allowed_here() -> Self {
+        let mut e = Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+        e.details = Some(json!({}));
+        e
+    }
+
     /// 400 BadRequest, e.g. undecodable bodies or bad micro-times.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

@@ -14,6 +14,7 @@
 
 pub mod apply;
 pub mod conformance;
+pub mod controllers;
 pub mod crd;
 pub mod delete;
 pub mod discovery;

@@ -93,12 +93,28 @@ impl Shared {
             }
         }
         let name = meta_str(&body, "name").unwrap_or("").to_string();
-        if res.namespaced && w.get(NS_KEY, "", &ns).is_none() {
-            return Err(ApiError::not_found(Target {
-                group: "",
-                plural: "namespaces",
-                name: &ns,
-            }));
+        if res.namespaced {
+            match w.get(NS_KEY, "", &ns) {
+                None => {
+                    return Err(ApiError::not_found(Target {
+                        group: "",
+                        plural: "namespaces",
+                        name: &ns,
+                    }));
+                }
+                Some(n) if om_terminating(&n) => {
+                    return Err(ApiError::forbidden(
+                        loc.target(&name),
+                        &format!("unable to create new content in namespace {ns} because it is being terminated"),
+                        vec![Cause {
+                            reason: "NamespaceTerminating",
+                            field: "metadata.namespace".into(),
+                            message: format!("namespace {ns} is being terminated"),
+                        }],
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         if w.get(&loc.key, &ns, &name).is_some() {
             return Err(ApiError::already_exists(loc.target(&name)));
@@ -140,6 +156,36 @@ impl Shared {
                 m.remove("managedFields");
             }
         }
+        if applied.is_none() && !opts.manager.is_empty() {
+            // the creator owns what it sent, with the defaults, but not
+            // what the server's strategy sets (status, namespace finalizers)
+            let mut seen = body.clone();
+            if let Some(m) = seen.as_object_mut() {
+                if res.status {
+                    m.remove("status");
+                }
+                if res.group.is_empty() && res.plural == "namespaces" {
+                    m.remove("spec");
+                    m.remove("status");
+                }
+            }
+            let mut owned = seen.clone();
+            apply::record_update(
+                &json!({}),
+                &mut owned,
+                &opts.manager,
+                if res.custom {
+                    Lists::custom(res.schemas.get(&loc.version).map(|s| s.as_ref()))
+                } else {
+                    Lists::builtin()
+                },
+                &res.api_version(&loc.version),
+                "",
+            );
+            if let Some(mf) = owned.pointer("/metadata/managedFields").cloned() {
+                meta_mut(&mut body).insert("managedFields".into(), mf);
+            }
+        }
         if res.group == "apiextensions.k8s.io" {
             let info = crd::resource_of(&body)?;
             body["status"] = crd::established_status(&body);
@@ -157,6 +203,9 @@ impl Shared {
             });
         }
         let change = w.put(&loc.key, body);
+        if loc.key.as_ref() == NS_KEY {
+            self.kcm.push(super::controllers::Work::NamespaceCreated(name.clone()));
+        }
         Ok(Reply {
             code: 201,
             body: self.view(loc, &change.obj),

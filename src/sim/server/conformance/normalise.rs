@@ -26,8 +26,13 @@ static UID: LazyLock<Regex> = LazyLock::new(|| {
 /// Numbers in messages that are resourceVersions (`in record (353)`,
 /// `too old resource version: 1 (243)`, `current: 505`).
 static RV_IN_TEXT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)(in record \(|resource ?version: |current: |resource ?version: <n> \(|precondition \()(\d+)")
+    Regex::new(r"(?i)(in record \(|resource ?version: |current: |resource ?version: <n> \(|precondition \()(\d+)(\)|,|\s|$)")
         .unwrap_or_else(|e| unreachable!("static regex: {e}"))
+});
+
+/// An age as the Table printers render it (`0s`, `5m`, `3h12m`).
+static AGE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?$").unwrap_or_else(|e| unreachable!("static regex: {e}"))
 });
 
 /// The alphabet of generated name suffixes (`utilrand.String`).
@@ -97,9 +102,6 @@ impl Normaliser {
             };
         }
         let mut out = s.to_string();
-        while RV_IN_TEXT.is_match(&out) {
-            out = RV_IN_TEXT.replace_all(&out, "${1}<n>${3}").into_owned();
-        }
         if UID.is_match(&out) {
             let found: Vec<String> = UID
                 .find_iter(&out)
@@ -109,6 +111,9 @@ impl Normaliser {
                 let n = Self::ordinal(&mut self.uids, &u);
                 out = out.replace(&u, &format!("<uid#{n}>"));
             }
+        }
+        while RV_IN_TEXT.is_match(&out) {
+            out = RV_IN_TEXT.replace_all(&out, "${1}<n>${3}").into_owned();
         }
         if let Some(re) = self.prefix_re.clone() {
             let found: Vec<(String, String)> = re
@@ -137,7 +142,22 @@ impl Normaliser {
             || v.get("kind")
                 .and_then(Value::as_str)
                 .is_some_and(|k| k.ends_with("List") || k == "Table");
-        self.walk(v, if is_list { Ctx::ListTop } else { Ctx::Plain })
+        let mut out = self.walk(v, if is_list { Ctx::ListTop } else { Ctx::Plain });
+        if out.get("kind").and_then(Value::as_str) == Some("Table")
+            && let Some(rows) = out.get_mut("rows").and_then(Value::as_array_mut)
+        {
+            for cell in rows
+                .iter_mut()
+                .filter_map(|r| r.get_mut("cells").and_then(Value::as_array_mut))
+                .flatten()
+            {
+                if cell.as_str().is_some_and(|c| !c.is_empty() && AGE.is_match(c)) {
+                    *cell = Value::String("<age>".into());
+                }
+            }
+        }
+        sort_causes(&mut out);
+        out
     }
 
     /// Normalises a watch event `{type, object}`.
@@ -192,6 +212,45 @@ impl Normaliser {
             Value::String(s) => Value::String(self.text(s)),
             other => other.clone(),
         }
+    }
+}
+
+/// Causes come in no fixed order from a real server (map iteration):
+/// sorted by field, reason and message, and a message that lists them
+/// (`... is invalid: [a, b]`) rebuilt in the same order.
+fn sort_causes(status: &mut Value) {
+    let Some(causes) = status
+        .pointer_mut("/details/causes")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    let key = |c: &Value| {
+        ["field", "reason", "message"].map(|k| c.get(k).and_then(Value::as_str).unwrap_or("").to_string())
+    };
+    causes.sort_by_key(key);
+    let parts: Vec<String> = causes
+        .iter()
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c.get("field").and_then(Value::as_str).unwrap_or(""),
+                c.get("message").and_then(Value::as_str).unwrap_or("")
+            )
+        })
+        .collect();
+    let Some(msg) = status.get("message").and_then(Value::as_str) else {
+        return;
+    };
+    let Some(at) = msg.find(" is invalid: [") else {
+        return;
+    };
+    let (head, list) = msg.split_at(at + " is invalid: ".len());
+    let inner = list.trim_start_matches('[').trim_end_matches(']');
+    let same = inner.len() == parts.iter().map(String::len).sum::<usize>() + 2 * parts.len().saturating_sub(1)
+        && parts.iter().all(|p| inner.contains(p.as_str()));
+    if same {
+        status["message"] = Value::String(format!("{head}[{}]", parts.join(", ")));
     }
 }
 
