@@ -467,14 +467,23 @@ pub fn read_entries(obj: &Value) -> Vec<Entry> {
 
 /// Writes entries back to `metadata.managedFields` (empty ones dropped).
 pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
-    let list: Vec<Value> = entries
-        .iter()
-        .filter(|e| !e.set.is_empty())
+    // the real server's order: operation, time, manager, apiVersion
+    let mut sorted: Vec<&Entry> = entries.iter().filter(|e| !e.set.is_empty()).collect();
+    sorted.sort_by(|a, b| {
+        (&a.operation, &a.time, &a.manager, &a.api_version).cmp(&(&b.operation, &b.time, &b.manager, &b.api_version))
+    });
+    let list: Vec<Value> = sorted
+        .into_iter()
         .map(|e| {
             let mut v = json!({
                 "manager": e.manager, "operation": e.operation, "apiVersion": e.api_version,
                 "time": e.time, "fieldsType": "FieldsV1", "fieldsV1": to_tree(&e.set),
             });
+            if e.time.is_empty()
+                && let Some(m) = v.as_object_mut()
+            {
+                m.remove("time");
+            }
             if !e.subresource.is_empty() {
                 v["subresource"] = json!(e.subresource);
             }
@@ -587,11 +596,20 @@ pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String,
             remove_at(&mut out, p);
         }
     }
-    let time = entries
-        .iter()
-        .find(|e| mine(e) && e.set == cfg_set)
-        .map(|e| e.time.clone())
-        .unwrap_or_else(super::validate::now_rfc3339);
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        v
+    };
+    let existing = entries.iter().find(|e| mine(e)).map(|e| (e.time.clone(), e.set == cfg_set));
+    let time = match existing {
+        Some((t, true)) => t,
+        // a new manager whose apply changed nothing gets no time
+        None if strip(&out) == strip(base) => String::new(),
+        _ => super::validate::now_rfc3339(),
+    };
     // shared fields: other managers keep co-ownership of equal values;
     // a manager keeps its place in the list
     let entry = Entry {
@@ -645,7 +663,8 @@ pub fn record_update(
         return;
     }
     for e in entries.iter_mut() {
-        e.set.retain(|p| !changed.contains(p));
+        // fields changed by this write change hands; removed ones go
+        e.set.retain(|p| !changed.contains(p) && value_at(new, p).is_some());
     }
     let now = super::validate::now_rfc3339();
     match entries

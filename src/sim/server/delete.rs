@@ -104,6 +104,7 @@ impl Shared {
     /// DELETE one object.
     pub fn delete(&self, loc: &Loc, opts: &DeleteOpts) -> Result<Reply, ApiError> {
         let name = loc.name.clone().unwrap_or_default();
+        check_propagation(opts)?;
         if loc.sub.is_some() {
             return Err(ApiError::method_not_allowed(
                 "DELETE is not supported on subresources",
@@ -119,23 +120,25 @@ impl Shared {
         if let Some(uid) = &opts.uid
             && Some(uid.as_str()) != meta_str(&old, "uid")
         {
-            return Err(ApiError::conflict(
-                loc.target(&name),
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&old, "uid").unwrap_or("")
-                ),
+            return Err(ApiError::precondition(
+                &loc.res.kind,
+                &name,
+                "UID",
+                uid,
+                meta_str(&old, "uid").unwrap_or(""),
+                "The object might have been deleted and then recreated",
             ));
         }
         if let Some(rv) = &opts.rv
             && Some(rv.as_str()) != meta_str(&old, "resourceVersion")
         {
-            return Err(ApiError::conflict(
-                loc.target(&name),
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&old, "resourceVersion").unwrap_or("")
-                ),
+            return Err(ApiError::precondition(
+                &loc.res.kind,
+                &name,
+                "ResourceVersion",
+                rv,
+                meta_str(&old, "resourceVersion").unwrap_or(""),
+                "The object might have been modified",
             ));
         }
         if opts.dry_run {
@@ -176,20 +179,7 @@ impl Shared {
             .propagation
             .clone()
             .unwrap_or_else(|| "Background".into());
-        if !matches!(policy.as_str(), "Orphan" | "Foreground" | "Background") {
-            return Err(ApiError::invalid(
-                "meta.k8s.io",
-                "DeleteOptions",
-                "",
-                vec![Cause {
-                    reason: "FieldValueNotSupported",
-                    field: "propagationPolicy".into(),
-                    message: format!(
-                        "Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
-                    ),
-                }],
-            ));
-        }
+        check_propagation(opts)?;
         let now = || chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         if key.as_ref() == NS_KEY {
             // the namespace controller empties it, then removes it
@@ -314,5 +304,25 @@ impl Shared {
             "metadata": {"resourceVersion": w.rv().to_string()},
             "items": out,
         })))
+    }
+}
+
+/// `propagationPolicy` must be one the real server knows (checked before
+/// the object is looked up, as DeleteOptions validation is).
+fn check_propagation(opts: &DeleteOpts) -> Result<(), ApiError> {
+    match opts.propagation.as_deref() {
+        None | Some("Orphan" | "Foreground" | "Background") => Ok(()),
+        Some(policy) => Err(ApiError::invalid(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            vec![Cause {
+                reason: "FieldValueNotSupported",
+                field: "propagationPolicy".into(),
+                message: format!(
+                    "Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                ),
+            }],
+        )),
     }
 }

@@ -146,9 +146,8 @@ impl ApiError {
             .iter()
             .map(|(m, f)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": f}))
             .collect();
-        let mut d = target_details(t);
-        d["causes"] = Value::Array(causes);
-        e.details = Some(d);
+        e.details = Some(json!({"causes": causes}));
+        let _ = t;
         e
     }
 
@@ -233,6 +232,38 @@ impl ApiError {
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"
             ),
         )
+    }
+
+    /// 415 for a PATCH with a content type that is no patch type.
+    pub fn unsupported_patch_type() -> Self {
+        let mut e = Self::new(415, "UnsupportedMediaType", "415: Unsupported Media Type");
+        e.details = Some(json!({}));
+        e
+    }
+
+    /// 422 for a JSON patch that cannot be applied (a failed `test`, a
+    /// missing path): the real server's message and empty details.
+    pub fn patch_rejected() -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        );
+        e.details = Some(json!({}));
+        e
+    }
+
+    /// 409 for a failed delete precondition; `details.kind` is the Kind.
+    pub fn precondition(kind: &str, name: &str, what: &str, want: &str, have: &str, hint: &str) -> Self {
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {kind} \"{name}\": the {what} in the precondition ({want}) does not match the {what} in record ({have}). {hint}"
+            ),
+        );
+        e.details = Some(json!({"name": name, "kind": kind}));
+        e
     }
 
     /// 410 Expired: a resourceVersion or continue token older than the

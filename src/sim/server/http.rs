@@ -284,6 +284,15 @@ fn manager(q: &Query, headers: &HeaderMap) -> String {
 }
 
 fn list_query(loc: &Loc, q: &Query) -> Result<ListQuery, ApiError> {
+    if q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty())
+        && q.get("resourceVersion").is_none_or(str::is_empty)
+    {
+        return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", vec![super::errors::Cause {
+            reason: "FieldValueForbidden",
+            field: "resourceVersionMatch".into(),
+            message: "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+        }]));
+    }
     Ok(ListQuery {
         labels: LabelSelector::parse(q.get("labelSelector").unwrap_or(""))?,
         fields: FieldSelector::parse(
@@ -292,9 +301,9 @@ fn list_query(loc: &Loc, q: &Query) -> Result<ListQuery, ApiError> {
             &loc.res.plural,
         )?,
         limit: match q.get("limit") {
-            Some(l) if !l.is_empty() => l
-                .parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+            Some(l) if !l.is_empty() => l.parse().map_err(|_| {
+                ApiError::bad_request(format!("strconv.ParseInt: parsing {l:?}: invalid syntax"))
+            })?,
             _ => 0,
         },
         cont: q.get("continue").map(str::to_string),
@@ -367,6 +376,7 @@ async fn dispatch(
         Route::Resource(loc) => loc,
     };
     let wopts = WriteOpts {
+        explicit_manager: q.get("fieldManager").is_some_and(|m| !m.is_empty()),
         manager: manager(q, headers),
         force: q.flag("force"),
         strict: q.get("fieldValidation") == Some("Strict"),
@@ -446,7 +456,7 @@ async fn dispatch(
             let ct = header_str(headers, header::CONTENT_TYPE).unwrap_or_default();
             match PatchType::from_content_type(&ct) {
                 Some(pt) => reply(shared.patch(loc, pt, body, &wopts)),
-                None => error_response(&ApiError::unsupported_media_type(&ct)),
+                None => error_response(&ApiError::unsupported_patch_type()),
             }
         }
         Method::DELETE => {

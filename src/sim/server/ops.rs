@@ -80,6 +80,8 @@ pub struct WriteOpts {
     pub strict: bool,
     /// `dryRun=All`: validate but do not store.
     pub dry_run: bool,
+    /// `fieldManager` was given (apply requires it).
+    pub explicit_manager: bool,
 }
 
 /// Options of a delete.
@@ -206,10 +208,15 @@ impl Shared {
     /// versions of a CRD share one schema-less conversion, `None` strategy).
     pub fn view(&self, loc: &Loc, obj: &Value) -> Value {
         let mut v = if loc.res.is_events_v1() {
-            events::core_to_v1(obj)
+            let mut e = events::core_to_v1(obj);
+            super::defaults::v1_event_view(&mut e);
+            e
         } else {
             obj.clone()
         };
+        if loc.res.group.is_empty() && loc.res.plural == "events" {
+            super::defaults::core_event_view(&mut v);
+        }
         if let Some(m) = v.as_object_mut() {
             m.insert(
                 "apiVersion".into(),
@@ -258,6 +265,9 @@ impl Shared {
         }
         if loc.res.is_events_v1() {
             *body = events::v1_to_core(body);
+        }
+        if !loc.res.custom {
+            super::defaults::drop_empty(body);
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::apply::{self, ApplyRequest, Lists, Section};
 use super::crd;
+use super::defaults;
 use super::errors::{ApiError, Cause, Target};
 use super::ops::{
     Loc, NS_KEY, Reply, WriteOpts, finalizers, meta, meta_mut, meta_str, om_terminating,
@@ -186,6 +187,9 @@ impl Shared {
                 meta_mut(&mut body).insert("managedFields".into(), mf);
             }
         }
+        if res.group.is_empty() && res.plural == "pods" {
+            defaults::pod_admission(&mut body);
+        }
         if res.group == "apiextensions.k8s.io" {
             let info = crd::resource_of(&body)?;
             body["status"] = crd::established_status(&body);
@@ -228,15 +232,10 @@ impl Shared {
                 body["status"] = json!({"phase": "Active"});
             }
             ("", "pods") => {
-                if let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
-                    spec.entry("restartPolicy").or_insert(json!("Always"));
-                    spec.entry("schedulerName")
-                        .or_insert(json!("default-scheduler"));
-                    spec.entry("terminationGracePeriodSeconds")
-                        .or_insert(json!(30));
-                    spec.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
-                }
+                defaults::pod(body);
+                defaults::pod_conditions(body);
             }
+            ("", "nodes") => defaults::node(body),
             _ => {}
         }
     }
@@ -295,11 +294,26 @@ impl Shared {
         opts: &WriteOpts,
     ) -> Result<Reply, ApiError> {
         let name = loc.name.clone().unwrap_or_default();
+        if pt == PatchType::Apply && !opts.explicit_manager {
+            return Err(ApiError::invalid("meta.k8s.io", "PatchOptions", "", vec![Cause {
+                reason: "FieldValueRequired",
+                field: "fieldManager".into(),
+                message: "Required value: is required for apply patch".into(),
+            }]));
+        }
         let patch_body: Value = match pt {
             PatchType::Apply => parse_yaml_or_json(raw)?,
             _ => serde_json::from_slice(raw)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
         };
+        if pt == PatchType::Apply
+            && let Some(n) = meta_str(&patch_body, "name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
         if pt == PatchType::Strategic && loc.res.custom {
             return Err(ApiError::unsupported_media_type(
                 "application/strategic-merge-patch+json",
@@ -550,6 +564,16 @@ impl Shared {
                 m.insert("managedFields".into(), mf.clone());
             }
         }
+        if res.group.is_empty() && !res.custom {
+            match res.plural.as_str() {
+                "pods" => {
+                    defaults::pod(&mut cand);
+                    defaults::pod_conditions(&mut cand);
+                }
+                "nodes" => defaults::node(&mut cand),
+                _ => {}
+            }
+        }
         if res.group.is_empty()
             && res.plural == "pods"
             && !is_status
@@ -612,7 +636,7 @@ impl Shared {
                 warnings,
             });
         }
-        if om_terminating(&cand) && finalizers(&cand).is_empty() {
+        if om_terminating(&cand) && finalizers(&cand).is_empty() && !finalizers(old).is_empty() {
             let change =
                 self.finalize_removal(w, &loc.key, loc.ns_str(), &name, "Background", Some(cand));
             let body = change.map(|o| self.view(loc, &o)).unwrap_or(Value::Null);
