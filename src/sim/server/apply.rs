@@ -59,8 +59,10 @@ const SYSTEM_META: &[&str] = &[
     "deletionTimestamp",
     "deletionGracePeriodSeconds",
     "selfLink",
-    "generateName",
 ];
+
+/// Struct fields of the built-in kinds that are owned as a whole.
+const ATOMIC_STRUCTS: &[&str] = &["involvedObject", "regarding", "related"];
 
 /// How lists merge at a point of an object: by the built-in strategic
 /// merge keys, or for custom resources by the schema's
@@ -223,7 +225,8 @@ pub enum Section {
 
 fn collect(name: &str, v: &Value, prefix: &mut Path, out: &mut FieldSet, lists: Lists<'_>) {
     match v {
-        Value::Object(m) if !m.is_empty() => {
+        // object references are atomic structs (`+structType=atomic`)
+        Value::Object(m) if !m.is_empty() && !(!lists.custom && ATOMIC_STRUCTS.contains(&name)) => {
             for (k, c) in m {
                 prefix.push(Pe::F(k.clone()));
                 collect(k, c, prefix, out, lists.field(k));
@@ -604,10 +607,11 @@ pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String,
         v
     };
     let existing = entries.iter().find(|e| mine(e)).map(|e| (e.time.clone(), e.set == cfg_set));
+    let unchanged = strip(&out) == strip(base);
     let time = match existing {
-        Some((t, true)) => t,
-        // a new manager whose apply changed nothing gets no time
-        None if strip(&out) == strip(base) => String::new(),
+        // an apply that changed nothing keeps the time (a new manager: none)
+        Some((t, _)) if unchanged => t,
+        None if unchanged => String::new(),
         _ => super::validate::now_rfc3339(),
     };
     // shared fields: other managers keep co-ownership of equal values;
@@ -729,7 +733,12 @@ fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
                 }
             }
             Value::Array(items) => {
-                if let Rule::Keys(keys) = strategy(name, items, lists) {
+                let rule = strategy(name, items, lists);
+                if rule == Rule::Set {
+                    // a set the write created is owned itself too
+                    out.push(prefix.clone());
+                }
+                if let Rule::Keys(keys) = rule {
                     let item_lists = lists.items();
                     for i in items {
                         let (Some(kj), Some(m)) = (item_key(i, &keys), i.as_object()) else {
@@ -764,8 +773,8 @@ fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
             continue;
         }
         if k == "metadata" {
-            for mk in ["labels", "annotations"] {
-                if v.get(mk).is_some_and(Value::is_object) {
+            for mk in ["labels", "annotations", "finalizers"] {
+                if v.get(mk).is_some_and(|x| x.is_object() || x.is_array()) {
                     out.push(vec![Pe::F("metadata".into()), Pe::F(mk.into())]);
                 }
             }

@@ -173,6 +173,11 @@ impl ApiError {
             .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
             .collect();
         let mut d = json!({"name": name, "kind": kind, "causes": causes});
+        if name.is_empty()
+            && let Some(m) = d.as_object_mut()
+        {
+            m.remove("name");
+        }
         if !group.is_empty() {
             d["group"] = json!(group);
         }

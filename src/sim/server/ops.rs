@@ -309,7 +309,16 @@ impl Shared {
             causes.extend(out.causes);
         }
         if res.group.is_empty() && res.plural == "events" {
+            if loc.res.is_events_v1() {
+                causes.extend(validate::check_v1_event(obj));
+            }
             causes.extend(validate::check_event_namespace(obj, loc.ns.as_deref()));
+        }
+        if res.group.is_empty() && matches!(res.plural.as_str(), "configmaps" | "secrets") {
+            causes.extend(validate::check_data_keys(obj));
+        }
+        if res.group == "coordination.k8s.io" && res.plural == "leases" {
+            causes.extend(validate::check_lease(obj));
         }
         if res.group.is_empty() && res.plural == "pods" {
             match obj.pointer("/spec/containers").and_then(Value::as_array) {

@@ -160,7 +160,12 @@ impl Shared {
         if applied.is_none() && !opts.manager.is_empty() {
             // the creator owns what it sent, with the defaults, but not
             // what the server's strategy sets (status, namespace finalizers)
-            let mut seen = body.clone();
+            // fields are owned as the request's version has them
+            let mut seen = if loc.res.is_events_v1() {
+                super::events::core_to_v1(&body)
+            } else {
+                body.clone()
+            };
             if let Some(m) = seen.as_object_mut() {
                 if res.status {
                     m.remove("status");
@@ -270,14 +275,15 @@ impl Shared {
             Some(_) => {}
             None if loc.res.unconditional_update => {}
             None => {
+                // this one names the resource, not the kind
                 return Err(ApiError::invalid(
                     &loc.res.group,
-                    &loc.res.kind,
+                    &loc.res.plural,
                     &name,
                     vec![Cause {
                         reason: "FieldValueInvalid",
                         field: "metadata.resourceVersion".into(),
-                        message: "Invalid value: 0x0: must be specified for an update".into(),
+                        message: "Invalid value: 0: must be specified for an update".into(),
                     }],
                 ));
             }
@@ -495,7 +501,17 @@ impl Shared {
             }
             let mut next = (**old).clone();
             match cand.get("status") {
-                Some(s) => next["status"] = s.clone(),
+                Some(s) => {
+                    let qos = old.pointer("/status/qosClass").cloned();
+                    next["status"] = s.clone();
+                    // the server's own status field stays
+                    if let Some(q) = qos
+                        && next["status"].get("qosClass").is_none()
+                        && next["status"].is_object()
+                    {
+                        next["status"]["qosClass"] = q;
+                    }
+                }
                 None => {
                     if let Some(m) = next.as_object_mut() {
                         m.remove("status");
@@ -591,7 +607,19 @@ impl Shared {
                 return Err(ApiError::invalid(&res.group, &res.kind, &name, vec![Cause { reason: "FieldValueForbidden", field: "metadata.finalizers".into(), message: "Forbidden: no new finalizers can be added if the object is being deleted".into() }]));
             }
         }
-        if !applied && !opts.manager.is_empty() {
+        if !applied && !opts.manager.is_empty() && loc.res.is_events_v1() {
+            let old_v = super::events::core_to_v1(old);
+            let mut cand_v = super::events::core_to_v1(&cand);
+            apply::record_update(&old_v, &mut cand_v, &opts.manager, Lists::builtin(), &res.api_version(&loc.version), "");
+            match cand_v.pointer("/metadata/managedFields").cloned() {
+                Some(mf) => {
+                    meta_mut(&mut cand).insert("managedFields".into(), mf);
+                }
+                None => {
+                    meta_mut(&mut cand).remove("managedFields");
+                }
+            }
+        } else if !applied && !opts.manager.is_empty() {
             apply::record_update(
                 old,
                 &mut cand,
