@@ -716,10 +716,9 @@ fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
     fn walk(name: &str, v: &Value, prefix: &mut Path, out: &mut Vec<Path>, lists: Lists<'_>) {
         match v {
             Value::Object(m) => {
+                // custom resources own every object they create
                 let is_map = if lists.custom {
-                    lists.schema.is_some_and(|s| {
-                        s.get("additionalProperties").is_some_and(Value::is_object) && s.get("properties").is_none()
-                    })
+                    true
                 } else {
                     BUILTIN_MAPS.contains(&name)
                 };
@@ -734,7 +733,7 @@ fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
             }
             Value::Array(items) => {
                 let rule = strategy(name, items, lists);
-                if rule == Rule::Set {
+                if rule == Rule::Set || (lists.custom && matches!(rule, Rule::Keys(_))) {
                     // a set the write created is owned itself too
                     out.push(prefix.clone());
                 }

@@ -39,6 +39,10 @@ pub enum Work {
     NamespaceDeleting(String),
     /// An object with this uid is gone: collect its dependents.
     OwnerGone(String),
+    /// A CRD was created: its names are accepted and it is established.
+    Establish(String),
+    /// A CRD is being deleted: its objects go, then it does.
+    CrdCleanup(String),
     /// An object (storage key, namespace, name) carries the
     /// `foregroundDeletion` or `orphan` finalizer.
     Finalize(Arc<str>, String, String),
@@ -98,6 +102,8 @@ pub async fn run(shared: Weak<Shared>) {
                     terminating.insert(ns);
                 }
                 Work::OwnerGone(uid) => s.collect_dependents(&mut w, &uid),
+                Work::Establish(name) => s.establish(&mut w, &name),
+                Work::CrdCleanup(name) => s.crd_cleanup(&mut w, &name),
                 Work::Finalize(key, ns, name) => waiting.push((key, ns, name)),
             }
         }
@@ -288,6 +294,35 @@ impl Shared {
             w.put(key, next);
         }
         true
+    }
+
+    fn establish(&self, w: &mut Inner, name: &str) {
+        let key: Arc<str> = Arc::from("apiextensions.k8s.io/customresourcedefinitions");
+        if let Some(crd) = w.get(&key, "", name) {
+            let mut next = (*crd).clone();
+            next["status"] = super::crd::established_status(&crd);
+            w.put(&key, next);
+        }
+    }
+
+    fn crd_cleanup(&self, w: &mut Inner, name: &str) {
+        let key: Arc<str> = Arc::from(super::delete::CRD_KEY);
+        let Some(crd) = w.get(&key, "", name) else {
+            return;
+        };
+        let mut next = (*crd).clone();
+        let left: Vec<Value> = finalizers(&crd)
+            .into_iter()
+            .filter(|f| f.as_str() != Some(super::delete::CRD_FINALIZER))
+            .collect();
+        if left.is_empty() {
+            meta_mut(&mut next).remove("finalizers");
+            // removing it drops its objects and stops serving it
+            let _ = self.finalize_removal(w, &key, "", name, "Background", None);
+        } else {
+            meta_mut(&mut next).insert("finalizers".into(), Value::Array(left));
+            w.put(&key, next);
+        }
     }
 
     fn loc_of(&self, group: &str, version: &str, plural: &str, ns: Option<&str>) -> Option<Loc> {

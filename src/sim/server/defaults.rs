@@ -147,6 +147,74 @@ pub fn pod_admission(pod: &mut Value) {
     spec.entry("preemptionPolicy").or_insert(json!("PreemptLowerPriority"));
 }
 
+/// A batch Job's defaults (`SetDefaults_Job`) and its template's pod
+/// defaults.
+pub fn job(job: &mut Value) {
+    if let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) {
+        if !spec.contains_key("completions") && !spec.contains_key("parallelism") {
+            spec.insert("completions".into(), json!(1));
+        }
+        spec.entry("parallelism").or_insert(json!(1));
+        spec.entry("backoffLimit").or_insert(json!(6));
+        spec.entry("completionMode").or_insert(json!("NonIndexed"));
+        spec.entry("suspend").or_insert(json!(false));
+        if !spec.contains_key("podFailurePolicy") {
+            spec.entry("podReplacementPolicy").or_insert(json!("TerminatingOrFailed"));
+        }
+        spec.entry("manualSelector").or_insert(json!(false));
+        if let Some(t) = spec.get_mut("template") {
+            pod(t);
+        }
+    }
+}
+
+/// The selector and template labels the Job strategy generates from the
+/// uid (unless `manualSelector`), after its creator's fields are recorded.
+pub fn job_selector(job: &mut Value, uid: &str) {
+    let name = job.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if spec.get("manualSelector") == Some(&json!(true)) {
+        return;
+    }
+    spec.insert("selector".into(), json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}));
+    let labels = spec
+        .entry("template")
+        .or_insert(json!({}))
+        .as_object_mut()
+        .map(|t| t.entry("metadata").or_insert(json!({})))
+        .and_then(Value::as_object_mut)
+        .map(|m| m.entry("labels").or_insert(json!({})));
+    if let Some(Value::Object(l)) = labels {
+        for (k, v) in [
+            ("batch.kubernetes.io/controller-uid", uid),
+            ("batch.kubernetes.io/job-name", name.as_str()),
+            ("controller-uid", uid),
+            ("job-name", name.as_str()),
+        ] {
+            l.insert(k.into(), json!(v));
+        }
+    }
+}
+
+/// `stringData` is written into `data` (base64), as the Secret strategy does.
+pub fn secret_string_data(secret: &mut Value) {
+    use base64::Engine;
+    let Some(m) = secret.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Object(sd)) = m.remove("stringData") {
+        let data = m.entry("data").or_insert(json!({}));
+        if let Some(d) = data.as_object_mut() {
+            for (k, v) in sd {
+                let text = v.as_str().unwrap_or("").to_string();
+                d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+            }
+        }
+    }
+}
+
 /// Pod conditions always carry both times (`null` when unset).
 pub fn pod_conditions(pod: &mut Value) {
     if let Some(cs) = pod.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
@@ -208,8 +276,7 @@ pub fn drop_empty(v: &mut Value) {
     fn walk(v: &mut Value, depth: usize) {
         if let Value::Object(m) = v {
             m.retain(|k, c| {
-                !(c.is_null() && depth > 0 && k != "lastProbeTime" && k != "lastTransitionTime" && k != "eventTime"
-                    && !k.starts_with("deprecated") && k != "firstTimestamp" && k != "lastTimestamp")
+                !(c.is_null() && depth > 0)
                     && !(c.as_array().is_some_and(Vec::is_empty))
                     && !(MAPS.contains(&k.as_str()) && c.as_object().is_some_and(Map::is_empty))
             });

@@ -7,6 +7,12 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::controllers::Work;
+
+/// Storage key of CustomResourceDefinitions.
+pub(super) const CRD_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+/// The finalizer a real server puts on a deleted CRD until its objects are gone.
+pub(super) const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 use super::errors::{ApiError, Cause};
 use super::ops::{
     DeleteOpts, ListQuery, Loc, NS_KEY, Reply, finalizers, meta_mut, meta_str, om_terminating,
@@ -28,7 +34,7 @@ impl Shared {
     ) -> Option<Arc<Value>> {
         let change = w.remove_as(key, ns, name, last)?;
         let uid = meta_str(&change.obj, "uid").unwrap_or("").to_string();
-        if key.as_ref() == "apiextensions.k8s.io/customresourcedefinitions" {
+        if key.as_ref() == CRD_KEY {
             let group = change
                 .obj
                 .pointer("/spec/group")
@@ -194,6 +200,26 @@ impl Shared {
             self.kcm.push(Work::NamespaceDeleting(name.to_string()));
             return Ok((change.obj.clone(), false));
         }
+        if key.as_ref() == CRD_KEY {
+            // the CRD finalizer deletes its objects first, then the CRD
+            if om_terminating(&old) {
+                return Ok((old, false));
+            }
+            let mut d = (*old).clone();
+            let m = meta_mut(&mut d);
+            m.insert("deletionTimestamp".into(), json!(now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            let mut fins = finalizers(&old);
+            fins.push(json!(CRD_FINALIZER));
+            m.insert("finalizers".into(), Value::Array(fins));
+            if let Some(cs) = d.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+                cs.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now(),
+                    "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
+            }
+            let change = w.put(key, d);
+            self.kcm.push(Work::CrdCleanup(name.to_string()));
+            return Ok((change.obj.clone(), false));
+        }
         let is_pod = key.as_ref() == "/pods";
         let bound = old
             .pointer("/spec/nodeName")
@@ -258,6 +284,16 @@ impl Shared {
             }
             return Ok((change.obj.clone(), false));
         }
+        // a pod whose graceful deletion is confirmed is first written with
+        // grace 0, then goes (two events, as on a real server)
+        if is_pod && om_terminating(&old)
+            && old.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) != Some(0)
+        {
+            let mut d = (*old).clone();
+            meta_mut(&mut d).insert("deletionGracePeriodSeconds".into(), json!(0));
+            w.put(key, d);
+        }
+        let old = w.get(key, ns, name).unwrap_or(old);
         // a pod goes with its deletion stamped on its last state
         let last = is_pod.then(|| {
             let mut d = (*old).clone();

@@ -93,9 +93,8 @@ impl ApiError {
             "NotFound",
             "the server could not find the requested resource",
         );
-        e.details = Some(
-            json!({"causes": [{"reason": "UnexpectedServerResponse", "message": format!("404 page not found: {path}")}]}),
-        );
+        let _ = path;
+        e.details = Some(json!({}));
         e
     }
 
@@ -234,7 +233,8 @@ impl ApiError {
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
+                if ct.contains("strategic-merge-patch") { String::new() } else { format!(" (got {ct})") }
             ),
         )
     }

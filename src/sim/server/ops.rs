@@ -269,6 +269,9 @@ impl Shared {
         if !loc.res.custom {
             super::defaults::drop_empty(body);
         }
+        if loc.res.group.is_empty() && loc.res.plural == "secrets" {
+            super::defaults::secret_string_data(body);
+        }
         Ok(())
     }
 
@@ -295,20 +298,23 @@ impl Shared {
             let out = schema::apply(schema, obj);
             if !out.pruned.is_empty() {
                 if opts.strict {
+                    let fields = out
+                        .pruned
+                        .iter()
+                        .map(|p| format!("unknown field \"{p}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ");
                     return Err(ApiError::bad_request(format!(
-                        "strict decoding error: {}",
-                        out.pruned
-                            .iter()
-                            .map(|p| format!("unknown field \"{p}\""))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {fields}",
+                        kind = res.kind,
+                        v = loc.version,
                     )));
                 }
                 warnings.extend(out.pruned.iter().map(|p| format!("unknown field \"{p}\"")));
             }
             causes.extend(out.causes);
         }
-        if res.group.is_empty() && res.plural == "events" {
+        if loc.key.as_ref() == "/events" {
             if loc.res.is_events_v1() {
                 causes.extend(validate::check_v1_event(obj));
             }
@@ -319,6 +325,16 @@ impl Shared {
         }
         if res.group == "coordination.k8s.io" && res.plural == "leases" {
             causes.extend(validate::check_lease(obj));
+        }
+        if res.group == "batch" && res.plural == "jobs" {
+            let rp = obj.pointer("/spec/template/spec/restartPolicy").and_then(Value::as_str);
+            if !matches!(rp, Some("OnFailure" | "Never")) {
+                causes.push(Cause {
+                    reason: "FieldValueRequired",
+                    field: "spec.template.spec.restartPolicy".into(),
+                    message: "Required value: valid values: \"OnFailure\", \"Never\"".into(),
+                });
+            }
         }
         if res.group.is_empty() && res.plural == "pods" {
             match obj.pointer("/spec/containers").and_then(Value::as_array) {

@@ -18,23 +18,40 @@ fn dcol(name: &str, format: &str, description: &str, priority: u8) -> Value {
 const NAME_DESC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 const AGE_DESC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 
-/// Evaluates a simple JSONPath such as `.status.conditions[0].type`.
-fn simple_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
-    let mut cur = obj;
-    for part in path
-        .trim_start_matches('.')
-        .split('.')
-        .filter(|p| !p.is_empty())
-    {
-        let (field, idx) = match part.split_once('[') {
-            Some((f, rest)) => (f, rest.trim_end_matches(']').parse::<usize>().ok()),
-            None => (part, None),
-        };
-        if !field.is_empty() {
-            cur = cur.get(field)?;
-        }
-        if let Some(i) = idx {
-            cur = cur.get(i)?;
+/// The JSONPath subset of printer columns: `.a.b`, `[n]`, `[-1:]` (the
+/// last element) and `[?(@.k=="v")]` (the first element whose field
+/// equals). None when nothing is there.
+pub fn jsonpath(obj: &Value, path: &str) -> Option<Value> {
+    let mut cur = obj.clone();
+    let mut rest = path.trim();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let field = &r[..end];
+            if !field.is_empty() {
+                cur = cur.get(field)?.clone();
+            }
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            let inner = &r[..end];
+            rest = &r[end + 1..];
+            let arr = cur.as_array()?.clone();
+            cur = if let Some(f) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
+                let (k, v) = f.split_once("==")?;
+                let v = v.trim().trim_matches('"').trim_matches('\'');
+                arr.into_iter()
+                    .find(|e| e.get(k.trim()).and_then(Value::as_str) == Some(v))?
+            } else if let Some(n) = inner.strip_suffix(':').and_then(|n| n.parse::<i64>().ok()) {
+                let i = if n < 0 { arr.len() as i64 + n } else { n };
+                arr.get(usize::try_from(i).ok()?)?.clone()
+            } else {
+                let n: i64 = inner.trim().parse().ok()?;
+                let i = if n < 0 { arr.len() as i64 + n } else { n };
+                arr.get(usize::try_from(i).ok()?)?.clone()
+            };
+        } else {
+            return None;
         }
     }
     Some(cur)
@@ -297,30 +314,34 @@ fn columns(loc: &Loc) -> Vec<Column> {
         )),
         _ => {}
     }
-    if let Some(pcs) = loc.res.printer_columns.get(&loc.version) {
+    if loc.res.custom {
+        // a CRD's table is its printer columns (Age by default), as declared
+        let default_cols = vec![json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})];
+        let pcs = loc
+            .res
+            .printer_columns
+            .get(&loc.version)
+            .filter(|p| !p.is_empty())
+            .cloned()
+            .unwrap_or(default_cols);
         for pc in pcs {
-            let path = pc
-                .get("jsonPath")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            if path == ".metadata.creationTimestamp" {
-                continue;
-            }
-            let name = pc.get("name").and_then(Value::as_str).unwrap_or("");
-            let ty = pc.get("type").and_then(Value::as_str).unwrap_or("string");
-            if ty == "date" {
-                cols.push((
-                    col(name, "string", ""),
-                    Box::new(move |o: &Value| json!(age(simple_path(o, &path)))),
-                ));
-                continue;
-            }
+            let path = pc.get("jsonPath").and_then(Value::as_str).unwrap_or("").to_string();
+            let s = |k: &str| pc.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let desc = match s("description") {
+                d if d.is_empty() => format!("Custom resource definition column (in JSONPath format): {path}"),
+                d => d,
+            };
+            let ty = match s("type") {
+                t if t.is_empty() => "string".to_string(),
+                t => t,
+            };
             cols.push((
-                col(name, ty, ""),
-                Box::new(move |o: &Value| simple_path(o, &path).cloned().unwrap_or(Value::Null)),
+                json!({"name": s("name"), "type": ty, "format": s("format"), "description": desc,
+                    "priority": pc.get("priority").and_then(Value::as_i64).unwrap_or(0)}),
+                Box::new(move |o: &Value| jsonpath(o, &path).unwrap_or(Value::Null)),
             ));
         }
+        return cols;
     }
     if !age_done {
         cols.push(age_col());

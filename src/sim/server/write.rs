@@ -195,9 +195,13 @@ impl Shared {
         if res.group.is_empty() && res.plural == "pods" {
             defaults::pod_admission(&mut body);
         }
+        if res.group == "batch" && res.plural == "jobs" {
+            let uid = meta_str(&body, "uid").unwrap_or("").to_string();
+            defaults::job_selector(&mut body, &uid);
+        }
         if res.group == "apiextensions.k8s.io" {
             let info = crd::resource_of(&body)?;
-            body["status"] = crd::established_status(&body);
+            body["status"] = crd::initial_status(&body);
             if !opts.dry_run
                 && let Ok(mut reg) = self.registry.write()
             {
@@ -214,6 +218,9 @@ impl Shared {
         let change = w.put(&loc.key, body);
         if loc.key.as_ref() == NS_KEY {
             self.kcm.push(super::controllers::Work::NamespaceCreated(name.clone()));
+        }
+        if res.group == "apiextensions.k8s.io" {
+            self.kcm.push(super::controllers::Work::Establish(name.clone()));
         }
         Ok(Reply {
             code: 201,
@@ -241,6 +248,12 @@ impl Shared {
                 defaults::pod_conditions(body);
             }
             ("", "nodes") => defaults::node(body),
+            ("batch", "jobs") => defaults::job(body),
+            ("", "secrets") => {
+                if let Some(m) = body.as_object_mut() {
+                    m.entry("type").or_insert(json!("Opaque"));
+                }
+            }
             _ => {}
         }
     }
@@ -604,7 +617,22 @@ impl Shared {
         if om_terminating(old) {
             let old_f = finalizers(old);
             if finalizers(&cand).iter().any(|f| !old_f.contains(f)) {
-                return Err(ApiError::invalid(&res.group, &res.kind, &name, vec![Cause { reason: "FieldValueForbidden", field: "metadata.finalizers".into(), message: "Forbidden: no new finalizers can be added if the object is being deleted".into() }]));
+                let new: Vec<String> = finalizers(&cand)
+                    .iter()
+                    .filter(|f| !old_f.contains(f))
+                    .map(|f| format!("{:?}", f.as_str().unwrap_or("")))
+                    .collect();
+                let message = format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    new.join(", ")
+                );
+                // the real server reports it twice (metadata and strategy)
+                let cause = || Cause {
+                    reason: "FieldValueForbidden",
+                    field: "metadata.finalizers".into(),
+                    message: message.clone(),
+                };
+                return Err(ApiError::invalid(&res.group, &res.kind, &name, vec![cause(), cause()]));
             }
         }
         if !applied && !opts.manager.is_empty() && loc.res.is_events_v1() {
@@ -665,9 +693,17 @@ impl Shared {
             });
         }
         if om_terminating(&cand) && finalizers(&cand).is_empty() && !finalizers(old).is_empty() {
-            let change =
-                self.finalize_removal(w, &loc.key, loc.ns_str(), &name, "Background", Some(cand));
-            let body = change.map(|o| self.view(loc, &o)).unwrap_or(Value::Null);
+            // the DELETED event carries the last stored state; the answer
+            // is the object as this write made it
+            let change = self.finalize_removal(w, &loc.key, loc.ns_str(), &name, "Background", None);
+            let body = match change {
+                Some(gone) => {
+                    let mut v = cand.clone();
+                    v["metadata"]["resourceVersion"] = gone["metadata"]["resourceVersion"].clone();
+                    self.view(loc, &v)
+                }
+                None => Value::Null,
+            };
             return Ok(Reply {
                 code: 200,
                 body,
