@@ -162,6 +162,12 @@ impl ApiError {
         } else {
             format!("{kind}.{group}")
         };
+        // several causes are listed in brackets, as Go's aggregate error
+        let summary = if causes.len() > 1 {
+            format!("[{summary}]")
+        } else {
+            summary
+        };
         let mut e = Self::new(
             422,
             "Invalid",

@@ -28,6 +28,7 @@ pub mod log;
 pub mod openapi;
 pub mod ops;
 pub mod patch;
+pub mod podcheck;
 pub mod pods;
 pub mod quantity;
 pub mod render;

@@ -337,26 +337,14 @@ impl Shared {
             }
         }
         if res.group.is_empty() && res.plural == "pods" {
-            match obj.pointer("/spec/containers").and_then(Value::as_array) {
-                Some(cs) if !cs.is_empty() => {
-                    for (i, c) in cs.iter().enumerate() {
-                        for f in ["name", "image"] {
-                            if c.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
-                                causes.push(Cause {
-                                    reason: "FieldValueRequired",
-                                    field: format!("spec.containers[{i}].{f}"),
-                                    message: "Required value".into(),
-                                });
-                            }
-                        }
-                    }
-                }
-                _ => causes.push(Cause {
-                    reason: "FieldValueRequired",
-                    field: "spec.containers".into(),
-                    message: "Required value".into(),
-                }),
+            if super::podcheck::bad_quantity(obj) {
+                return Err(ApiError::bad_request(format!(
+                    "Pod in version \"{}\" cannot be handled as a Pod: {}",
+                    loc.version,
+                    super::quantity::INVALID
+                )));
             }
+            causes.extend(super::podcheck::check(obj));
         }
         if !causes.is_empty() {
             return Err(ApiError::invalid(&res.group, &res.kind, &name, causes));

@@ -126,6 +126,34 @@ pub fn canonical(s: &str) -> Option<String> {
     Some(format!("{sign}{m}{suf}"))
 }
 
+/// The numeric value of a quantity (for comparisons), or `None`.
+pub fn value(s: &str) -> Option<f64> {
+    let c = canonical(s)?;
+    let (num, suffix) = split(&c)?;
+    let n: f64 = num.parse().ok()?;
+    let mult = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        e if e.starts_with(['e', 'E']) => 10f64.powi(e[1..].parse().ok()?),
+        _ => return None,
+    };
+    Some(n * mult)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
