@@ -152,6 +152,10 @@ fn strategy(field: &str, items: &[Value], lists: Lists<'_>) -> Rule {
         }
         return Rule::Atomic;
     }
+    // container ports are keyed by port and protocol (`+listMapKey`)
+    if field == "ports" && items.iter().all(|i| i.get("containerPort").is_some()) {
+        return Rule::Keys(vec!["containerPort".into(), "protocol".into()]);
+    }
     match list_strategy(field, items) {
         ListStrategy::Replace => Rule::Atomic,
         ListStrategy::PrimitiveSet => Rule::Set,
@@ -691,23 +695,21 @@ pub fn record_update(
     write_entries(new, &entries);
 }
 
-/// Field names of the built-in kinds whose values are maps
-/// (`map[string]...` in the Go types), not structs: a map a write creates
-/// is owned itself (`".": {}` in FieldsV1), a struct is not.
-const BUILTIN_MAPS: &[&str] = &[
-    "labels",
-    "annotations",
-    "data",
-    "binaryData",
-    "stringData",
-    "nodeSelector",
-    "requests",
-    "limits",
-    "capacity",
-    "allocatable",
-    "matchLabels",
-    "hard",
-    "used",
+
+/// Built-in fields a write does not own as a whole when it creates them
+/// (observed on a real server: `f:spec` and `f:containers` carry no
+/// `"."`, while `f:resources`, `f:env` or `f:series` do).
+const NOT_OWNED_ITSELF: &[&str] = &[
+    "spec",
+    "status",
+    "containers",
+    "initContainers",
+    "ephemeralContainers",
+    "template",
+    "source",
+    "involvedObject",
+    "regarding",
+    "related",
 ];
 
 /// Paths of the map-typed values in an object (see `BUILTIN_MAPS`; for
@@ -716,11 +718,12 @@ fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
     fn walk(name: &str, v: &Value, prefix: &mut Path, out: &mut Vec<Path>, lists: Lists<'_>) {
         match v {
             Value::Object(m) => {
-                // custom resources own every object they create
+                // custom resources own every object they create; built-ins
+                // every one but the top-level structs and container lists
                 let is_map = if lists.custom {
                     true
                 } else {
-                    BUILTIN_MAPS.contains(&name)
+                    !m.is_empty() && !NOT_OWNED_ITSELF.contains(&name)
                 };
                 if is_map {
                     out.push(prefix.clone());
@@ -733,7 +736,8 @@ fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
             }
             Value::Array(items) => {
                 let rule = strategy(name, items, lists);
-                if rule == Rule::Set || (lists.custom && matches!(rule, Rule::Keys(_))) {
+                let keyed = matches!(rule, Rule::Keys(_));
+                if rule == Rule::Set || (keyed && (lists.custom || !NOT_OWNED_ITSELF.contains(&name))) {
                     // a set the write created is owned itself too
                     out.push(prefix.clone());
                 }

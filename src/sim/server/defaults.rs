@@ -84,7 +84,6 @@ pub fn pod(pod: &mut Value) {
     spec.entry("terminationGracePeriodSeconds").or_insert(json!(30));
     spec.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
     spec.entry("securityContext").or_insert(json!({}));
-    spec.entry("enableServiceLinks").or_insert(json!(true));
     for c in containers_mut(spec) {
         container(c);
     }
@@ -92,6 +91,13 @@ pub fn pod(pod: &mut Value) {
         spec.entry("serviceAccount").or_insert(sa);
     } else if let Some(sa) = spec.get("serviceAccount").cloned() {
         spec.insert("serviceAccountName".into(), sa);
+    }
+}
+
+/// What only pods (not pod templates) are defaulted with.
+pub fn pod_only(pod: &mut Value) {
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.entry("enableServiceLinks").or_insert(json!(true));
     }
 }
 
@@ -272,11 +278,12 @@ pub fn v1_event_view(ev: &mut Value) {
 /// Drops what Go's `omitempty` drops in built-in objects: empty lists
 /// anywhere, empty maps of the metadata and of map-typed fields, `null`s.
 pub fn drop_empty(v: &mut Value) {
-    const MAPS: &[&str] = &["labels", "annotations", "data", "binaryData", "stringData", "nodeSelector"];
+    const MAPS: &[&str] = &["labels", "annotations", "data", "binaryData", "stringData", "nodeSelector", "source", "deprecatedSource"];
     fn walk(v: &mut Value, depth: usize) {
+        let _ = depth;
         if let Value::Object(m) = v {
             m.retain(|k, c| {
-                !(c.is_null() && depth > 0)
+                !c.is_null()
                     && !(c.as_array().is_some_and(Vec::is_empty))
                     && !(MAPS.contains(&k.as_str()) && c.as_object().is_some_and(Map::is_empty))
             });

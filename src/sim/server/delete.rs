@@ -194,7 +194,6 @@ impl Shared {
             }
             let mut d = (*old).clone();
             meta_mut(&mut d).insert("deletionTimestamp".into(), json!(now()));
-            meta_mut(&mut d).insert("deletionGracePeriodSeconds".into(), json!(0));
             d["status"]["phase"] = json!("Terminating");
             let change = w.put(key, d);
             self.kcm.push(Work::NamespaceDeleting(name.to_string()));

@@ -152,18 +152,21 @@ impl ApiError {
 
     /// 422 Invalid with causes; `details.kind` is the Kind, not the plural.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let summary = causes
-            .iter()
-            .map(|c| format!("{}: {}", c.field, c.message))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let mut parts: Vec<String> = Vec::new();
+        for p in causes.iter().map(|c| format!("{}: {}", c.field, c.message)) {
+            if !parts.contains(&p) {
+                parts.push(p);
+            }
+        }
+        let many = parts.len() > 1;
+        let summary = parts.join(", ");
         let gk = if group.is_empty() {
             kind.to_string()
         } else {
             format!("{kind}.{group}")
         };
         // several causes are listed in brackets, as Go's aggregate error
-        let summary = if causes.len() > 1 {
+        let summary = if many {
             format!("[{summary}]")
         } else {
             summary

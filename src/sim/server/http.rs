@@ -299,6 +299,7 @@ fn manager(q: &Query, headers: &HeaderMap) -> String {
 fn list_query(loc: &Loc, q: &Query) -> Result<ListQuery, ApiError> {
     if q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty())
         && q.get("resourceVersion").is_none_or(str::is_empty)
+        && !(q.flag("watch") && q.flag("sendInitialEvents"))
     {
         return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", vec![super::errors::Cause {
             reason: "FieldValueForbidden",
@@ -407,9 +408,14 @@ async fn dispatch(
         Route::Unknown => {
             // under a served group-version: a Status; elsewhere the mux's text
             let segs: Vec<&str> = path.split('/').filter(|x| !x.is_empty()).collect();
+            // (the CRD handler of a custom group answers with text too)
+            let snapshot = reg();
             let served = match segs.as_slice() {
-                ["api", v, ..] => discovery::resource_list(&reg(), "", v).is_some(),
-                ["apis", g, v, ..] => discovery::resource_list(&reg(), g, v).is_some(),
+                ["api", v, ..] => discovery::resource_list(&snapshot, "", v).is_some(),
+                ["apis", g, v, ..] => {
+                    snapshot.all().any(|r| r.group == *g && !r.custom)
+                        && discovery::resource_list(&snapshot, g, v).is_some()
+                }
                 _ => false,
             };
             return if served { not_found("path") } else { plain_not_found() };
@@ -433,8 +439,10 @@ async fn dispatch(
                 Ok((code, text)) => {
                     let mut r = Response::new(Body::from(text));
                     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
-                    r.headers_mut()
-                        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                    if code != 204 {
+                        r.headers_mut()
+                            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                    }
                     r
                 }
                 Err(e) => error_response(&e),

@@ -287,7 +287,11 @@ impl Shared {
         let res = &loc.res;
         let name = meta_str(obj, "name").unwrap_or("").to_string();
         if let Some(msg) = validate::check_micro_times(&res.group, &res.plural, obj) {
-            return Err(ApiError::bad_request(msg));
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{v}\" cannot be handled as a {kind}: {msg}",
+                kind = res.kind,
+                v = loc.version
+            )));
         }
         let mut causes: Vec<Cause> = Vec::new();
         if let Some(c) = validate::check_name(&res.plural, &name) {
@@ -323,6 +327,9 @@ impl Shared {
         if res.group.is_empty() && matches!(res.plural.as_str(), "configmaps" | "secrets") {
             causes.extend(validate::check_data_keys(obj));
         }
+        if res.group.is_empty() && res.plural == "secrets" {
+            causes.extend(validate::check_secret_type(obj));
+        }
         if res.group == "coordination.k8s.io" && res.plural == "leases" {
             causes.extend(validate::check_lease(obj));
         }
@@ -347,7 +354,9 @@ impl Shared {
             causes.extend(super::podcheck::check(obj));
         }
         if !causes.is_empty() {
-            return Err(ApiError::invalid(&res.group, &res.kind, &name, causes));
+            // Events are validated as the core type, whichever API wrote them
+            let group = if loc.key.as_ref() == "/events" { "" } else { res.group.as_str() };
+            return Err(ApiError::invalid(group, &res.kind, &name, causes));
         }
         Ok(())
     }

@@ -335,10 +335,17 @@ fn columns(loc: &Loc) -> Vec<Column> {
                 t if t.is_empty() => "string".to_string(),
                 t => t,
             };
+            let ty_is_date = ty == "date";
             cols.push((
                 json!({"name": s("name"), "type": ty, "format": s("format"), "description": desc,
                     "priority": pc.get("priority").and_then(Value::as_i64).unwrap_or(0)}),
-                Box::new(move |o: &Value| jsonpath(o, &path).unwrap_or(Value::Null)),
+                Box::new(move |o: &Value| {
+                    let v = jsonpath(o, &path);
+                    match (ty_is_date, v) {
+                        (true, Some(v)) if v.is_string() => json!(age(Some(&v))),
+                        (_, v) => v.unwrap_or(Value::Null),
+                    }
+                }),
             ));
         }
         return cols;

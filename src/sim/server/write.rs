@@ -245,6 +245,7 @@ impl Shared {
             }
             ("", "pods") => {
                 defaults::pod(body);
+                defaults::pod_only(body);
                 defaults::pod_conditions(body);
             }
             ("", "nodes") => defaults::node(body),
@@ -597,6 +598,7 @@ impl Shared {
             match res.plural.as_str() {
                 "pods" => {
                     defaults::pod(&mut cand);
+                    defaults::pod_only(&mut cand);
                     defaults::pod_conditions(&mut cand);
                 }
                 "nodes" => defaults::node(&mut cand),
@@ -697,9 +699,10 @@ impl Shared {
             // is the object as this write made it
             let change = self.finalize_removal(w, &loc.key, loc.ns_str(), &name, "Background", None);
             let body = match change {
-                Some(gone) => {
+                Some(_) => {
+                    // with the resourceVersion it was last stored at
                     let mut v = cand.clone();
-                    v["metadata"]["resourceVersion"] = gone["metadata"]["resourceVersion"].clone();
+                    v["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
                     self.view(loc, &v)
                 }
                 None => Value::Null,
