@@ -477,7 +477,12 @@ pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
     // the real server's order: operation, time, manager, apiVersion
     let mut sorted: Vec<&Entry> = entries.iter().filter(|e| !e.set.is_empty()).collect();
     sorted.sort_by(|a, b| {
-        (&a.operation, &a.time, &a.manager, &a.api_version).cmp(&(&b.operation, &b.time, &b.manager, &b.api_version))
+        (&a.operation, &a.time, &a.manager, &a.api_version).cmp(&(
+            &b.operation,
+            &b.time,
+            &b.manager,
+            &b.api_version,
+        ))
     });
     let list: Vec<Value> = sorted
         .into_iter()
@@ -610,7 +615,10 @@ pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String,
         }
         v
     };
-    let existing = entries.iter().find(|e| mine(e)).map(|e| (e.time.clone(), e.set == cfg_set));
+    let existing = entries
+        .iter()
+        .find(|e| mine(e))
+        .map(|e| (e.time.clone(), e.set == cfg_set));
     let unchanged = strip(&out) == strip(base);
     let time = match existing {
         // an apply that changed nothing keeps the time (a new manager: none)
@@ -672,7 +680,8 @@ pub fn record_update(
     }
     for e in entries.iter_mut() {
         // fields changed by this write change hands; removed ones go
-        e.set.retain(|p| !changed.contains(p) && value_at(new, p).is_some());
+        e.set
+            .retain(|p| !changed.contains(p) && value_at(new, p).is_some());
     }
     let now = super::validate::now_rfc3339();
     match entries
@@ -694,7 +703,6 @@ pub fn record_update(
     }
     write_entries(new, &entries);
 }
-
 
 /// Built-in fields a write does not own as a whole when it creates them
 /// (observed on a real server: `f:spec` and `f:containers` carry no
@@ -737,7 +745,9 @@ fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
             Value::Array(items) => {
                 let rule = strategy(name, items, lists);
                 let keyed = matches!(rule, Rule::Keys(_));
-                if rule == Rule::Set || (keyed && (lists.custom || !NOT_OWNED_ITSELF.contains(&name))) {
+                if rule == Rule::Set
+                    || (keyed && (lists.custom || !NOT_OWNED_ITSELF.contains(&name)))
+                {
                     // a set the write created is owned itself too
                     out.push(prefix.clone());
                 }

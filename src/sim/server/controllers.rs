@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::ops::{DeleteOpts, Loc, NS_KEY, WriteOpts, finalizers, meta_mut, meta_str, om_terminating};
+use super::ops::{
+    DeleteOpts, Loc, NS_KEY, WriteOpts, finalizers, meta_mut, meta_str, om_terminating,
+};
 use super::state::Shared;
 use super::store::Inner;
 use super::validate;
@@ -162,7 +164,10 @@ impl Shared {
         let reg = self.registry_snapshot();
         let mut remaining: BTreeMap<String, usize> = BTreeMap::new();
         let mut held: BTreeMap<String, usize> = BTreeMap::new();
-        for res in reg.all().filter(|r| r.namespaced && r.storage_alias.is_none()) {
+        for res in reg
+            .all()
+            .filter(|r| r.namespaced && r.storage_alias.is_none())
+        {
             let key: Arc<str> = Arc::from(res.key().as_str());
             let objs: Vec<(String, Arc<Value>)> = w
                 .iter(&key, Some(ns))
@@ -186,7 +191,12 @@ impl Shared {
             }
         }
         let content = if remaining.is_empty() {
-            condition("NamespaceContentRemaining", false, "ContentRemoved", "All content successfully removed")
+            condition(
+                "NamespaceContentRemaining",
+                false,
+                "ContentRemoved",
+                "All content successfully removed",
+            )
         } else {
             let list: Vec<String> = remaining
                 .iter()
@@ -200,20 +210,46 @@ impl Shared {
             )
         };
         let fins = if held.is_empty() {
-            condition("NamespaceFinalizersRemaining", false, "ContentHasNoFinalizers", "All content-preserving finalizers finished")
+            condition(
+                "NamespaceFinalizersRemaining",
+                false,
+                "ContentHasNoFinalizers",
+                "All content-preserving finalizers finished",
+            )
         } else {
-            let list: Vec<String> = held.iter().map(|(f, n)| format!("{f} in {n} resource instances")).collect();
+            let list: Vec<String> = held
+                .iter()
+                .map(|(f, n)| format!("{f} in {n} resource instances"))
+                .collect();
             condition(
                 "NamespaceFinalizersRemaining",
                 true,
                 "SomeFinalizersRemain",
-                &format!("Some content in the namespace has finalizers remaining: {}", list.join(", ")),
+                &format!(
+                    "Some content in the namespace has finalizers remaining: {}",
+                    list.join(", ")
+                ),
             )
         };
         let mut conds = vec![
-            condition("NamespaceDeletionDiscoveryFailure", false, "ResourcesDiscovered", "All resources successfully discovered"),
-            condition("NamespaceDeletionGroupVersionParsingFailure", false, "ParsedGroupVersions", "All legacy kube types successfully parsed"),
-            condition("NamespaceDeletionContentFailure", false, "ContentDeleted", "All content successfully deleted, may be waiting on finalization"),
+            condition(
+                "NamespaceDeletionDiscoveryFailure",
+                false,
+                "ResourcesDiscovered",
+                "All resources successfully discovered",
+            ),
+            condition(
+                "NamespaceDeletionGroupVersionParsingFailure",
+                false,
+                "ParsedGroupVersions",
+                "All legacy kube types successfully parsed",
+            ),
+            condition(
+                "NamespaceDeletionContentFailure",
+                false,
+                "ContentDeleted",
+                "All content successfully deleted, may be waiting on finalization",
+            ),
             content,
             fins,
         ];

@@ -181,13 +181,19 @@ pub fn established_status(crd: &Value) -> Value {
         })
         .unwrap_or_default();
     let mut names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
-    if let Some(k) = names.get("kind").and_then(Value::as_str).map(str::to_string)
+    if let Some(k) = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .map(str::to_string)
         && names.get("listKind").is_none()
     {
         names["listKind"] = json!(format!("{k}List"));
     }
     if names.get("singular").is_none()
-        && let Some(k) = names.get("kind").and_then(Value::as_str).map(str::to_ascii_lowercase)
+        && let Some(k) = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .map(str::to_ascii_lowercase)
     {
         names["singular"] = json!(k);
     }

@@ -15,13 +15,21 @@ fn container(c: &mut Value) {
     let Some(m) = c.as_object_mut() else {
         return;
     };
-    let image = m.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+    let image = m
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     if !m.contains_key("imagePullPolicy") {
         let tag = image.rsplit('/').next().unwrap_or("");
         let latest = !image.contains('@') && (!tag.contains(':') || tag.ends_with(":latest"));
-        m.insert("imagePullPolicy".into(), json!(if latest { "Always" } else { "IfNotPresent" }));
+        m.insert(
+            "imagePullPolicy".into(),
+            json!(if latest { "Always" } else { "IfNotPresent" }),
+        );
     }
-    m.entry("terminationMessagePath").or_insert(json!("/dev/termination-log"));
+    m.entry("terminationMessagePath")
+        .or_insert(json!("/dev/termination-log"));
     m.entry("terminationMessagePolicy").or_insert(json!("File"));
     m.entry("resources").or_insert(json!({}));
     for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
@@ -69,7 +77,12 @@ pub fn canonical_map(m: Option<&mut Value>) {
 
 fn containers_mut(spec: &mut Map<String, Value>) -> impl Iterator<Item = &mut Value> {
     spec.iter_mut()
-        .filter(|(k, _)| matches!(k.as_str(), "containers" | "initContainers" | "ephemeralContainers"))
+        .filter(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "containers" | "initContainers" | "ephemeralContainers"
+            )
+        })
         .filter_map(|(_, v)| v.as_array_mut())
         .flatten()
 }
@@ -80,8 +93,10 @@ pub fn pod(pod: &mut Value) {
         return;
     };
     spec.entry("restartPolicy").or_insert(json!("Always"));
-    spec.entry("schedulerName").or_insert(json!("default-scheduler"));
-    spec.entry("terminationGracePeriodSeconds").or_insert(json!(30));
+    spec.entry("schedulerName")
+        .or_insert(json!("default-scheduler"));
+    spec.entry("terminationGracePeriodSeconds")
+        .or_insert(json!(30));
     spec.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
     spec.entry("securityContext").or_insert(json!({}));
     for c in containers_mut(spec) {
@@ -114,7 +129,12 @@ pub fn pod_admission(pod: &mut Value) {
     let has_sa_mount = containers_mut(spec).any(|c| {
         c.get("volumeMounts")
             .and_then(Value::as_array)
-            .is_some_and(|ms| ms.iter().any(|m| m.get("mountPath") == Some(&json!("/var/run/secrets/kubernetes.io/serviceaccount"))))
+            .is_some_and(|ms| {
+                ms.iter().any(|m| {
+                    m.get("mountPath")
+                        == Some(&json!("/var/run/secrets/kubernetes.io/serviceaccount"))
+                })
+            })
     });
     if automount && !has_sa_mount {
         let name = format!("kube-api-access-{}", validate::name_suffix());
@@ -137,7 +157,10 @@ pub fn pod_admission(pod: &mut Value) {
     }
     let tols = spec.entry("tolerations").or_insert(json!([]));
     if let Some(t) = tols.as_array_mut() {
-        for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
             let tolerated = t.iter().any(|x| {
                 let eff = x.get("effect").and_then(Value::as_str).unwrap_or("");
                 let k = x.get("key").and_then(Value::as_str).unwrap_or("");
@@ -150,7 +173,8 @@ pub fn pod_admission(pod: &mut Value) {
         }
     }
     spec.entry("priority").or_insert(json!(0));
-    spec.entry("preemptionPolicy").or_insert(json!("PreemptLowerPriority"));
+    spec.entry("preemptionPolicy")
+        .or_insert(json!("PreemptLowerPriority"));
 }
 
 /// A batch Job's defaults (`SetDefaults_Job`) and its template's pod
@@ -165,7 +189,8 @@ pub fn job(job: &mut Value) {
         spec.entry("completionMode").or_insert(json!("NonIndexed"));
         spec.entry("suspend").or_insert(json!(false));
         if !spec.contains_key("podFailurePolicy") {
-            spec.entry("podReplacementPolicy").or_insert(json!("TerminatingOrFailed"));
+            spec.entry("podReplacementPolicy")
+                .or_insert(json!("TerminatingOrFailed"));
         }
         spec.entry("manualSelector").or_insert(json!(false));
         if let Some(t) = spec.get_mut("template") {
@@ -177,14 +202,21 @@ pub fn job(job: &mut Value) {
 /// The selector and template labels the Job strategy generates from the
 /// uid (unless `manualSelector`), after its creator's fields are recorded.
 pub fn job_selector(job: &mut Value, uid: &str) {
-    let name = job.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let name = job
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let Some(spec) = job.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
     if spec.get("manualSelector") == Some(&json!(true)) {
         return;
     }
-    spec.insert("selector".into(), json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}));
+    spec.insert(
+        "selector".into(),
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+    );
     let labels = spec
         .entry("template")
         .or_insert(json!({}))
@@ -215,7 +247,10 @@ pub fn secret_string_data(secret: &mut Value) {
         if let Some(d) = data.as_object_mut() {
             for (k, v) in sd {
                 let text = v.as_str().unwrap_or("").to_string();
-                d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+                d.insert(
+                    k,
+                    json!(base64::engine::general_purpose::STANDARD.encode(text)),
+                );
             }
         }
     }
@@ -223,7 +258,10 @@ pub fn secret_string_data(secret: &mut Value) {
 
 /// Pod conditions always carry both times (`null` when unset).
 pub fn pod_conditions(pod: &mut Value) {
-    if let Some(cs) = pod.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+    if let Some(cs) = pod
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
         for c in cs.iter_mut().filter_map(Value::as_object_mut) {
             c.entry("lastProbeTime").or_insert(Value::Null);
             c.entry("lastTransitionTime").or_insert(Value::Null);
@@ -278,7 +316,16 @@ pub fn v1_event_view(ev: &mut Value) {
 /// Drops what Go's `omitempty` drops in built-in objects: empty lists
 /// anywhere, empty maps of the metadata and of map-typed fields, `null`s.
 pub fn drop_empty(v: &mut Value) {
-    const MAPS: &[&str] = &["labels", "annotations", "data", "binaryData", "stringData", "nodeSelector", "source", "deprecatedSource"];
+    const MAPS: &[&str] = &[
+        "labels",
+        "annotations",
+        "data",
+        "binaryData",
+        "stringData",
+        "nodeSelector",
+        "source",
+        "deprecatedSource",
+    ];
     fn walk(v: &mut Value, depth: usize) {
         let _ = depth;
         if let Value::Object(m) = v {
@@ -311,14 +358,23 @@ mod tests {
         pod_admission(&mut p);
         let c = &p["spec"]["containers"][0];
         assert_eq!(c["imagePullPolicy"], json!("Always"));
-        assert_eq!(c["resources"], json!({"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}));
+        assert_eq!(
+            c["resources"],
+            json!({"limits": {"cpu": "1"}, "requests": {"cpu": "1"}})
+        );
         assert_eq!(c["startupProbe"]["httpGet"]["scheme"], json!("HTTP"));
         assert_eq!(p["spec"]["serviceAccountName"], json!("default"));
         assert_eq!(p["spec"]["tolerations"].as_array().map(Vec::len), Some(2));
-        assert_eq!(c["volumeMounts"][0]["name"], p["spec"]["volumes"][0]["name"]);
+        assert_eq!(
+            c["volumeMounts"][0]["name"],
+            p["spec"]["volumes"][0]["name"]
+        );
         let mut q = json!({"spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}});
         pod(&mut q);
-        assert_eq!(q["spec"]["containers"][0]["imagePullPolicy"], json!("IfNotPresent"));
+        assert_eq!(
+            q["spec"]["containers"][0]["imagePullPolicy"],
+            json!("IfNotPresent")
+        );
     }
 
     #[test]

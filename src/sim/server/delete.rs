@@ -120,8 +120,14 @@ impl Shared {
         let old = w
             .get(&loc.key, loc.ns_str(), &name)
             .ok_or_else(|| ApiError::not_found(loc.target(&name)))?;
-        if loc.key.as_ref() == NS_KEY && matches!(name.as_str(), "default" | "kube-system" | "kube-public") {
-            return Err(ApiError::forbidden(loc.target(&name), "this namespace may not be deleted", vec![]));
+        if loc.key.as_ref() == NS_KEY
+            && matches!(name.as_str(), "default" | "kube-system" | "kube-public")
+        {
+            return Err(ApiError::forbidden(
+                loc.target(&name),
+                "this namespace may not be deleted",
+                vec![],
+            ));
         }
         if let Some(uid) = &opts.uid
             && Some(uid.as_str()) != meta_str(&old, "uid")
@@ -211,7 +217,10 @@ impl Shared {
             let mut fins = finalizers(&old);
             fins.push(json!(CRD_FINALIZER));
             m.insert("finalizers".into(), Value::Array(fins));
-            if let Some(cs) = d.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+            if let Some(cs) = d
+                .pointer_mut("/status/conditions")
+                .and_then(Value::as_array_mut)
+            {
                 cs.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now(),
                     "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
             }
@@ -228,11 +237,8 @@ impl Shared {
             old.pointer("/status/phase").and_then(Value::as_str),
             Some("Succeeded" | "Failed")
         );
-        let hold = is_pod
-            && self.opts.hold_pod_deletion
-            && bound
-            && !terminal
-            && opts.grace != Some(0);
+        let hold =
+            is_pod && self.opts.hold_pod_deletion && bound && !terminal && opts.grace != Some(0);
         let mut fins = finalizers(&old);
         let gc_fin = match policy.as_str() {
             "Orphan" => Some("orphan"),
@@ -279,14 +285,22 @@ impl Shared {
             }
             let change = w.put(key, d);
             if gc_fin.is_some() {
-                self.kcm.push(Work::Finalize(key.clone(), ns.to_string(), name.to_string()));
+                self.kcm.push(Work::Finalize(
+                    key.clone(),
+                    ns.to_string(),
+                    name.to_string(),
+                ));
             }
             return Ok((change.obj.clone(), false));
         }
         // a pod whose graceful deletion is confirmed is first written with
         // grace 0, then goes (two events, as on a real server)
-        if is_pod && om_terminating(&old)
-            && old.pointer("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) != Some(0)
+        if is_pod
+            && om_terminating(&old)
+            && old
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                != Some(0)
         {
             let mut d = (*old).clone();
             meta_mut(&mut d).insert("deletionGracePeriodSeconds".into(), json!(0));

@@ -58,7 +58,10 @@ const GROUP_ORDER: &[&str] = &[
 
 fn group_rank(g: &str) -> (usize, String) {
     (
-        GROUP_ORDER.iter().position(|x| *x == g).unwrap_or(GROUP_ORDER.len()),
+        GROUP_ORDER
+            .iter()
+            .position(|x| *x == g)
+            .unwrap_or(GROUP_ORDER.len()),
         g.to_string(),
     )
 }
@@ -100,10 +103,21 @@ pub fn group(reg: &Registry, name: &str) -> Option<Value> {
 /// The verbs of a resource as a real server lists them.
 fn verbs(r: &ResourceInfo) -> Vec<&'static str> {
     if r.custom {
-        return vec!["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"];
+        return vec![
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "create",
+            "update",
+            "watch",
+        ];
     }
     if r.group.is_empty() && r.plural == "namespaces" {
-        return vec!["create", "delete", "get", "list", "patch", "update", "watch"];
+        return vec![
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ];
     }
     r.verbs()
 }
@@ -116,20 +130,37 @@ fn storage_version_hash(reg: &Registry, r: &ResourceInfo) -> String {
         .as_deref()
         .and_then(|k| reg.get(k))
         .unwrap_or_else(|| std::sync::Arc::new(r.clone()));
-    let s = format!("{}/{}/{}", storage.group, storage.storage_version(), storage.kind);
+    let s = format!(
+        "{}/{}/{}",
+        storage.group,
+        storage.storage_version(),
+        storage.kind
+    );
     let d = ring::digest::digest(&ring::digest::SHA256, s.as_bytes());
     base64::engine::general_purpose::STANDARD.encode(&d.as_ref()[..8])
 }
 
 /// A subresource served for a resource: (name, kind, group, version, verbs).
-type Sub = (&'static str, String, &'static str, &'static str, Vec<&'static str>);
+type Sub = (
+    &'static str,
+    String,
+    &'static str,
+    &'static str,
+    Vec<&'static str>,
+);
 
 fn subresources(r: &ResourceInfo) -> Vec<Sub> {
     let gpu = vec!["get", "patch", "update"];
     let mut subs: Vec<Sub> = Vec::new();
     if r.pod_extras {
         subs.push(("binding", "Binding".into(), "", "", vec!["create"]));
-        subs.push(("eviction", "Eviction".into(), "policy", "v1", vec!["create"]));
+        subs.push((
+            "eviction",
+            "Eviction".into(),
+            "policy",
+            "v1",
+            vec!["create"],
+        ));
         subs.push(("log", "Pod".into(), "", "", vec!["get"]));
     }
     if r.scale.is_some() {
@@ -182,9 +213,13 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
         return None;
     }
     if group.is_empty() {
-        return Some(json!({"kind": "APIResourceList", "groupVersion": version, "resources": resources}));
+        return Some(
+            json!({"kind": "APIResourceList", "groupVersion": version, "resources": resources}),
+        );
     }
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": resources}))
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": resources}),
+    )
 }
 
 /// The aggregated discovery version an `Accept` header asks for
@@ -244,13 +279,20 @@ pub fn aggregated(reg: &Registry, core: bool, version: &str) -> Value {
                 json!({"version": v, "resources": rs, "freshness": "Current"})
             })
             .collect();
-        let md = if g.is_empty() { json!({}) } else { json!({"name": g}) };
+        let md = if g.is_empty() {
+            json!({})
+        } else {
+            json!({"name": g})
+        };
         json!({"metadata": md, "versions": vs})
     };
     let items: Vec<Value> = if core {
         vec![group_item("", &["v1".to_string()])]
     } else {
-        ordered_groups(reg).iter().map(|(g, vs)| group_item(g, vs)).collect()
+        ordered_groups(reg)
+            .iter()
+            .map(|(g, vs)| group_item(g, vs))
+            .collect()
     };
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{version}"), "metadata": {}, "items": items})
 }

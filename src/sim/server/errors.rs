@@ -243,7 +243,11 @@ impl ApiError {
             "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
-                if ct.contains("strategic-merge-patch") { String::new() } else { format!(" (got {ct})") }
+                if ct.contains("strategic-merge-patch") {
+                    String::new()
+                } else {
+                    format!(" (got {ct})")
+                }
             ),
         )
     }
@@ -268,7 +272,14 @@ impl ApiError {
     }
 
     /// 409 for a failed delete precondition; `details.kind` is the Kind.
-    pub fn precondition(kind: &str, name: &str, what: &str, want: &str, have: &str, hint: &str) -> Self {
+    pub fn precondition(
+        kind: &str,
+        name: &str,
+        what: &str,
+        want: &str,
+        have: &str,
+        hint: &str,
+    ) -> Self {
         let mut e = Self::new(
             409,
             "Conflict",

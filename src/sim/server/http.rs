@@ -383,7 +383,8 @@ async fn dispatch(
                 None if core => json_response(200, &discovery::core_versions(addr), &[]),
                 None => json_response(200, &discovery::groups(&reg()), &[]),
             };
-            r.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+            r.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static("Accept"));
             return r;
         }
         Route::Group(g) => {
@@ -418,7 +419,11 @@ async fn dispatch(
                 }
                 _ => false,
             };
-            return if served { not_found("path") } else { plain_not_found() };
+            return if served {
+                not_found("path")
+            } else {
+                plain_not_found()
+            };
         }
         Route::Resource(loc) => loc,
     };

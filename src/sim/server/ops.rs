@@ -334,7 +334,9 @@ impl Shared {
             causes.extend(validate::check_lease(obj));
         }
         if res.group == "batch" && res.plural == "jobs" {
-            let rp = obj.pointer("/spec/template/spec/restartPolicy").and_then(Value::as_str);
+            let rp = obj
+                .pointer("/spec/template/spec/restartPolicy")
+                .and_then(Value::as_str);
             if !matches!(rp, Some("OnFailure" | "Never")) {
                 causes.push(Cause {
                     reason: "FieldValueRequired",
@@ -355,7 +357,11 @@ impl Shared {
         }
         if !causes.is_empty() {
             // Events are validated as the core type, whichever API wrote them
-            let group = if loc.key.as_ref() == "/events" { "" } else { res.group.as_str() };
+            let group = if loc.key.as_ref() == "/events" {
+                ""
+            } else {
+                res.group.as_str()
+            };
             return Err(ApiError::invalid(group, &res.kind, &name, causes));
         }
         Ok(())

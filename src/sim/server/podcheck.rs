@@ -31,7 +31,11 @@ pub fn bad_quantity(pod: &Value) -> bool {
                 ["requests", "limits"].iter().any(|part| {
                     c.pointer(&format!("/resources/{part}"))
                         .and_then(Value::as_object)
-                        .is_some_and(|m| m.values().any(|q| q.as_str().is_none_or(|q| quantity::canonical(q).is_none())))
+                        .is_some_and(|m| {
+                            m.values().any(|q| {
+                                q.as_str().is_none_or(|q| quantity::canonical(q).is_none())
+                            })
+                        })
                 })
             })
     })
@@ -47,7 +51,10 @@ fn not_overcommittable(name: &str) -> bool {
 }
 
 fn resources(c: &Value, at: &str, out: &mut Vec<Cause>) {
-    let get = |part: &str| c.pointer(&format!("/resources/{part}")).and_then(Value::as_object);
+    let get = |part: &str| {
+        c.pointer(&format!("/resources/{part}"))
+            .and_then(Value::as_object)
+    };
     let (req, lim) = (get("requests"), get("limits"));
     if let Some(req) = req {
         for (name, q) in req {
@@ -70,12 +77,16 @@ fn resources(c: &Value, at: &str, out: &mut Vec<Cause>) {
                 continue;
             }
             if let Some(l) = limit
-                && quantity::value(q).zip(quantity::value(l)).is_some_and(|(a, b)| a > b)
+                && quantity::value(q)
+                    .zip(quantity::value(l))
+                    .is_some_and(|(a, b)| a > b)
             {
                 out.push(cause(
                     "FieldValueInvalid",
                     format!("{at}.resources.requests"),
-                    format!("Invalid value: \"{q}\": must be less than or equal to {name} limit of {l}"),
+                    format!(
+                        "Invalid value: \"{q}\": must be less than or equal to {name} limit of {l}"
+                    ),
                 ));
             }
         }
@@ -131,7 +142,11 @@ fn container(c: &Value, at: &str, init: bool, out: &mut Vec<Cause>) {
     if !name.is_empty()
         && let Some(msg) = validate::dns1123_label(name)
     {
-        out.push(cause("FieldValueInvalid", format!("{at}.name"), format!("Invalid value: \"{name}\": {msg}")));
+        out.push(cause(
+            "FieldValueInvalid",
+            format!("{at}.name"),
+            format!("Invalid value: \"{name}\": {msg}"),
+        ));
     }
     if init && c.get("restartPolicy").and_then(Value::as_str) != Some("Always") {
         for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
@@ -139,7 +154,8 @@ fn container(c: &Value, at: &str, init: bool, out: &mut Vec<Cause>) {
                 out.push(cause(
                     "FieldValueForbidden",
                     format!("{at}.{probe}"),
-                    "Forbidden: may not be set for init containers without restartPolicy=Always".into(),
+                    "Forbidden: may not be set for init containers without restartPolicy=Always"
+                        .into(),
                 ));
             }
         }
@@ -148,8 +164,15 @@ fn container(c: &Value, at: &str, init: bool, out: &mut Vec<Cause>) {
     resources(c, at, out);
     if let Some(env) = c.get("env").and_then(Value::as_array) {
         for (j, e) in env.iter().enumerate() {
-            if e.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
-                out.push(cause("FieldValueRequired", format!("{at}.env[{j}].name"), "Required value".into()));
+            if e.get("name")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                out.push(cause(
+                    "FieldValueRequired",
+                    format!("{at}.env[{j}].name"),
+                    "Required value".into(),
+                ));
             }
         }
     }
@@ -174,20 +197,42 @@ pub fn check(pod: &Value) -> Vec<Cause> {
     let spec = pod.get("spec").cloned().unwrap_or(Value::Null);
     match spec.get("containers").and_then(Value::as_array) {
         Some(cs) if !cs.is_empty() => {}
-        _ => out.push(cause("FieldValueRequired", "spec.containers".into(), "Required value".into())),
+        _ => out.push(cause(
+            "FieldValueRequired",
+            "spec.containers".into(),
+            "Required value".into(),
+        )),
     }
     let mut seen: Vec<String> = Vec::new();
     for (list, init) in [("initContainers", true), ("containers", false)] {
-        for (i, c) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (i, c) in spec
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
             let at = format!("spec.{list}[{i}]");
             for f in ["name", "image"] {
                 if c.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
-                    out.push(cause("FieldValueRequired", format!("{at}.{f}"), "Required value".into()));
+                    out.push(cause(
+                        "FieldValueRequired",
+                        format!("{at}.{f}"),
+                        "Required value".into(),
+                    ));
                 }
             }
-            if let Some(n) = c.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            if let Some(n) = c
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
                 if seen.iter().any(|s| s == n) {
-                    out.push(cause("FieldValueDuplicate", format!("{at}.name"), format!("Duplicate value: \"{n}\"")));
+                    out.push(cause(
+                        "FieldValueDuplicate",
+                        format!("{at}.name"),
+                        format!("Duplicate value: \"{n}\""),
+                    ));
                 }
                 seen.push(n.to_string());
             }
@@ -237,12 +282,18 @@ mod tests {
         let fields = |p: &Value| check(p).into_iter().map(|c| c.field).collect::<Vec<_>>();
         assert_eq!(
             fields(&agent(ok, None)),
-            vec!["spec.initContainers[0].startupProbe", "spec.initContainers[0].restartPolicy"]
+            vec![
+                "spec.initContainers[0].startupProbe",
+                "spec.initContainers[0].restartPolicy"
+            ]
         );
         let bad = json!([{"action": "Explode", "exitCodes": {"operator": "Maybe", "values": []}}]);
         assert_eq!(
             fields(&agent(bad, Some("Always"))),
-            vec!["spec.initContainers[0].restartPolicyRules[0].action", "spec.initContainers[0].restartPolicyRules[0].exitCodes.operator"]
+            vec![
+                "spec.initContainers[0].restartPolicyRules[0].action",
+                "spec.initContainers[0].restartPolicyRules[0].exitCodes.operator"
+            ]
         );
         let gpu = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}});
         assert_eq!(fields(&gpu), vec!["spec.containers[0].resources.limits"]);

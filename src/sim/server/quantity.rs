@@ -12,7 +12,8 @@ enum Format {
 }
 
 /// Why a quantity does not parse (the real server's message).
-pub const INVALID: &str = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+pub const INVALID: &str =
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 
 fn split(s: &str) -> Option<(&str, &str)> {
     let end = s

@@ -346,9 +346,20 @@ impl Registry {
     /// All resources in the order discovery lists them: built-ins by
     /// name, then custom resources as registered.
     pub fn in_discovery_order(&self) -> Vec<Arc<ResourceInfo>> {
-        let mut builtin: Vec<Arc<ResourceInfo>> = self.by_key.values().filter(|r| !r.custom).cloned().collect();
+        let mut builtin: Vec<Arc<ResourceInfo>> = self
+            .by_key
+            .values()
+            .filter(|r| !r.custom)
+            .cloned()
+            .collect();
         builtin.sort_by(|a, b| a.plural.cmp(&b.plural));
-        builtin.extend(self.order.iter().filter_map(|id| self.by_key.get(id)).filter(|r| r.custom).cloned());
+        builtin.extend(
+            self.order
+                .iter()
+                .filter_map(|id| self.by_key.get(id))
+                .filter(|r| r.custom)
+                .cloned(),
+        );
         builtin
     }
 

@@ -229,11 +229,15 @@ impl FieldSelector {
                 || supported_fields(group, plural).contains(&k))
             {
                 // kinds with only the generic fields say which they have
-                return Err(ApiError::bad_request(if supported_fields(group, plural).is_empty() {
-                    format!("\"{k}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")
-                } else {
-                    format!("field label not supported: {k}")
-                }));
+                return Err(ApiError::bad_request(
+                    if supported_fields(group, plural).is_empty() {
+                        format!(
+                            "\"{k}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                        )
+                    } else {
+                        format!("field label not supported: {k}")
+                    },
+                ));
             }
             reqs.push((stored, eq, v.trim().to_string()));
         }

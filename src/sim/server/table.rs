@@ -77,7 +77,9 @@ fn none_or(v: Option<&Value>) -> Value {
 /// The pod printer's STATUS: the phase, or what its containers wait or
 /// terminated for, `Terminating` once deleted.
 fn pod_status(o: &Value) -> Value {
-    if o.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()) {
+    if o.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+    {
         return json!("Terminating");
     }
     let mut reason = o
@@ -86,11 +88,17 @@ fn pod_status(o: &Value) -> Value {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    if let Some(cs) = o.pointer("/status/containerStatuses").and_then(Value::as_array) {
+    if let Some(cs) = o
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+    {
         for c in cs.iter().rev() {
             if let Some(r) = c.pointer("/state/waiting/reason").and_then(Value::as_str) {
                 reason = r.to_string();
-            } else if let Some(r) = c.pointer("/state/terminated/reason").and_then(Value::as_str) {
+            } else if let Some(r) = c
+                .pointer("/state/terminated/reason")
+                .and_then(Value::as_str)
+            {
                 reason = r.to_string();
             }
         }
@@ -107,7 +115,12 @@ fn columns(loc: &Loc) -> Vec<Column> {
     match (loc.res.group.as_str(), loc.res.plural.as_str()) {
         ("", "pods") => {
             cols.push((
-                dcol("Ready", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
+                dcol(
+                    "Ready",
+                    "",
+                    "The aggregate readiness state of this pod for accepting traffic.",
+                    0,
+                ),
                 Box::new(|o: &Value| {
                     let statuses = o
                         .pointer("/status/containerStatuses")
@@ -125,7 +138,12 @@ fn columns(loc: &Loc) -> Vec<Column> {
                 }),
             ));
             cols.push((
-                dcol("Status", "", "The aggregate status of the containers in this pod.", 0),
+                dcol(
+                    "Status",
+                    "",
+                    "The aggregate status of the containers in this pod.",
+                    0,
+                ),
                 Box::new(pod_status),
             ));
             cols.push((
@@ -233,9 +251,22 @@ fn columns(loc: &Loc) -> Vec<Column> {
                 json!(age(t))
             };
             cols.clear();
-            cols.push((dcol("Last Seen", "", "The time at which the most recent occurrence of this event was recorded.", 0), Box::new(last_seen)));
             cols.push((
-                dcol("Type", "", "Type of this event (Normal, Warning), new types could be added in the future", 0),
+                dcol(
+                    "Last Seen",
+                    "",
+                    "The time at which the most recent occurrence of this event was recorded.",
+                    0,
+                ),
+                Box::new(last_seen),
+            ));
+            cols.push((
+                dcol(
+                    "Type",
+                    "",
+                    "Type of this event (Normal, Warning), new types could be added in the future",
+                    0,
+                ),
                 Box::new(|o: &Value| o.get("type").cloned().unwrap_or(json!(""))),
             ));
             cols.push((
@@ -274,7 +305,12 @@ fn columns(loc: &Loc) -> Vec<Column> {
                 }),
             ));
             cols.push((
-                dcol("Message", "", "A human-readable description of the status of this operation.", 0),
+                dcol(
+                    "Message",
+                    "",
+                    "A human-readable description of the status of this operation.",
+                    0,
+                ),
                 Box::new(|o: &Value| {
                     o.get("message")
                         .or_else(|| o.get("note"))
@@ -292,7 +328,12 @@ fn columns(loc: &Loc) -> Vec<Column> {
                 }),
             ));
             cols.push((
-                dcol("Count", "", "The number of times this event has occurred.", 1),
+                dcol(
+                    "Count",
+                    "",
+                    "The number of times this event has occurred.",
+                    1,
+                ),
                 Box::new(|o: &Value| {
                     let n = o
                         .pointer("/series/count")
@@ -316,7 +357,8 @@ fn columns(loc: &Loc) -> Vec<Column> {
     }
     if loc.res.custom {
         // a CRD's table is its printer columns (Age by default), as declared
-        let default_cols = vec![json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})];
+        let default_cols =
+            vec![json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})];
         let pcs = loc
             .res
             .printer_columns
@@ -325,10 +367,16 @@ fn columns(loc: &Loc) -> Vec<Column> {
             .cloned()
             .unwrap_or(default_cols);
         for pc in pcs {
-            let path = pc.get("jsonPath").and_then(Value::as_str).unwrap_or("").to_string();
+            let path = pc
+                .get("jsonPath")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             let s = |k: &str| pc.get(k).and_then(Value::as_str).unwrap_or("").to_string();
             let desc = match s("description") {
-                d if d.is_empty() => format!("Custom resource definition column (in JSONPath format): {path}"),
+                d if d.is_empty() => {
+                    format!("Custom resource definition column (in JSONPath format): {path}")
+                }
                 d => d,
             };
             let ty = match s("type") {

@@ -101,7 +101,8 @@ pub fn check_data_keys(obj: &Value) -> Vec<Cause> {
         for k in m.keys() {
             let ok = !k.is_empty()
                 && k.len() <= 253
-                && k.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+                && k.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
                 && k != "."
                 && k != ".."
                 && !k.starts_with("..");
@@ -122,7 +123,10 @@ pub fn check_secret_type(obj: &Value) -> Vec<Cause> {
     let ty = obj.get("type").and_then(Value::as_str).unwrap_or("");
     let need: &[&str] = match ty {
         "kubernetes.io/tls" => &["tls.crt", "tls.key"],
-        "kubernetes.io/basic-auth" | "kubernetes.io/ssh-auth" | "kubernetes.io/dockerconfigjson" | "kubernetes.io/dockercfg" => &[],
+        "kubernetes.io/basic-auth"
+        | "kubernetes.io/ssh-auth"
+        | "kubernetes.io/dockerconfigjson"
+        | "kubernetes.io/dockercfg" => &[],
         _ => &[],
     };
     need.iter()
@@ -159,7 +163,9 @@ pub fn check_v1_event(obj: &Value) -> Vec<Cause> {
 /// Lease spec rules (`ValidateLeaseSpec`).
 pub fn check_lease(obj: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
-    if let Some(d) = obj.pointer("/spec/leaseDurationSeconds").and_then(Value::as_i64)
+    if let Some(d) = obj
+        .pointer("/spec/leaseDurationSeconds")
+        .and_then(Value::as_i64)
         && d <= 0
     {
         out.push(Cause {
@@ -168,7 +174,9 @@ pub fn check_lease(obj: &Value) -> Vec<Cause> {
             message: format!("Invalid value: {d}: must be greater than 0"),
         });
     }
-    if let Some(t) = obj.pointer("/spec/leaseTransitions").and_then(Value::as_i64)
+    if let Some(t) = obj
+        .pointer("/spec/leaseTransitions")
+        .and_then(Value::as_i64)
         && t < 0
     {
         out.push(Cause {

@@ -188,7 +188,9 @@ async fn pump(
     // with a timeout, bookmarks come two seconds before it and as it ends
     // (a real watch cache's heartbeat); else every bookmark interval
     let period = match filter.q.timeout {
-        Some(t) if t > std::time::Duration::from_secs(2) => (t - std::time::Duration::from_secs(2)).min(shared.opts.bookmark_interval),
+        Some(t) if t > std::time::Duration::from_secs(2) => {
+            (t - std::time::Duration::from_secs(2)).min(shared.opts.bookmark_interval)
+        }
         _ => shared.opts.bookmark_interval,
     };
     let mut tick = tokio::time::interval(period);

@@ -106,7 +106,9 @@ impl Shared {
                 Some(n) if om_terminating(&n) => {
                     return Err(ApiError::forbidden(
                         loc.target(&name),
-                        &format!("unable to create new content in namespace {ns} because it is being terminated"),
+                        &format!(
+                            "unable to create new content in namespace {ns} because it is being terminated"
+                        ),
                         vec![Cause {
                             reason: "NamespaceTerminating",
                             field: "metadata.namespace".into(),
@@ -217,10 +219,12 @@ impl Shared {
         }
         let change = w.put(&loc.key, body);
         if loc.key.as_ref() == NS_KEY {
-            self.kcm.push(super::controllers::Work::NamespaceCreated(name.clone()));
+            self.kcm
+                .push(super::controllers::Work::NamespaceCreated(name.clone()));
         }
         if res.group == "apiextensions.k8s.io" {
-            self.kcm.push(super::controllers::Work::Establish(name.clone()));
+            self.kcm
+                .push(super::controllers::Work::Establish(name.clone()));
         }
         Ok(Reply {
             code: 201,
@@ -315,11 +319,16 @@ impl Shared {
     ) -> Result<Reply, ApiError> {
         let name = loc.name.clone().unwrap_or_default();
         if pt == PatchType::Apply && !opts.explicit_manager {
-            return Err(ApiError::invalid("meta.k8s.io", "PatchOptions", "", vec![Cause {
-                reason: "FieldValueRequired",
-                field: "fieldManager".into(),
-                message: "Required value: is required for apply patch".into(),
-            }]));
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired",
+                    field: "fieldManager".into(),
+                    message: "Required value: is required for apply patch".into(),
+                }],
+            ));
         }
         let patch_body: Value = match pt {
             PatchType::Apply => parse_yaml_or_json(raw)?,
@@ -634,13 +643,25 @@ impl Shared {
                     field: "metadata.finalizers".into(),
                     message: message.clone(),
                 };
-                return Err(ApiError::invalid(&res.group, &res.kind, &name, vec![cause(), cause()]));
+                return Err(ApiError::invalid(
+                    &res.group,
+                    &res.kind,
+                    &name,
+                    vec![cause(), cause()],
+                ));
             }
         }
         if !applied && !opts.manager.is_empty() && loc.res.is_events_v1() {
             let old_v = super::events::core_to_v1(old);
             let mut cand_v = super::events::core_to_v1(&cand);
-            apply::record_update(&old_v, &mut cand_v, &opts.manager, Lists::builtin(), &res.api_version(&loc.version), "");
+            apply::record_update(
+                &old_v,
+                &mut cand_v,
+                &opts.manager,
+                Lists::builtin(),
+                &res.api_version(&loc.version),
+                "",
+            );
             match cand_v.pointer("/metadata/managedFields").cloned() {
                 Some(mf) => {
                     meta_mut(&mut cand).insert("managedFields".into(), mf);
@@ -697,7 +718,8 @@ impl Shared {
         if om_terminating(&cand) && finalizers(&cand).is_empty() && !finalizers(old).is_empty() {
             // the DELETED event carries the last stored state; the answer
             // is the object as this write made it
-            let change = self.finalize_removal(w, &loc.key, loc.ns_str(), &name, "Background", None);
+            let change =
+                self.finalize_removal(w, &loc.key, loc.ns_str(), &name, "Background", None);
             let body = match change {
                 Some(_) => {
                     // with the resourceVersion it was last stored at

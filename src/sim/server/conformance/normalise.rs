@@ -32,7 +32,8 @@ static RV_IN_TEXT: LazyLock<Regex> = LazyLock::new(|| {
 
 /// An age as the Table printers render it (`0s`, `5m`, `3h12m`).
 static AGE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?$").unwrap_or_else(|e| unreachable!("static regex: {e}"))
+    Regex::new(r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?$")
+        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
 });
 
 /// The alphabet of generated name suffixes (`utilrand.String`).
@@ -151,7 +152,10 @@ impl Normaliser {
                 .filter_map(|r| r.get_mut("cells").and_then(Value::as_array_mut))
                 .flatten()
             {
-                if cell.as_str().is_some_and(|c| !c.is_empty() && AGE.is_match(c)) {
+                if cell
+                    .as_str()
+                    .is_some_and(|c| !c.is_empty() && AGE.is_match(c))
+                {
                     *cell = Value::String("<age>".into());
                 }
             }
@@ -226,7 +230,8 @@ fn sort_causes(status: &mut Value) {
         return;
     };
     let key = |c: &Value| {
-        ["field", "reason", "message"].map(|k| c.get(k).and_then(Value::as_str).unwrap_or("").to_string())
+        ["field", "reason", "message"]
+            .map(|k| c.get(k).and_then(Value::as_str).unwrap_or("").to_string())
     };
     causes.sort_by_key(key);
     let parts: Vec<String> = causes
@@ -247,7 +252,8 @@ fn sort_causes(status: &mut Value) {
     };
     let (head, list) = msg.split_at(at + " is invalid: ".len());
     let inner = list.trim_start_matches('[').trim_end_matches(']');
-    let same = inner.len() == parts.iter().map(String::len).sum::<usize>() + 2 * parts.len().saturating_sub(1)
+    let same = inner.len()
+        == parts.iter().map(String::len).sum::<usize>() + 2 * parts.len().saturating_sub(1)
         && parts.iter().all(|p| inner.contains(p.as_str()));
     if same {
         status["message"] = Value::String(format!("{head}[{}]", parts.join(", ")));
