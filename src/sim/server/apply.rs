@@ -230,7 +230,7 @@ pub enum Section {
 fn collect(name: &str, v: &Value, prefix: &mut Path, out: &mut FieldSet, lists: Lists<'_>) {
     match v {
         // object references are atomic structs (`+structType=atomic`)
-        Value::Object(m) if !m.is_empty() && !(!lists.custom && ATOMIC_STRUCTS.contains(&name)) => {
+        Value::Object(m) if !m.is_empty() && (lists.custom || !ATOMIC_STRUCTS.contains(&name)) => {
             for (k, c) in m {
                 prefix.push(Pe::F(k.clone()));
                 collect(k, c, prefix, out, lists.field(k));
@@ -636,7 +636,7 @@ pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String,
         subresource: req.subresource.to_string(),
         set: cfg_set,
     };
-    match entries.iter().position(|e| mine(e)) {
+    match entries.iter().position(mine) {
         Some(i) => {
             entries[i] = entry;
         }

@@ -326,24 +326,24 @@ pub fn drop_empty(v: &mut Value) {
         "source",
         "deprecatedSource",
     ];
-    fn walk(v: &mut Value, depth: usize) {
-        let _ = depth;
+    fn walk(v: &mut Value) {
         if let Value::Object(m) = v {
             m.retain(|k, c| {
-                !c.is_null()
-                    && !(c.as_array().is_some_and(Vec::is_empty))
-                    && !(MAPS.contains(&k.as_str()) && c.as_object().is_some_and(Map::is_empty))
+                let empty_list = c.as_array().is_some_and(Vec::is_empty);
+                let empty_map =
+                    MAPS.contains(&k.as_str()) && c.as_object().is_some_and(Map::is_empty);
+                !(c.is_null() || empty_list || empty_map)
             });
             for c in m.values_mut() {
-                walk(c, depth + 1);
+                walk(c);
             }
         } else if let Value::Array(a) = v {
             for c in a {
-                walk(c, depth + 1);
+                walk(c);
             }
         }
     }
-    walk(v, 0);
+    walk(v);
 }
 
 #[cfg(test)]

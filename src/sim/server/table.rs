@@ -474,3 +474,26 @@ pub fn single(loc: &Loc, obj: &Value) -> Value {
         None,
     )
 }
+
+#[cfg(test)]
+mod jsonpath_tests {
+    use super::*;
+
+    #[test]
+    fn printer_column_paths() {
+        let o = json!({"status": {"conditions": [{"type": "Created", "status": "True"}, {"type": "Ready", "status": "False"}]}});
+        assert_eq!(
+            jsonpath(&o, ".status.conditions[?(@.type==\"Ready\")].status"),
+            Some(json!("False"))
+        );
+        assert_eq!(
+            jsonpath(&o, ".status.conditions[-1:].type"),
+            Some(json!("Ready"))
+        );
+        assert_eq!(
+            jsonpath(&o, ".status.conditions[0].type"),
+            Some(json!("Created"))
+        );
+        assert_eq!(jsonpath(&o, ".status.missing"), None);
+    }
+}
