@@ -115,8 +115,10 @@ async fn embedded_server_answers_as_the_recorded_real_one() {
         verdict.unlisted.len(),
         verdict.stale.len()
     );
+    let out = root().join("target/conformance-report.txt");
+    // a report left by an earlier failing run would mislead
+    let _ = std::fs::remove_file(&out);
     if !report.is_empty() {
-        let out = root().join("target/conformance-report.txt");
         let _ = std::fs::write(&out, &report);
         let head: String = report.lines().take(60).collect::<Vec<_>>().join("\n");
         panic!(

@@ -213,12 +213,15 @@ fn jobset(shared: &Path) -> Option<Scenario> {
 }
 
 fn rebound() -> Option<Scenario> {
-    let rp = yaml(include_str!(
-        "../../../../../crds/recoverypolicies.rebound.dev.yaml"
-    ))?;
-    let fc = yaml(include_str!(
-        "../../../../../crds/faultclassifications.rebound.dev.yaml"
-    ))?;
+    // the CRDs `rebound crds` prints (the committed crds/ equal them)
+    let by_name = |n: &str| {
+        crate::api::crds()
+            .into_iter()
+            .find(|c| c.metadata.name.as_deref() == Some(n))
+            .and_then(|c| serde_json::to_value(c).ok())
+    };
+    let rp = by_name("recoverypolicies.rebound.dev")?;
+    let fc = by_name("faultclassifications.rebound.dev")?;
     let mut s = Scenario::namespaced(
         "crd-rebound",
         "rebound's own CRDs: printer columns, short names, status, CEL validations",
