@@ -1,6 +1,7 @@
 //! Integration tests, one binary (ECOSYSTEM.md: each test binary links ~200 MB).
 
 mod agent;
+mod conformance;
 mod crds;
 mod e2e;
 mod fault_parsers;

@@ -59,8 +59,10 @@ const SYSTEM_META: &[&str] = &[
     "deletionTimestamp",
     "deletionGracePeriodSeconds",
     "selfLink",
-    "generateName",
 ];
+
+/// Struct fields of the built-in kinds that are owned as a whole.
+const ATOMIC_STRUCTS: &[&str] = &["involvedObject", "regarding", "related"];
 
 /// How lists merge at a point of an object: by the built-in strategic
 /// merge keys, or for custom resources by the schema's
@@ -150,6 +152,10 @@ fn strategy(field: &str, items: &[Value], lists: Lists<'_>) -> Rule {
         }
         return Rule::Atomic;
     }
+    // container ports are keyed by port and protocol (`+listMapKey`)
+    if field == "ports" && items.iter().all(|i| i.get("containerPort").is_some()) {
+        return Rule::Keys(vec!["containerPort".into(), "protocol".into()]);
+    }
     match list_strategy(field, items) {
         ListStrategy::Replace => Rule::Atomic,
         ListStrategy::PrimitiveSet => Rule::Set,
@@ -223,7 +229,8 @@ pub enum Section {
 
 fn collect(name: &str, v: &Value, prefix: &mut Path, out: &mut FieldSet, lists: Lists<'_>) {
     match v {
-        Value::Object(m) if !m.is_empty() => {
+        // object references are atomic structs (`+structType=atomic`)
+        Value::Object(m) if !m.is_empty() && (lists.custom || !ATOMIC_STRUCTS.contains(&name)) => {
             for (k, c) in m {
                 prefix.push(Pe::F(k.clone()));
                 collect(k, c, prefix, out, lists.field(k));
@@ -467,14 +474,28 @@ pub fn read_entries(obj: &Value) -> Vec<Entry> {
 
 /// Writes entries back to `metadata.managedFields` (empty ones dropped).
 pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
-    let list: Vec<Value> = entries
-        .iter()
-        .filter(|e| !e.set.is_empty())
+    // the real server's order: operation, time, manager, apiVersion
+    let mut sorted: Vec<&Entry> = entries.iter().filter(|e| !e.set.is_empty()).collect();
+    sorted.sort_by(|a, b| {
+        (&a.operation, &a.time, &a.manager, &a.api_version).cmp(&(
+            &b.operation,
+            &b.time,
+            &b.manager,
+            &b.api_version,
+        ))
+    });
+    let list: Vec<Value> = sorted
+        .into_iter()
         .map(|e| {
             let mut v = json!({
                 "manager": e.manager, "operation": e.operation, "apiVersion": e.api_version,
                 "time": e.time, "fieldsType": "FieldsV1", "fieldsV1": to_tree(&e.set),
             });
+            if e.time.is_empty()
+                && let Some(m) = v.as_object_mut()
+            {
+                m.remove("time");
+            }
             if !e.subresource.is_empty() {
                 v["subresource"] = json!(e.subresource);
             }
@@ -587,21 +608,40 @@ pub fn apply(base: &Value, req: &ApplyRequest<'_>) -> Result<Value, Vec<(String,
             remove_at(&mut out, p);
         }
     }
-    let time = entries
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        v
+    };
+    let existing = entries
         .iter()
-        .find(|e| mine(e) && e.set == cfg_set)
-        .map(|e| e.time.clone())
-        .unwrap_or_else(super::validate::now_rfc3339);
-    // shared fields: other managers keep co-ownership of equal values
-    entries.retain(|e| !mine(e));
-    entries.push(Entry {
+        .find(|e| mine(e))
+        .map(|e| (e.time.clone(), e.set == cfg_set));
+    let unchanged = strip(&out) == strip(base);
+    let time = match existing {
+        // an apply that changed nothing keeps the time (a new manager: none)
+        Some((t, _)) if unchanged => t,
+        None if unchanged => String::new(),
+        _ => super::validate::now_rfc3339(),
+    };
+    // shared fields: other managers keep co-ownership of equal values;
+    // a manager keeps its place in the list
+    let entry = Entry {
         manager: req.manager.to_string(),
         operation: "Apply".into(),
         api_version: req.api_version.clone(),
         time,
         subresource: req.subresource.to_string(),
         set: cfg_set,
-    });
+    };
+    match entries.iter().position(mine) {
+        Some(i) => {
+            entries[i] = entry;
+        }
+        None => entries.push(entry),
+    }
     write_entries(&mut out, &entries);
     Ok(out)
 }
@@ -617,24 +657,31 @@ pub fn record_update(
     subresource: &str,
 ) {
     let mut entries = read_entries(old);
-    if entries.is_empty() {
-        return;
-    }
     let section = if subresource == "status" {
         Section::Status
     } else {
         Section::All
     };
-    let changed: FieldSet = field_set(new, lists, section)
+    let mut changed: FieldSet = field_set(new, lists, section)
         .into_iter()
         .filter(|p| value_at(old, p) != value_at(new, p))
         .collect();
+    // a map the write created is owned itself too (`".": {}`)
+    for p in map_paths(new, lists, section) {
+        if value_at(old, &p).is_none() {
+            let mut d = p.clone();
+            d.push(Pe::Dot);
+            changed.insert(d);
+        }
+    }
     if changed.is_empty() {
         write_entries(new, &entries);
         return;
     }
     for e in entries.iter_mut() {
-        e.set.retain(|p| !changed.contains(p));
+        // fields changed by this write change hands; removed ones go
+        e.set
+            .retain(|p| !changed.contains(p) && value_at(new, p).is_some());
     }
     let now = super::validate::now_rfc3339();
     match entries
@@ -655,6 +702,101 @@ pub fn record_update(
         }),
     }
     write_entries(new, &entries);
+}
+
+/// Built-in fields a write does not own as a whole when it creates them
+/// (observed on a real server: `f:spec` and `f:containers` carry no
+/// `"."`, while `f:resources`, `f:env` or `f:series` do).
+const NOT_OWNED_ITSELF: &[&str] = &[
+    "spec",
+    "status",
+    "containers",
+    "initContainers",
+    "ephemeralContainers",
+    "template",
+    "source",
+    "involvedObject",
+    "regarding",
+    "related",
+];
+
+/// Paths of the map-typed values in an object (see `BUILTIN_MAPS`; for
+/// custom resources, schema nodes with `additionalProperties`).
+fn map_paths(obj: &Value, lists: Lists<'_>, section: Section) -> Vec<Path> {
+    fn walk(name: &str, v: &Value, prefix: &mut Path, out: &mut Vec<Path>, lists: Lists<'_>) {
+        match v {
+            Value::Object(m) => {
+                // custom resources own every object they create; built-ins
+                // every one but the top-level structs and container lists
+                let is_map = if lists.custom {
+                    true
+                } else {
+                    !m.is_empty() && !NOT_OWNED_ITSELF.contains(&name)
+                };
+                if is_map {
+                    out.push(prefix.clone());
+                }
+                for (k, c) in m {
+                    prefix.push(Pe::F(k.clone()));
+                    walk(k, c, prefix, out, lists.field(k));
+                    prefix.pop();
+                }
+            }
+            Value::Array(items) => {
+                let rule = strategy(name, items, lists);
+                let keyed = matches!(rule, Rule::Keys(_));
+                if rule == Rule::Set
+                    || (keyed && (lists.custom || !NOT_OWNED_ITSELF.contains(&name)))
+                {
+                    // a set the write created is owned itself too
+                    out.push(prefix.clone());
+                }
+                if let Rule::Keys(keys) = rule {
+                    let item_lists = lists.items();
+                    for i in items {
+                        let (Some(kj), Some(m)) = (item_key(i, &keys), i.as_object()) else {
+                            continue;
+                        };
+                        prefix.push(Pe::K(kj));
+                        for (k, c) in m {
+                            prefix.push(Pe::F(k.clone()));
+                            walk(k, c, prefix, out, item_lists.field(k));
+                            prefix.pop();
+                        }
+                        prefix.pop();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let Some(map) = obj.as_object() else {
+        return out;
+    };
+    for (k, v) in map {
+        let keep = match (section, k.as_str()) {
+            (_, "apiVersion" | "kind") => false,
+            (Section::Status, "status") => true,
+            (Section::Status, _) => false,
+            (Section::Main, "status") => false,
+            _ => true,
+        };
+        if !keep {
+            continue;
+        }
+        if k == "metadata" {
+            for mk in ["labels", "annotations", "finalizers"] {
+                if v.get(mk).is_some_and(|x| x.is_object() || x.is_array()) {
+                    out.push(vec![Pe::F("metadata".into()), Pe::F(mk.into())]);
+                }
+            }
+            continue;
+        }
+        let mut p = vec![Pe::F(k.clone())];
+        walk(k, v, &mut p, &mut out, lists.field(k));
+    }
+    out
 }
 
 /// Managers per field (for debugging output and tests).

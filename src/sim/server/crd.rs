@@ -180,12 +180,45 @@ pub fn established_status(crd: &Value) -> Value {
                 .collect()
         })
         .unwrap_or_default();
+    let mut names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    if let Some(k) = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        && names.get("listKind").is_none()
+    {
+        names["listKind"] = json!(format!("{k}List"));
+    }
+    if names.get("singular").is_none()
+        && let Some(k) = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .map(str::to_ascii_lowercase)
+    {
+        names["singular"] = json!(k);
+    }
     json!({
-        "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or(json!({})),
+        "acceptedNames": names,
         "conditions": [
             {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
             {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now}
         ],
         "storedVersions": storage,
     })
+}
+
+/// The status of a CRD just created, before the naming and establishing
+/// controllers have looked at it.
+pub fn initial_status(crd: &Value) -> Value {
+    let storage: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                .filter_map(|v| v.get("name").cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"acceptedNames": {"kind": "", "plural": ""}, "storedVersions": storage})
 }

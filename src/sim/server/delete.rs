@@ -6,7 +6,14 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::errors::ApiError;
+use super::controllers::Work;
+
+/// Storage key of CustomResourceDefinitions.
+pub(super) const CRD_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+/// The finalizer a real server puts on a deleted CRD until its objects are gone.
+pub(super) const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+use super::errors::{ApiError, Cause};
 use super::ops::{
     DeleteOpts, ListQuery, Loc, NS_KEY, Reply, finalizers, meta_mut, meta_str, om_terminating,
 };
@@ -27,7 +34,7 @@ impl Shared {
     ) -> Option<Arc<Value>> {
         let change = w.remove_as(key, ns, name, last)?;
         let uid = meta_str(&change.obj, "uid").unwrap_or("").to_string();
-        if key.as_ref() == "apiextensions.k8s.io/customresourcedefinitions" {
+        if key.as_ref() == CRD_KEY {
             let group = change
                 .obj
                 .pointer("/spec/group")
@@ -43,30 +50,11 @@ impl Shared {
                 reg.remove(group, plural);
             }
         }
-        if key.as_ref() == NS_KEY {
-            self.empty_namespace(w, name);
-        }
-        if !uid.is_empty() && policy != "Orphan" {
-            self.collect_dependents(w, &uid);
+        if !uid.is_empty() && policy != "Orphan" && !w.dependents(&uid).is_empty() {
+            // the garbage collector acts after the answer, as a real one
+            self.kcm.push(Work::OwnerGone(uid));
         }
         Some(change.obj.clone())
-    }
-
-    pub(super) fn empty_namespace(&self, w: &mut Inner, ns: &str) {
-        let reg = self.registry_snapshot();
-        for res in reg
-            .all()
-            .filter(|r| r.namespaced && r.storage_alias.is_none())
-        {
-            let key: Arc<str> = Arc::from(res.key().as_str());
-            let names: Vec<String> = w
-                .iter(&key, Some(ns))
-                .map(|((_, n), _)| n.clone())
-                .collect();
-            for n in names {
-                let _ = self.delete_locked(w, &key, ns, &n, &DeleteOpts::default());
-            }
-        }
     }
 
     /// Background garbage collection: dependents whose last owner is gone are
@@ -122,6 +110,7 @@ impl Shared {
     /// DELETE one object.
     pub fn delete(&self, loc: &Loc, opts: &DeleteOpts) -> Result<Reply, ApiError> {
         let name = loc.name.clone().unwrap_or_default();
+        check_propagation(opts)?;
         if loc.sub.is_some() {
             return Err(ApiError::method_not_allowed(
                 "DELETE is not supported on subresources",
@@ -131,26 +120,37 @@ impl Shared {
         let old = w
             .get(&loc.key, loc.ns_str(), &name)
             .ok_or_else(|| ApiError::not_found(loc.target(&name)))?;
+        if loc.key.as_ref() == NS_KEY
+            && matches!(name.as_str(), "default" | "kube-system" | "kube-public")
+        {
+            return Err(ApiError::forbidden(
+                loc.target(&name),
+                "this namespace may not be deleted",
+                vec![],
+            ));
+        }
         if let Some(uid) = &opts.uid
             && Some(uid.as_str()) != meta_str(&old, "uid")
         {
-            return Err(ApiError::conflict(
-                loc.target(&name),
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&old, "uid").unwrap_or("")
-                ),
+            return Err(ApiError::precondition(
+                &loc.res.kind,
+                &name,
+                "UID",
+                uid,
+                meta_str(&old, "uid").unwrap_or(""),
+                "The object might have been deleted and then recreated",
             ));
         }
         if let Some(rv) = &opts.rv
             && Some(rv.as_str()) != meta_str(&old, "resourceVersion")
         {
-            return Err(ApiError::conflict(
-                loc.target(&name),
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&old, "resourceVersion").unwrap_or("")
-                ),
+            return Err(ApiError::precondition(
+                &loc.res.kind,
+                &name,
+                "ResourceVersion",
+                rv,
+                meta_str(&old, "resourceVersion").unwrap_or(""),
+                "The object might have been modified",
             ));
         }
         if opts.dry_run {
@@ -187,32 +187,71 @@ impl Shared {
         let Some(old) = w.get(key, ns, name) else {
             return Err(ApiError::internal(format!("{key} {ns}/{name} vanished")));
         };
-        let uid = meta_str(&old, "uid").unwrap_or("").to_string();
         let policy = opts
             .propagation
             .clone()
             .unwrap_or_else(|| "Background".into());
-        match policy.as_str() {
-            "Orphan" => self.orphan_dependents(w, &uid),
-            "Foreground" => self.collect_dependents(w, &uid),
-            "Background" => {}
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unsupported propagationPolicy {other:?}"
-                )));
+        check_propagation(opts)?;
+        let now = || chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        if key.as_ref() == NS_KEY {
+            // the namespace controller empties it, then removes it
+            if om_terminating(&old) {
+                return Ok((old, false));
             }
+            let mut d = (*old).clone();
+            meta_mut(&mut d).insert("deletionTimestamp".into(), json!(now()));
+            d["status"]["phase"] = json!("Terminating");
+            let change = w.put(key, d);
+            self.kcm.push(Work::NamespaceDeleting(name.to_string()));
+            return Ok((change.obj.clone(), false));
+        }
+        if key.as_ref() == CRD_KEY {
+            // the CRD finalizer deletes its objects first, then the CRD
+            if om_terminating(&old) {
+                return Ok((old, false));
+            }
+            let mut d = (*old).clone();
+            let m = meta_mut(&mut d);
+            m.insert("deletionTimestamp".into(), json!(now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            let mut fins = finalizers(&old);
+            fins.push(json!(CRD_FINALIZER));
+            m.insert("finalizers".into(), Value::Array(fins));
+            if let Some(cs) = d
+                .pointer_mut("/status/conditions")
+                .and_then(Value::as_array_mut)
+            {
+                cs.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now(),
+                    "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
+            }
+            let change = w.put(key, d);
+            self.kcm.push(Work::CrdCleanup(name.to_string()));
+            return Ok((change.obj.clone(), false));
         }
         let is_pod = key.as_ref() == "/pods";
         let bound = old
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
             .is_some_and(|n| !n.is_empty());
-        let hold = is_pod && self.opts.hold_pod_deletion && bound && opts.grace != Some(0);
-        if !finalizers(&old).is_empty() || hold {
-            if om_terminating(&old) {
-                return Ok((old, false));
-            }
-            let mut d = (*old).clone();
+        let terminal = matches!(
+            old.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        let hold =
+            is_pod && self.opts.hold_pod_deletion && bound && !terminal && opts.grace != Some(0);
+        let mut fins = finalizers(&old);
+        let gc_fin = match policy.as_str() {
+            "Orphan" => Some("orphan"),
+            "Foreground" => Some("foregroundDeletion"),
+            _ => None,
+        };
+        if let Some(f) = gc_fin
+            && !om_terminating(&old)
+            && !fins.iter().any(|x| x == f)
+        {
+            fins.push(json!(f));
+        }
+        if !fins.is_empty() || hold {
             let grace = if hold {
                 opts.grace
                     .or_else(|| {
@@ -223,6 +262,17 @@ impl Shared {
             } else {
                 0
             };
+            if om_terminating(&old) {
+                // a held pod's grace period may only get shorter
+                let cur = old
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                if !(hold && grace < cur) {
+                    return Ok((old, false));
+                }
+            }
+            let mut d = (*old).clone();
             let at = chrono::Utc::now() + chrono::Duration::seconds(grace);
             let m = meta_mut(&mut d);
             m.insert(
@@ -230,11 +280,43 @@ impl Shared {
                 json!(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
             );
             m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            if !fins.is_empty() {
+                m.insert("finalizers".into(), Value::Array(fins));
+            }
             let change = w.put(key, d);
+            if gc_fin.is_some() {
+                self.kcm.push(Work::Finalize(
+                    key.clone(),
+                    ns.to_string(),
+                    name.to_string(),
+                ));
+            }
             return Ok((change.obj.clone(), false));
         }
+        // a pod whose graceful deletion is confirmed is first written with
+        // grace 0, then goes (two events, as on a real server)
+        if is_pod
+            && om_terminating(&old)
+            && old
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                != Some(0)
+        {
+            let mut d = (*old).clone();
+            meta_mut(&mut d).insert("deletionGracePeriodSeconds".into(), json!(0));
+            w.put(key, d);
+        }
+        let old = w.get(key, ns, name).unwrap_or(old);
+        // a pod goes with its deletion stamped on its last state
+        let last = is_pod.then(|| {
+            let mut d = (*old).clone();
+            let m = meta_mut(&mut d);
+            m.entry("deletionTimestamp").or_insert_with(|| json!(now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            d
+        });
         let last = self
-            .finalize_removal(w, key, ns, name, &policy, None)
+            .finalize_removal(w, key, ns, name, &policy, last)
             .ok_or_else(|| ApiError::internal("object vanished during delete"))?;
         Ok((last, true))
     }
@@ -246,6 +328,9 @@ impl Shared {
         q: &ListQuery,
         opts: &DeleteOpts,
     ) -> Result<Reply, ApiError> {
+        if loc.key.as_ref() == NS_KEY {
+            return Err(ApiError::not_allowed_here());
+        }
         let mut w = self.store.write();
         let items = self.select(&w, loc, q);
         let mut out = Vec::new();
@@ -268,5 +353,25 @@ impl Shared {
             "metadata": {"resourceVersion": w.rv().to_string()},
             "items": out,
         })))
+    }
+}
+
+/// `propagationPolicy` must be one the real server knows (checked before
+/// the object is looked up, as DeleteOptions validation is).
+fn check_propagation(opts: &DeleteOpts) -> Result<(), ApiError> {
+    match opts.propagation.as_deref() {
+        None | Some("Orphan" | "Foreground" | "Background") => Ok(()),
+        Some(policy) => Err(ApiError::invalid(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            vec![Cause {
+                reason: "FieldValueNotSupported",
+                field: "propagationPolicy".into(),
+                message: format!(
+                    "Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                ),
+            }],
+        )),
     }
 }

@@ -93,9 +93,8 @@ impl ApiError {
             "NotFound",
             "the server could not find the requested resource",
         );
-        e.details = Some(
-            json!({"causes": [{"reason": "UnexpectedServerResponse", "message": format!("404 page not found: {path}")}]}),
-        );
+        let _ = path;
+        e.details = Some(json!({}));
         e
     }
 
@@ -146,23 +145,31 @@ impl ApiError {
             .iter()
             .map(|(m, f)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": f}))
             .collect();
-        let mut d = target_details(t);
-        d["causes"] = Value::Array(causes);
-        e.details = Some(d);
+        e.details = Some(json!({"causes": causes}));
+        let _ = t;
         e
     }
 
     /// 422 Invalid with causes; `details.kind` is the Kind, not the plural.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let summary = causes
-            .iter()
-            .map(|c| format!("{}: {}", c.field, c.message))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let mut parts: Vec<String> = Vec::new();
+        for p in causes.iter().map(|c| format!("{}: {}", c.field, c.message)) {
+            if !parts.contains(&p) {
+                parts.push(p);
+            }
+        }
+        let many = parts.len() > 1;
+        let summary = parts.join(", ");
         let gk = if group.is_empty() {
             kind.to_string()
         } else {
             format!("{kind}.{group}")
+        };
+        // several causes are listed in brackets, as Go's aggregate error
+        let summary = if many {
+            format!("[{summary}]")
+        } else {
+            summary
         };
         let mut e = Self::new(
             422,
@@ -174,10 +181,48 @@ impl ApiError {
             .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
             .collect();
         let mut d = json!({"name": name, "kind": kind, "causes": causes});
+        if name.is_empty()
+            && let Some(m) = d.as_object_mut()
+        {
+            m.remove("name");
+        }
         if !group.is_empty() {
             d["group"] = json!(group);
         }
         e.details = Some(d);
+        e
+    }
+
+    /// 403 Forbidden by the server's own rules (not RBAC): `<plural>
+    /// "<name>" is forbidden: <why>`, with optional causes.
+    pub fn forbidden(t: Target<'_>, why: &str, causes: Vec<Cause>) -> Self {
+        let mut e = Self::new(
+            403,
+            "Forbidden",
+            format!("{} \"{}\" is forbidden: {why}", qualified(t), t.name),
+        );
+        let mut d = target_details(t);
+        if !causes.is_empty() {
+            d["causes"] = Value::Array(
+                causes
+                    .iter()
+                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .collect(),
+            );
+        }
+        e.details = Some(d);
+        e
+    }
+
+    /// 405 for a verb the server refuses on a resource (deletecollection of
+    /// namespaces), with the real server's message and empty details.
+    pub fn not_allowed_here() -> Self {
+        let mut e = Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+        e.details = Some(json!({}));
         e
     }
 
@@ -197,9 +242,53 @@ impl ApiError {
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{}",
+                if ct.contains("strategic-merge-patch") {
+                    String::new()
+                } else {
+                    format!(" (got {ct})")
+                }
             ),
         )
+    }
+
+    /// 415 for a PATCH with a content type that is no patch type.
+    pub fn unsupported_patch_type() -> Self {
+        let mut e = Self::new(415, "UnsupportedMediaType", "415: Unsupported Media Type");
+        e.details = Some(json!({}));
+        e
+    }
+
+    /// 422 for a JSON patch that cannot be applied (a failed `test`, a
+    /// missing path): the real server's message and empty details.
+    pub fn patch_rejected() -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        );
+        e.details = Some(json!({}));
+        e
+    }
+
+    /// 409 for a failed delete precondition; `details.kind` is the Kind.
+    pub fn precondition(
+        kind: &str,
+        name: &str,
+        what: &str,
+        want: &str,
+        have: &str,
+        hint: &str,
+    ) -> Self {
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {kind} \"{name}\": the {what} in the precondition ({want}) does not match the {what} in record ({have}). {hint}"
+            ),
+        );
+        e.details = Some(json!({"name": name, "kind": kind}));
+        e
     }
 
     /// 410 Expired: a resourceVersion or continue token older than the

@@ -212,6 +212,11 @@ impl ApiServer {
             .local_addr()
             .map_err(|e| io_err(&want.to_string(), e))?;
         let runtime = server_runtime(self.opts.threads)?;
+        let kcm = super::controllers::run(Arc::downgrade(&shared));
+        match runtime.as_ref() {
+            Some(rt) => drop(rt.spawn(kcm)),
+            None => drop(tokio::spawn(kcm)),
+        }
         let running = serve(shared.clone(), listener, addr, runtime.as_ref())?;
         Ok(ApiServerHandle {
             inner: Arc::new(Inner {

@@ -210,6 +210,17 @@ fn error_response(e: &ApiError) -> Response {
     r
 }
 
+/// The mux's answer for a path that names nothing at all.
+fn plain_not_found() -> Response {
+    let mut r = Response::new(Body::from("404 page not found\n"));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
 fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<String> {
     h.get(name)
         .and_then(|v| v.to_str().ok())
@@ -240,7 +251,9 @@ async fn handle(State((shared, addr)): State<AppState>, req: Request) -> Respons
         None => {
             let body = axum::body::to_bytes(req.into_body(), 512 * 1024 * 1024).await;
             match body {
-                Ok(body) => dispatch(&shared, &addr, &method, &route, &q, &headers, &body).await,
+                Ok(body) => {
+                    dispatch(&shared, &addr, &path, &method, &route, &q, &headers, &body).await
+                }
                 Err(e) => error_response(&ApiError::bad_request(format!("reading body: {e}"))),
             }
         }
@@ -284,6 +297,16 @@ fn manager(q: &Query, headers: &HeaderMap) -> String {
 }
 
 fn list_query(loc: &Loc, q: &Query) -> Result<ListQuery, ApiError> {
+    if q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty())
+        && q.get("resourceVersion").is_none_or(str::is_empty)
+        && !(q.flag("watch") && q.flag("sendInitialEvents"))
+    {
+        return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", vec![super::errors::Cause {
+            reason: "FieldValueForbidden",
+            field: "resourceVersionMatch".into(),
+            message: "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+        }]));
+    }
     Ok(ListQuery {
         labels: LabelSelector::parse(q.get("labelSelector").unwrap_or(""))?,
         fields: FieldSelector::parse(
@@ -292,9 +315,9 @@ fn list_query(loc: &Loc, q: &Query) -> Result<ListQuery, ApiError> {
             &loc.res.plural,
         )?,
         limit: match q.get("limit") {
-            Some(l) if !l.is_empty() => l
-                .parse()
-                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+            Some(l) if !l.is_empty() => l.parse().map_err(|_| {
+                ApiError::bad_request(format!("strconv.ParseInt: parsing {l:?}: invalid syntax"))
+            })?,
             _ => 0,
         },
         cont: q.get("continue").map(str::to_string),
@@ -323,9 +346,11 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn dispatch(
     shared: &Arc<Shared>,
     addr: &str,
+    path: &str,
     method: &Method,
     route: &Route,
     q: &Query,
@@ -342,18 +367,36 @@ async fn dispatch(
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             return r;
         }
-        Route::CoreVersions => return json_response(200, &discovery::core_versions(addr), &[]),
-        Route::Groups => return json_response(200, &discovery::groups(&reg()), &[]),
+        Route::CoreVersions | Route::Groups => {
+            let core = matches!(route, Route::CoreVersions);
+            let accept = header_str(headers, header::ACCEPT);
+            let mut r = match discovery::aggregated_version(accept.as_deref()) {
+                Some(v) => {
+                    let mut r = json_response(200, &discovery::aggregated(&reg(), core, v), &[]);
+                    if let Ok(ct) = HeaderValue::from_str(&format!(
+                        "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
+                    )) {
+                        r.headers_mut().insert(header::CONTENT_TYPE, ct);
+                    }
+                    r
+                }
+                None if core => json_response(200, &discovery::core_versions(addr), &[]),
+                None => json_response(200, &discovery::groups(&reg()), &[]),
+            };
+            r.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static("Accept"));
+            return r;
+        }
         Route::Group(g) => {
             return match discovery::group(&reg(), g) {
                 Some(d) => json_response(200, &d, &[]),
-                None => not_found(g),
+                None => plain_not_found(),
             };
         }
         Route::ResourceList(g, v) => {
             return match discovery::resource_list(&reg(), g, v) {
                 Some(d) => json_response(200, &d, &[]),
-                None => not_found(v),
+                None => plain_not_found(),
             };
         }
         Route::OpenApiIndex => return json_response(200, &openapi::index(&reg()), &[]),
@@ -363,10 +406,29 @@ async fn dispatch(
                 None => not_found(gv),
             };
         }
-        Route::Unknown => return not_found("path"),
+        Route::Unknown => {
+            // under a served group-version: a Status; elsewhere the mux's text
+            let segs: Vec<&str> = path.split('/').filter(|x| !x.is_empty()).collect();
+            // (the CRD handler of a custom group answers with text too)
+            let snapshot = reg();
+            let served = match segs.as_slice() {
+                ["api", v, ..] => discovery::resource_list(&snapshot, "", v).is_some(),
+                ["apis", g, v, ..] => {
+                    snapshot.all().any(|r| r.group == *g && !r.custom)
+                        && discovery::resource_list(&snapshot, g, v).is_some()
+                }
+                _ => false,
+            };
+            return if served {
+                not_found("path")
+            } else {
+                plain_not_found()
+            };
+        }
         Route::Resource(loc) => loc,
     };
     let wopts = WriteOpts {
+        explicit_manager: q.get("fieldManager").is_some_and(|m| !m.is_empty()),
         manager: manager(q, headers),
         force: q.flag("force"),
         strict: q.get("fieldValidation") == Some("Strict"),
@@ -382,8 +444,10 @@ async fn dispatch(
                 Ok((code, text)) => {
                     let mut r = Response::new(Body::from(text));
                     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
-                    r.headers_mut()
-                        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                    if code != 204 {
+                        r.headers_mut()
+                            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                    }
                     r
                 }
                 Err(e) => error_response(&e),
@@ -446,7 +510,7 @@ async fn dispatch(
             let ct = header_str(headers, header::CONTENT_TYPE).unwrap_or_default();
             match PatchType::from_content_type(&ct) {
                 Some(pt) => reply(shared.patch(loc, pt, body, &wopts)),
-                None => error_response(&ApiError::unsupported_media_type(&ct)),
+                None => error_response(&ApiError::unsupported_patch_type()),
             }
         }
         Method::DELETE => {

@@ -169,7 +169,11 @@ impl Shared {
                     .unwrap_or(0)
             };
             md["continue"] = json!(format!("{rv}.{id}.{end}"));
-            md["remainingItemCount"] = json!(total - end);
+            // a selected list cannot count what is left (the real server
+            // omits the count then)
+            if q.labels.is_empty() && q.fields.is_empty() {
+                md["remainingItemCount"] = json!(total - end);
+            }
         }
         json!({
             "kind": format!("{}List", loc.res.kind),

@@ -13,7 +13,10 @@
 //! ```
 
 pub mod apply;
+pub mod conformance;
+pub mod controllers;
 pub mod crd;
+pub mod defaults;
 pub mod delete;
 pub mod discovery;
 pub mod errors;
@@ -25,7 +28,9 @@ pub mod log;
 pub mod openapi;
 pub mod ops;
 pub mod patch;
+pub mod podcheck;
 pub mod pods;
+pub mod quantity;
 pub mod render;
 pub mod resources;
 pub mod schema;

@@ -80,6 +80,8 @@ pub struct WriteOpts {
     pub strict: bool,
     /// `dryRun=All`: validate but do not store.
     pub dry_run: bool,
+    /// `fieldManager` was given (apply requires it).
+    pub explicit_manager: bool,
 }
 
 /// Options of a delete.
@@ -206,10 +208,15 @@ impl Shared {
     /// versions of a CRD share one schema-less conversion, `None` strategy).
     pub fn view(&self, loc: &Loc, obj: &Value) -> Value {
         let mut v = if loc.res.is_events_v1() {
-            events::core_to_v1(obj)
+            let mut e = events::core_to_v1(obj);
+            super::defaults::v1_event_view(&mut e);
+            e
         } else {
             obj.clone()
         };
+        if loc.res.group.is_empty() && loc.res.plural == "events" {
+            super::defaults::core_event_view(&mut v);
+        }
         if let Some(m) = v.as_object_mut() {
             m.insert(
                 "apiVersion".into(),
@@ -259,6 +266,12 @@ impl Shared {
         if loc.res.is_events_v1() {
             *body = events::v1_to_core(body);
         }
+        if !loc.res.custom {
+            super::defaults::drop_empty(body);
+        }
+        if loc.res.group.is_empty() && loc.res.plural == "secrets" {
+            super::defaults::secret_string_data(body);
+        }
         Ok(())
     }
 
@@ -274,7 +287,11 @@ impl Shared {
         let res = &loc.res;
         let name = meta_str(obj, "name").unwrap_or("").to_string();
         if let Some(msg) = validate::check_micro_times(&res.group, &res.plural, obj) {
-            return Err(ApiError::bad_request(msg));
+            return Err(ApiError::bad_request(format!(
+                "{kind} in version \"{v}\" cannot be handled as a {kind}: {msg}",
+                kind = res.kind,
+                v = loc.version
+            )));
         }
         let mut causes: Vec<Cause> = Vec::new();
         if let Some(c) = validate::check_name(&res.plural, &name) {
@@ -285,46 +302,67 @@ impl Shared {
             let out = schema::apply(schema, obj);
             if !out.pruned.is_empty() {
                 if opts.strict {
+                    let fields = out
+                        .pruned
+                        .iter()
+                        .map(|p| format!("unknown field \"{p}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ");
                     return Err(ApiError::bad_request(format!(
-                        "strict decoding error: {}",
-                        out.pruned
-                            .iter()
-                            .map(|p| format!("unknown field \"{p}\""))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {fields}",
+                        kind = res.kind,
+                        v = loc.version,
                     )));
                 }
                 warnings.extend(out.pruned.iter().map(|p| format!("unknown field \"{p}\"")));
             }
             causes.extend(out.causes);
         }
-        if res.group.is_empty() && res.plural == "events" {
+        if loc.key.as_ref() == "/events" {
+            if loc.res.is_events_v1() {
+                causes.extend(validate::check_v1_event(obj));
+            }
             causes.extend(validate::check_event_namespace(obj, loc.ns.as_deref()));
         }
-        if res.group.is_empty() && res.plural == "pods" {
-            match obj.pointer("/spec/containers").and_then(Value::as_array) {
-                Some(cs) if !cs.is_empty() => {
-                    for (i, c) in cs.iter().enumerate() {
-                        for f in ["name", "image"] {
-                            if c.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
-                                causes.push(Cause {
-                                    reason: "FieldValueRequired",
-                                    field: format!("spec.containers[{i}].{f}"),
-                                    message: "Required value".into(),
-                                });
-                            }
-                        }
-                    }
-                }
-                _ => causes.push(Cause {
+        if res.group.is_empty() && matches!(res.plural.as_str(), "configmaps" | "secrets") {
+            causes.extend(validate::check_data_keys(obj));
+        }
+        if res.group.is_empty() && res.plural == "secrets" {
+            causes.extend(validate::check_secret_type(obj));
+        }
+        if res.group == "coordination.k8s.io" && res.plural == "leases" {
+            causes.extend(validate::check_lease(obj));
+        }
+        if res.group == "batch" && res.plural == "jobs" {
+            let rp = obj
+                .pointer("/spec/template/spec/restartPolicy")
+                .and_then(Value::as_str);
+            if !matches!(rp, Some("OnFailure" | "Never")) {
+                causes.push(Cause {
                     reason: "FieldValueRequired",
-                    field: "spec.containers".into(),
-                    message: "Required value".into(),
-                }),
+                    field: "spec.template.spec.restartPolicy".into(),
+                    message: "Required value: valid values: \"OnFailure\", \"Never\"".into(),
+                });
             }
         }
+        if res.group.is_empty() && res.plural == "pods" {
+            if super::podcheck::bad_quantity(obj) {
+                return Err(ApiError::bad_request(format!(
+                    "Pod in version \"{}\" cannot be handled as a Pod: {}",
+                    loc.version,
+                    super::quantity::INVALID
+                )));
+            }
+            causes.extend(super::podcheck::check(obj));
+        }
         if !causes.is_empty() {
-            return Err(ApiError::invalid(&res.group, &res.kind, &name, causes));
+            // Events are validated as the core type, whichever API wrote them
+            let group = if loc.key.as_ref() == "/events" {
+                ""
+            } else {
+                res.group.as_str()
+            };
+            return Err(ApiError::invalid(group, &res.kind, &name, causes));
         }
         Ok(())
     }

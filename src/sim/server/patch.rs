@@ -43,13 +43,7 @@ pub fn merge(target: &mut Value, patch: &Value) {
 pub fn json(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-    json_patch::patch(target, &ops).map_err(|e| ApiError {
-        code: 422,
-        reason: "Invalid",
-        message: format!("the server rejected our request due to an error in our request: {e}"),
-        details: None,
-        retry_after: None,
-    })
+    json_patch::patch(target, &ops).map_err(|_| ApiError::patch_rejected())
 }
 
 /// How a list field merges in a strategic merge patch.

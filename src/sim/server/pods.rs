@@ -23,7 +23,7 @@ impl Shared {
             self.delete(&main, &d)?;
             return Ok(Reply {
                 code: 201,
-                body: json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+                body: json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
                 warnings: vec![],
             });
         }
@@ -54,7 +54,11 @@ impl Shared {
             .filter(|n| !n.is_empty())
         {
             return Err(ApiError::conflict(
-                loc.target(&name),
+                super::errors::Target {
+                    group: "",
+                    plural: "pods/binding",
+                    name: &name,
+                },
                 &format!("pod {name} is already assigned to node \"{cur}\""),
             ));
         }

@@ -170,6 +170,18 @@ impl B {
         self.0.status_on_create = on_create;
         self
     }
+    fn scaled(mut self) -> Self {
+        self.0.scale = Some(ScalePaths {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: ".status.replicas".into(),
+            label_selector: None,
+        });
+        self
+    }
+    fn categories(mut self, c: &[&str]) -> Self {
+        self.0.categories = c.iter().map(|s| s.to_string()).collect();
+        self
+    }
     fn generation(mut self) -> Self {
         self.0.generation = true;
         self
@@ -259,12 +271,14 @@ pub fn builtins() -> Vec<ResourceInfo> {
             .all()
             .status(Drop)
             .generation()
+            .scaled()
             .0,
         B::new("apps", "v1", "replicasets", "ReplicaSet", true)
             .short(&["rs"])
             .all()
             .status(Drop)
             .generation()
+            .scaled()
             .0,
         B::new(
             "apiextensions.k8s.io",
@@ -274,6 +288,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             false,
         )
         .short(&["crd", "crds"])
+        .categories(&["api-extensions"])
         .status(Keep)
         .conditional()
         .generation()
@@ -285,6 +300,9 @@ pub fn builtins() -> Vec<ResourceInfo> {
 #[derive(Debug, Default, Clone)]
 pub struct Registry {
     by_key: BTreeMap<String, Arc<ResourceInfo>>,
+    /// Ids in the order they were first registered (discovery lists
+    /// custom resources in that order, as a real server does).
+    order: Vec<String>,
 }
 
 impl Registry {
@@ -299,12 +317,17 @@ impl Registry {
 
     /// Adds or replaces a resource.
     pub fn insert(&mut self, info: ResourceInfo) {
+        if !self.by_key.contains_key(&info.id()) {
+            self.order.push(info.id());
+        }
         self.by_key.insert(info.id(), Arc::new(info));
     }
 
     /// Removes a resource (a deleted CRD).
     pub fn remove(&mut self, group: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
-        self.by_key.remove(&key_of(group, plural))
+        let id = key_of(group, plural);
+        self.order.retain(|x| *x != id);
+        self.by_key.remove(&id)
     }
 
     /// The resource served at `group/version/plural`, if that version is served.
@@ -318,6 +341,26 @@ impl Registry {
     /// By registry key (`group/plural`).
     pub fn get(&self, id: &str) -> Option<Arc<ResourceInfo>> {
         self.by_key.get(id).cloned()
+    }
+
+    /// All resources in the order discovery lists them: built-ins by
+    /// name, then custom resources as registered.
+    pub fn in_discovery_order(&self) -> Vec<Arc<ResourceInfo>> {
+        let mut builtin: Vec<Arc<ResourceInfo>> = self
+            .by_key
+            .values()
+            .filter(|r| !r.custom)
+            .cloned()
+            .collect();
+        builtin.sort_by(|a, b| a.plural.cmp(&b.plural));
+        builtin.extend(
+            self.order
+                .iter()
+                .filter_map(|id| self.by_key.get(id))
+                .filter(|r| r.custom)
+                .cloned(),
+        );
+        builtin
     }
 
     /// All resources.

@@ -76,6 +76,18 @@ fn check_key(k: &str) -> Result<String, ApiError> {
     }
 }
 
+/// A value that starts with an operator character is the real lexer's
+/// `found '=', expected: identifier`.
+fn check_value(v: &str) -> Result<String, ApiError> {
+    let v = v.trim();
+    match v.chars().next() {
+        Some(c @ ('=' | '!' | '(' | ')' | ',')) => Err(ApiError::bad_request(format!(
+            "unable to parse requirement: found '{c}', expected: identifier"
+        ))),
+        _ => Ok(v.to_string()),
+    }
+}
+
 impl LabelSelector {
     /// Parses the `labelSelector` query parameter; a syntax error is a 400.
     pub fn parse(s: &str) -> Result<Self, ApiError> {
@@ -84,11 +96,11 @@ impl LabelSelector {
             if let Some(k) = part.strip_prefix('!') {
                 reqs.push(LabelReq::NotExists(check_key(k)?));
             } else if let Some((k, v)) = part.split_once("!=") {
-                reqs.push(LabelReq::NotEq(check_key(k)?, v.trim().to_string()));
+                reqs.push(LabelReq::NotEq(check_key(k)?, check_value(v)?));
             } else if let Some((k, v)) = part.split_once("==") {
-                reqs.push(LabelReq::Eq(check_key(k)?, v.trim().to_string()));
+                reqs.push(LabelReq::Eq(check_key(k)?, check_value(v)?));
             } else if let Some((k, v)) = part.split_once('=') {
-                reqs.push(LabelReq::Eq(check_key(k)?, v.trim().to_string()));
+                reqs.push(LabelReq::Eq(check_key(k)?, check_value(v)?));
             } else if let Some(idx) = part.find(" notin ") {
                 reqs.push(LabelReq::NotIn(
                     check_key(&part[..idx])?,
@@ -216,9 +228,16 @@ impl FieldSelector {
                 || k == "metadata.namespace"
                 || supported_fields(group, plural).contains(&k))
             {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {k}"
-                )));
+                // kinds with only the generic fields say which they have
+                return Err(ApiError::bad_request(
+                    if supported_fields(group, plural).is_empty() {
+                        format!(
+                            "\"{k}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                        )
+                    } else {
+                        format!("field label not supported: {k}")
+                    },
+                ));
             }
             reqs.push((stored, eq, v.trim().to_string()));
         }

@@ -66,6 +66,8 @@ pub struct Shared {
     pub pod_logs: Mutex<HashMap<(String, String, String), String>>,
     /// Options.
     pub opts: ServerOptions,
+    /// Work for the emulated kube-controller-manager (`controllers`).
+    pub kcm: Arc<super::controllers::Queue>,
 }
 
 impl Shared {
@@ -79,6 +81,7 @@ impl Shared {
             log: RequestLog::with_capacity(opts.request_log_capacity),
             pod_logs: Mutex::new(HashMap::new()),
             opts,
+            kcm: Arc::default(),
         })
     }
 

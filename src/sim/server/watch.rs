@@ -185,14 +185,28 @@ async fn pump(
         }
     };
     tokio::pin!(sleep);
-    let mut tick = tokio::time::interval(shared.opts.bookmark_interval);
+    // with a timeout, bookmarks come two seconds before it and as it ends
+    // (a real watch cache's heartbeat); else every bookmark interval
+    let period = match filter.q.timeout {
+        Some(t) if t > std::time::Duration::from_secs(2) => {
+            (t - std::time::Duration::from_secs(2)).min(shared.opts.bookmark_interval)
+        }
+        _ => shared.opts.bookmark_interval,
+    };
+    let mut tick = tokio::time::interval(period);
     tick.tick().await;
     let mut seen = start_rv;
     loop {
         tokio::select! {
             biased;
             _ = drop_rx.changed() => return,
-            _ = &mut sleep => return,
+            _ = &mut sleep => {
+                if filter.q.bookmarks {
+                    let rv = shared.store.read().rv();
+                    let _ = tx.send(filter.bookmark(rv, false)).await;
+                }
+                return;
+            }
             _ = tx.closed() => return,
             msg = sub.recv() => match msg {
                 Ok(c) => {

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::apply::{self, ApplyRequest, Lists, Section};
 use super::crd;
+use super::defaults;
 use super::errors::{ApiError, Cause, Target};
 use super::ops::{
     Loc, NS_KEY, Reply, WriteOpts, finalizers, meta, meta_mut, meta_str, om_terminating,
@@ -93,12 +94,30 @@ impl Shared {
             }
         }
         let name = meta_str(&body, "name").unwrap_or("").to_string();
-        if res.namespaced && w.get(NS_KEY, "", &ns).is_none() {
-            return Err(ApiError::not_found(Target {
-                group: "",
-                plural: "namespaces",
-                name: &ns,
-            }));
+        if res.namespaced {
+            match w.get(NS_KEY, "", &ns) {
+                None => {
+                    return Err(ApiError::not_found(Target {
+                        group: "",
+                        plural: "namespaces",
+                        name: &ns,
+                    }));
+                }
+                Some(n) if om_terminating(&n) => {
+                    return Err(ApiError::forbidden(
+                        loc.target(&name),
+                        &format!(
+                            "unable to create new content in namespace {ns} because it is being terminated"
+                        ),
+                        vec![Cause {
+                            reason: "NamespaceTerminating",
+                            field: "metadata.namespace".into(),
+                            message: format!("namespace {ns} is being terminated"),
+                        }],
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         if w.get(&loc.key, &ns, &name).is_some() {
             return Err(ApiError::already_exists(loc.target(&name)));
@@ -140,9 +159,51 @@ impl Shared {
                 m.remove("managedFields");
             }
         }
+        if applied.is_none() && !opts.manager.is_empty() {
+            // the creator owns what it sent, with the defaults, but not
+            // what the server's strategy sets (status, namespace finalizers)
+            // fields are owned as the request's version has them
+            let mut seen = if loc.res.is_events_v1() {
+                super::events::core_to_v1(&body)
+            } else {
+                body.clone()
+            };
+            if let Some(m) = seen.as_object_mut() {
+                if res.status {
+                    m.remove("status");
+                }
+                if res.group.is_empty() && res.plural == "namespaces" {
+                    m.remove("spec");
+                    m.remove("status");
+                }
+            }
+            let mut owned = seen.clone();
+            apply::record_update(
+                &json!({}),
+                &mut owned,
+                &opts.manager,
+                if res.custom {
+                    Lists::custom(res.schemas.get(&loc.version).map(|s| s.as_ref()))
+                } else {
+                    Lists::builtin()
+                },
+                &res.api_version(&loc.version),
+                "",
+            );
+            if let Some(mf) = owned.pointer("/metadata/managedFields").cloned() {
+                meta_mut(&mut body).insert("managedFields".into(), mf);
+            }
+        }
+        if res.group.is_empty() && res.plural == "pods" {
+            defaults::pod_admission(&mut body);
+        }
+        if res.group == "batch" && res.plural == "jobs" {
+            let uid = meta_str(&body, "uid").unwrap_or("").to_string();
+            defaults::job_selector(&mut body, &uid);
+        }
         if res.group == "apiextensions.k8s.io" {
             let info = crd::resource_of(&body)?;
-            body["status"] = crd::established_status(&body);
+            body["status"] = crd::initial_status(&body);
             if !opts.dry_run
                 && let Ok(mut reg) = self.registry.write()
             {
@@ -157,6 +218,14 @@ impl Shared {
             });
         }
         let change = w.put(&loc.key, body);
+        if loc.key.as_ref() == NS_KEY {
+            self.kcm
+                .push(super::controllers::Work::NamespaceCreated(name.clone()));
+        }
+        if res.group == "apiextensions.k8s.io" {
+            self.kcm
+                .push(super::controllers::Work::Establish(name.clone()));
+        }
         Ok(Reply {
             code: 201,
             body: self.view(loc, &change.obj),
@@ -179,13 +248,15 @@ impl Shared {
                 body["status"] = json!({"phase": "Active"});
             }
             ("", "pods") => {
-                if let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
-                    spec.entry("restartPolicy").or_insert(json!("Always"));
-                    spec.entry("schedulerName")
-                        .or_insert(json!("default-scheduler"));
-                    spec.entry("terminationGracePeriodSeconds")
-                        .or_insert(json!(30));
-                    spec.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
+                defaults::pod(body);
+                defaults::pod_only(body);
+                defaults::pod_conditions(body);
+            }
+            ("", "nodes") => defaults::node(body),
+            ("batch", "jobs") => defaults::job(body),
+            ("", "secrets") => {
+                if let Some(m) = body.as_object_mut() {
+                    m.entry("type").or_insert(json!("Opaque"));
                 }
             }
             _ => {}
@@ -222,14 +293,15 @@ impl Shared {
             Some(_) => {}
             None if loc.res.unconditional_update => {}
             None => {
+                // this one names the resource, not the kind
                 return Err(ApiError::invalid(
                     &loc.res.group,
-                    &loc.res.kind,
+                    &loc.res.plural,
                     &name,
                     vec![Cause {
                         reason: "FieldValueInvalid",
                         field: "metadata.resourceVersion".into(),
-                        message: "Invalid value: 0x0: must be specified for an update".into(),
+                        message: "Invalid value: 0: must be specified for an update".into(),
                     }],
                 ));
             }
@@ -246,11 +318,31 @@ impl Shared {
         opts: &WriteOpts,
     ) -> Result<Reply, ApiError> {
         let name = loc.name.clone().unwrap_or_default();
+        if pt == PatchType::Apply && !opts.explicit_manager {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired",
+                    field: "fieldManager".into(),
+                    message: "Required value: is required for apply patch".into(),
+                }],
+            ));
+        }
         let patch_body: Value = match pt {
             PatchType::Apply => parse_yaml_or_json(raw)?,
             _ => serde_json::from_slice(raw)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
         };
+        if pt == PatchType::Apply
+            && let Some(n) = meta_str(&patch_body, "name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
         if pt == PatchType::Strategic && loc.res.custom {
             return Err(ApiError::unsupported_media_type(
                 "application/strategic-merge-patch+json",
@@ -432,7 +524,17 @@ impl Shared {
             }
             let mut next = (**old).clone();
             match cand.get("status") {
-                Some(s) => next["status"] = s.clone(),
+                Some(s) => {
+                    let qos = old.pointer("/status/qosClass").cloned();
+                    next["status"] = s.clone();
+                    // the server's own status field stays
+                    if let Some(q) = qos
+                        && next["status"].get("qosClass").is_none()
+                        && next["status"].is_object()
+                    {
+                        next["status"]["qosClass"] = q;
+                    }
+                }
                 None => {
                     if let Some(m) = next.as_object_mut() {
                         m.remove("status");
@@ -501,6 +603,17 @@ impl Shared {
                 m.insert("managedFields".into(), mf.clone());
             }
         }
+        if res.group.is_empty() && !res.custom {
+            match res.plural.as_str() {
+                "pods" => {
+                    defaults::pod(&mut cand);
+                    defaults::pod_only(&mut cand);
+                    defaults::pod_conditions(&mut cand);
+                }
+                "nodes" => defaults::node(&mut cand),
+                _ => {}
+            }
+        }
         if res.group.is_empty()
             && res.plural == "pods"
             && !is_status
@@ -515,10 +628,49 @@ impl Shared {
         if om_terminating(old) {
             let old_f = finalizers(old);
             if finalizers(&cand).iter().any(|f| !old_f.contains(f)) {
-                return Err(ApiError::invalid(&res.group, &res.kind, &name, vec![Cause { reason: "FieldValueForbidden", field: "metadata.finalizers".into(), message: "Forbidden: no new finalizers can be added if the object is being deleted".into() }]));
+                let new: Vec<String> = finalizers(&cand)
+                    .iter()
+                    .filter(|f| !old_f.contains(f))
+                    .map(|f| format!("{:?}", f.as_str().unwrap_or("")))
+                    .collect();
+                let message = format!(
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    new.join(", ")
+                );
+                // the real server reports it twice (metadata and strategy)
+                let cause = || Cause {
+                    reason: "FieldValueForbidden",
+                    field: "metadata.finalizers".into(),
+                    message: message.clone(),
+                };
+                return Err(ApiError::invalid(
+                    &res.group,
+                    &res.kind,
+                    &name,
+                    vec![cause(), cause()],
+                ));
             }
         }
-        if !applied && !opts.manager.is_empty() {
+        if !applied && !opts.manager.is_empty() && loc.res.is_events_v1() {
+            let old_v = super::events::core_to_v1(old);
+            let mut cand_v = super::events::core_to_v1(&cand);
+            apply::record_update(
+                &old_v,
+                &mut cand_v,
+                &opts.manager,
+                Lists::builtin(),
+                &res.api_version(&loc.version),
+                "",
+            );
+            match cand_v.pointer("/metadata/managedFields").cloned() {
+                Some(mf) => {
+                    meta_mut(&mut cand).insert("managedFields".into(), mf);
+                }
+                None => {
+                    meta_mut(&mut cand).remove("managedFields");
+                }
+            }
+        } else if !applied && !opts.manager.is_empty() {
             apply::record_update(
                 old,
                 &mut cand,
@@ -563,10 +715,20 @@ impl Shared {
                 warnings,
             });
         }
-        if om_terminating(&cand) && finalizers(&cand).is_empty() {
+        if om_terminating(&cand) && finalizers(&cand).is_empty() && !finalizers(old).is_empty() {
+            // the DELETED event carries the last stored state; the answer
+            // is the object as this write made it
             let change =
-                self.finalize_removal(w, &loc.key, loc.ns_str(), &name, "Background", Some(cand));
-            let body = change.map(|o| self.view(loc, &o)).unwrap_or(Value::Null);
+                self.finalize_removal(w, &loc.key, loc.ns_str(), &name, "Background", None);
+            let body = match change {
+                Some(_) => {
+                    // with the resourceVersion it was last stored at
+                    let mut v = cand.clone();
+                    v["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+                    self.view(loc, &v)
+                }
+                None => Value::Null,
+            };
             return Ok(Reply {
                 code: 200,
                 body,
