@@ -18,6 +18,7 @@ pub mod scheduler;
 pub mod volcano;
 
 mod children;
+mod create;
 mod jobstore;
 mod runtime;
 pub(crate) mod util;
