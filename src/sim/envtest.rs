@@ -74,6 +74,13 @@ pub struct ControlPlaneConfig {
     pub controller_manager: bool,
     /// Extra kube-apiserver flags (`--max-requests-inflight=...`).
     pub apiserver_flags: Vec<String>,
+    /// An audit policy (YAML of `audit.k8s.io/v1` `Policy`): with one, the
+    /// API server writes its audit log (JSON lines, not rotated, written
+    /// before each answer) to [`ControlPlane::audit_log_path`]. Its events
+    /// carry `requestReceivedTimestamp` and `stageTimestamp` in
+    /// microseconds: the server-side clock `rebound sim` measures reaction
+    /// with on a real server, which has no request log of its own.
+    pub audit_policy: Option<String>,
 }
 
 impl ControlPlaneConfig {
@@ -90,6 +97,7 @@ impl ControlPlaneConfig {
             etcd: None,
             controller_manager: true,
             apiserver_flags: Vec::new(),
+            audit_policy: None,
         }
     }
 }
@@ -102,6 +110,7 @@ pub struct ControlPlane {
     url: String,
     kubeconfig: PathBuf,
     kubectl: PathBuf,
+    audit_log: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -250,6 +259,7 @@ impl ControlPlane {
             url: String::new(),
             kubeconfig: dir.join("admin.kubeconfig"),
             kubectl: cfg.assets.join("kubectl"),
+            audit_log: None,
         };
         let pki = pki()?;
         let write = |name: &str, body: &str| -> Result<PathBuf, EnvtestError> {
@@ -307,6 +317,16 @@ impl ControlPlane {
             .arg("--allow-privileged=true")
             .arg("--profiling=false")
             .args(&cfg.apiserver_flags);
+        if let Some(policy) = &cfg.audit_policy {
+            let policy_file = write("audit-policy.yaml", policy)?;
+            let log = dir.join("audit.log");
+            c.arg(format!("--audit-policy-file={}", p(&policy_file)))
+                .arg(format!("--audit-log-path={}", p(&log)))
+                .arg("--audit-log-format=json")
+                .arg("--audit-log-mode=blocking")
+                .arg("--audit-log-maxsize=0");
+            cp.audit_log = Some(log);
+        }
         cp.spawn("kube-apiserver", c)?;
         cp.write_kubeconfig()?;
         cp.wait_ready("kube-apiserver", Duration::from_secs(60))?;
@@ -406,6 +426,12 @@ impl ControlPlane {
     /// The `kubectl` of the assets (it may not exist).
     pub fn kubectl(&self) -> &Path {
         &self.kubectl
+    }
+
+    /// The API server's audit log, when [`ControlPlaneConfig::audit_policy`]
+    /// asked for one.
+    pub fn audit_log_path(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
     }
 
     /// The data and log directory (`etcd/`, `*.log`).

@@ -7,4 +7,5 @@ mod fault_parsers;
 mod packaging;
 mod samples;
 mod sim_actors;
+mod sim_bench;
 mod sim_server;
