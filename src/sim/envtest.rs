@@ -74,6 +74,8 @@ pub struct ControlPlaneConfig {
     pub controller_manager: bool,
     /// Extra kube-apiserver flags (`--max-requests-inflight=...`).
     pub apiserver_flags: Vec<String>,
+    /// Extra kube-controller-manager flags (`--node-monitor-grace-period=...`).
+    pub controller_manager_flags: Vec<String>,
     /// An audit policy (YAML of `audit.k8s.io/v1` `Policy`): with one, the
     /// API server writes its audit log (JSON lines, not rotated, written
     /// before each answer) to [`ControlPlane::audit_log_path`]. Its events
@@ -97,6 +99,7 @@ impl ControlPlaneConfig {
             etcd: None,
             controller_manager: true,
             apiserver_flags: Vec::new(),
+            controller_manager_flags: Vec::new(),
             audit_policy: None,
         }
     }
@@ -349,7 +352,8 @@ impl ControlPlane {
                 .args([
                     "--controllers",
                     "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-bootstrapsigner,-tokencleaner",
-                ]);
+                ])
+                .args(&cfg.controller_manager_flags);
             cp.spawn("kube-controller-manager", c)?;
         }
         Ok(cp)

@@ -181,7 +181,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
     let log = env.server_log_from_now()?;
     let watch = effects::EffectWatch::start(env.bed.client(), &env.ns, &env.node_prefix()).await?;
     let t_start = SystemTime::now();
-    let mut notes = Vec::new();
+    let mut notes = env.notes.clone();
     if let Some(load) = load_average() {
         notes.push(format!(
             "machine load (1-minute average) when the faults began: {load} on {} CPUs",
