@@ -159,9 +159,10 @@ impl SimEnv {
             // 2,000 nodes on a loaded server a round outlasts the 40 s
             // lease, and the node lifecycle controller would mark nodes
             // NotReady and evict their pods in the middle of the set-up.
-            cp_cfg
-                .controller_manager_flags
-                .push(format!("--node-monitor-grace-period={NODE_GRACE}"));
+            cp_cfg.controller_manager_flags.extend([
+                format!("--node-monitor-grace-period={NODE_GRACE}"),
+                format!("--node-startup-grace-period={NODE_GRACE}"),
+            ]);
             eprintln!(
                 "sim: starting etcd, kube-apiserver and kube-controller-manager from {}...",
                 cp_cfg.assets.display()
@@ -183,7 +184,7 @@ impl SimEnv {
             let mut env =
                 Self::finish(bed, Server::ControlPlane(cp), kubeconfig, description).await?;
             env.notes.push(format!(
-                "kube-controller-manager runs with --node-monitor-grace-period={NODE_GRACE}: this one process renews the 40 s Leases of all fake nodes one after another, and a slow round would otherwise get nodes marked NotReady and their pods evicted"
+                "kube-controller-manager runs with --node-monitor-grace-period and --node-startup-grace-period {NODE_GRACE}: this one process renews the 40 s Leases of all fake nodes one after another, and a slow round would otherwise get nodes marked NotReady and their pods evicted"
             ));
             return Ok(env);
         }
