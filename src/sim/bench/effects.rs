@@ -5,10 +5,12 @@
 //! read (`rebound sim --kubeconfig`), and shown beside the server-side
 //! figures elsewhere, so the two can be compared.
 //!
-//! The watches start at the current resourceVersion (no initial list of
+//! The watches run on a thread of their own, with their own client, and
+//! start at the current resourceVersion (no initial list of
 //! 20,000 pods) and resume from the last one seen if the stream ends.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -24,58 +26,137 @@ use crate::sim::actors::kubeflow::JOB_NAME_LABEL;
 /// Effects seen, with when they reached this process.
 type Seen = Arc<Mutex<Vec<(SystemTime, Subject)>>>;
 
-/// The running watches; dropping it stops them.
+/// The running watches, on a thread and runtime of their own so that the
+/// simulated actors' bursts in this process do not delay reading them (a
+/// separate client would not see those); dropping it stops them.
 #[derive(Debug)]
 pub struct EffectWatch {
     seen: Seen,
-    tasks: Vec<JoinHandle<()>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for EffectWatch {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
 
+/// Why the watches could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EffectWatchError {
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The first requests failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The thread or its runtime could not start.
+    #[error("effect watch thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
 impl EffectWatch {
-    /// Watches the pods of namespace `ns` and the nodes whose names start
-    /// with `node_prefix`, from now on.
+    /// Watches, as the user of `kubeconfig`, the pods of namespace `ns` and
+    /// the nodes whose names start with `node_prefix`, from now on.
     pub async fn start(
-        client: Client,
+        kubeconfig: &Path,
         ns: &str,
         node_prefix: &str,
-    ) -> Result<EffectWatch, kube::Error> {
+    ) -> Result<EffectWatch, EffectWatchError> {
         let seen: Seen = Arc::default();
-        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let nodes: Api<Node> = Api::all(client);
-        let pods_rv = current_rv(&pods).await?;
-        let nodes_rv = current_rv(&nodes).await?;
-        let mut pod_state = PodEffects::default();
-        let s = seen.clone();
-        let pod_task = tokio::spawn(watch_from(pods, pods_rv, move |ev| {
-            if let Some(e) = pod_state.on_event(ev) {
-                push(&s, e);
-            }
-        }));
-        let mut node_state = NodeEffects::new(node_prefix);
-        let s = seen.clone();
-        let node_task = tokio::spawn(watch_from(nodes, nodes_rv, move |ev| {
-            if let Some(e) = node_state.on_event(ev) {
-                push(&s, e);
-            }
-        }));
-        Ok(EffectWatch {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (path, ns, prefix, s) = (
+            kubeconfig.to_owned(),
+            ns.to_owned(),
+            node_prefix.to_owned(),
+            seen.clone(),
+        );
+        let thread = std::thread::Builder::new()
+            .name("sim-effect-watch".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    match start_watches(&path, &ns, &prefix, s).await {
+                        Ok(tasks) => {
+                            let _ = ready_tx.send(Ok(()));
+                            let _ = stop_rx.await;
+                            for t in tasks {
+                                t.abort();
+                            }
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                });
+            })?;
+        let started = ready_rx.await.unwrap_or_else(|_| {
+            Err(EffectWatchError::Thread(std::io::Error::other(
+                "the effect watch thread ended early",
+            )))
+        });
+        let watch = EffectWatch {
             seen,
-            tasks: vec![pod_task, node_task],
-        })
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        };
+        started.map(|()| watch)
     }
 
     /// Every effect seen so far, in the order seen.
     pub fn effects(&self) -> Vec<(SystemTime, Subject)> {
         self.seen.lock().map(|v| v.clone()).unwrap_or_default()
     }
+}
+
+/// On the watch thread: a client of its own, and the two watches.
+async fn start_watches(
+    kubeconfig: &Path,
+    ns: &str,
+    node_prefix: &str,
+    seen: Seen,
+) -> Result<Vec<JoinHandle<()>>, EffectWatchError> {
+    let bad = |message: String| EffectWatchError::Kubeconfig {
+        path: kubeconfig.to_owned(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(e.to_string()))?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    let client = Client::try_from(cfg)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let nodes: Api<Node> = Api::all(client);
+    let pods_rv = current_rv(&pods).await?;
+    let nodes_rv = current_rv(&nodes).await?;
+    let mut pod_state = PodEffects::default();
+    let s = seen.clone();
+    let pod_task = tokio::spawn(watch_from(pods, pods_rv, move |ev| {
+        if let Some(e) = pod_state.on_event(ev) {
+            push(&s, e);
+        }
+    }));
+    let mut node_state = NodeEffects::new(node_prefix);
+    let node_task = tokio::spawn(watch_from(nodes, nodes_rv, move |ev| {
+        if let Some(e) = node_state.on_event(ev) {
+            push(&seen, e);
+        }
+    }));
+    Ok(vec![pod_task, node_task])
 }
 
 fn push(seen: &Seen, subject: Subject) {

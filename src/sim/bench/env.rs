@@ -7,7 +7,7 @@
 //! simulated scheduler and run by the simulated kubelets (see
 //! [`crate::sim::testbed::Testbed::connect`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -353,11 +353,18 @@ impl SimEnv {
     /// made there is deleted; a control plane this process started is
     /// stopped with its data instead (deleting 20,000 pods first would only
     /// cost minutes).
-    pub async fn finish_run(self) {
+    /// With `keep_audit`, the control plane's audit log is copied there
+    /// first (a failure is reported on stderr; the figures are out).
+    pub async fn finish_run(self, keep_audit: Option<&Path>) {
         match self.server {
             Server::Embedded => self.bed.cluster.shutdown().await,
             Server::Kubeconfig => self.bed.cleanup().await,
             Server::ControlPlane(cp) => {
+                if let (Some(to), Some(from)) = (keep_audit, cp.audit_log_path())
+                    && let Err(e) = std::fs::copy(from, to)
+                {
+                    eprintln!("sim: copying the audit log to {}: {e}", to.display());
+                }
                 drop(cp);
                 // The bed's clean-up would now only meet a closed port, once
                 // per object it made; the actors stop with the runtime.

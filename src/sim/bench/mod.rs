@@ -87,6 +87,10 @@ pub struct SimArgs {
     /// figures; every object goes through its API.
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = any_path, conflicts_with = "kubeconfig")]
     pub assets: Option<PathBuf>,
+    /// With --assets: copy the API server's audit log here before the
+    /// control plane stops (to look at what the figures were computed from).
+    #[arg(long, requires = "assets")]
+    pub keep_audit_log: Option<PathBuf>,
     /// Run against the cluster of this kubeconfig (cluster-admin; no
     /// Kubeflow operator installed): fake nodes, per-run namespaces and the
     /// simulated operators are set up there and removed afterwards. Its
@@ -179,7 +183,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
     let setup_seconds = times.controller_ready_seconds;
 
     let log = env.server_log_from_now()?;
-    let watch = effects::EffectWatch::start(env.bed.client(), &env.ns, &env.node_prefix()).await?;
+    let watch = effects::EffectWatch::start(&env.kubeconfig, &env.ns, &env.node_prefix()).await?;
     let t_start = SystemTime::now();
     let mut notes = env.notes.clone();
     if let Some(load) = load_average() {
@@ -189,8 +193,32 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
         ));
     }
     let injected = inject(&env, args, jobs, workers, &mut notes).await?;
-    // Let the controller finish (restarts, records, Events).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let the controller finish (restarts, records, Events): until nothing
+    // new has happened for 3 s. A loaded real server can take many seconds
+    // to answer what the controller sent.
+    let port = match &ctl {
+        Ctl::Child(_, _, port) => *port,
+        Ctl::InProcess(h) => h.listen.port(),
+    };
+    let settle = Instant::now();
+    let mut last = None;
+    let mut quiet_since = Instant::now();
+    while settle.elapsed() < SETTLE_MAX {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = progress(&env, &log, &watch, port).await?;
+        if last.as_ref() != Some(&now) {
+            last = Some(now);
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+    }
+    if settle.elapsed() >= SETTLE_MAX {
+        notes.push(format!(
+            "the controller's activity had not settled {}s after the last fault; figures are those seen until then",
+            SETTLE_MAX.as_secs()
+        ));
+    }
 
     let server = log.read(&env)?;
     let effects = watch.effects();
@@ -286,8 +314,35 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
         controller_peak_rss_mib: rss,
         notes,
     };
-    env.finish_run().await;
+    env.finish_run(args.keep_audit_log.as_deref()).await;
     Ok(report)
+}
+
+/// The longest wait for the controller to finish after the last fault.
+const SETTLE_MAX: Duration = Duration::from_secs(180);
+
+/// What has happened so far: controller writes in the server's log,
+/// effects seen, and the controller's own request counter. The run is
+/// over when none of them moves.
+async fn progress(
+    env: &SimEnv,
+    log: &env::ServerLog,
+    watch: &effects::EffectWatch,
+    port: u16,
+) -> anyhow::Result<(usize, usize, u64)> {
+    let writes = log
+        .read(env)?
+        .map(|(reqs, _)| reqs.iter().filter(|r| r.by_controller()).count())
+        .unwrap_or(0);
+    let own = http_get(port, "/metrics")
+        .await
+        .map(|t| {
+            counter_by_label(&t, "rebound_api_requests_total", "verb")
+                .values()
+                .sum()
+        })
+        .unwrap_or(0);
+    Ok((writes, watch.effects().len(), own))
 }
 
 fn scenario_note(args: &SimArgs) -> Option<String> {
