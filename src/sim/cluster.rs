@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -374,22 +375,34 @@ impl SimCluster {
             ensure_namespace(&client, ns).await?;
         }
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-        for i in 0..config.nodes {
-            let mut obj = node_object(i, &config);
-            // Status is not written on create by a real server: post the
-            // node, then its status, as a kubelet registering does.
-            let status = obj["status"].take();
-            let name = nth_node(&config, i);
-            let node = serde_json::from_value(obj)?;
-            nodes.create(&PostParams::default(), &node).await?;
-            nodes
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"status": status})),
-                )
-                .await?;
+        // Registered 16 at a time, as many kubelets would: one by one, 2,000
+        // nodes take a minute of round trips on a real server.
+        let mut registered = futures::stream::iter(0..config.nodes)
+            .map(|i| {
+                let (nodes, config) = (&nodes, &config);
+                async move {
+                    let mut obj = node_object(i, config);
+                    // Status is not written on create by a real server: post
+                    // the node, then its status, as a kubelet registering does.
+                    let status = obj["status"].take();
+                    let name = nth_node(config, i);
+                    let node = serde_json::from_value(obj)?;
+                    nodes.create(&PostParams::default(), &node).await?;
+                    nodes
+                        .patch_status(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(&json!({"status": status})),
+                        )
+                        .await?;
+                    Ok::<(), ClusterError>(())
+                }
+            })
+            .buffer_unordered(16);
+        while let Some(r) = registered.next().await {
+            r?;
         }
+        drop(registered);
         if config.accelerator == Accelerator::Ascend {
             for i in 0..config.nodes {
                 let cm = ascend::configmap(&nth_node(&config, i), config.gpus_per_node, &[]);
@@ -665,7 +678,15 @@ impl SimCluster {
                     if let Some(node) = place() {
                         pod["spec"]["nodeName"] = json!(node);
                     }
-                    self.api().create_object(pod)?;
+                    match self.api().create_object(pod) {
+                        Ok(_) => {}
+                        // The simulated operator saw the job first and made
+                        // the pod itself (unbound; the scheduler places it):
+                        // the same pod, so the set-up goes on.
+                        Err(SimError::Api { source, .. })
+                            if source.code == 409 && source.reason == "AlreadyExists" => {}
+                        Err(e) => return Err(e.into()),
+                    }
                 }
             }
             names.push(name);

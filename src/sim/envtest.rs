@@ -83,6 +83,15 @@ pub struct ControlPlaneConfig {
     pub controller_manager: bool,
     /// Extra kube-apiserver flags (`--max-requests-inflight=...`).
     pub apiserver_flags: Vec<String>,
+    /// Extra kube-controller-manager flags (`--node-monitor-grace-period=...`).
+    pub controller_manager_flags: Vec<String>,
+    /// An audit policy (YAML of `audit.k8s.io/v1` `Policy`): with one, the
+    /// API server writes its audit log (JSON lines, not rotated, written
+    /// before each answer) to [`ControlPlane::audit_log_path`]. Its events
+    /// carry `requestReceivedTimestamp` and `stageTimestamp` in
+    /// microseconds: the server-side clock `rebound sim` measures reaction
+    /// with on a real server, which has no request log of its own.
+    pub audit_policy: Option<String>,
 }
 
 impl ControlPlaneConfig {
@@ -107,6 +116,8 @@ impl ControlPlaneConfig {
             etcd: None,
             controller_manager: true,
             apiserver_flags: Vec::new(),
+            controller_manager_flags: Vec::new(),
+            audit_policy: None,
         }
     }
 }
@@ -119,6 +130,7 @@ pub struct ControlPlane {
     url: String,
     kubeconfig: PathBuf,
     kubectl: PathBuf,
+    audit_log: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -267,6 +279,7 @@ impl ControlPlane {
             url: String::new(),
             kubeconfig: dir.join("admin.kubeconfig"),
             kubectl: cfg.assets.join("kubectl"),
+            audit_log: None,
         };
         let pki = pki()?;
         let write = |name: &str, body: &str| -> Result<PathBuf, EnvtestError> {
@@ -328,6 +341,16 @@ impl ControlPlane {
             // listens (src/sim/kubelet_logs.rs).
             .arg("--kubelet-preferred-address-types=InternalIP")
             .args(&cfg.apiserver_flags);
+        if let Some(policy) = &cfg.audit_policy {
+            let policy_file = write("audit-policy.yaml", policy)?;
+            let log = dir.join("audit.log");
+            c.arg(format!("--audit-policy-file={}", p(&policy_file)))
+                .arg(format!("--audit-log-path={}", p(&log)))
+                .arg("--audit-log-format=json")
+                .arg("--audit-log-mode=blocking")
+                .arg("--audit-log-maxsize=0");
+            cp.audit_log = Some(log);
+        }
         cp.spawn("kube-apiserver", c)?;
         cp.write_kubeconfig()?;
         cp.wait_ready("kube-apiserver", Duration::from_secs(60))?;
@@ -350,7 +373,8 @@ impl ControlPlane {
                 .args([
                     "--controllers",
                     "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-bootstrapsigner,-tokencleaner",
-                ]);
+                ])
+                .args(&cfg.controller_manager_flags);
             cp.spawn("kube-controller-manager", c)?;
         }
         Ok(cp)
@@ -427,6 +451,12 @@ impl ControlPlane {
     /// The `kubectl` of the assets (it may not exist).
     pub fn kubectl(&self) -> &Path {
         &self.kubectl
+    }
+
+    /// The API server's audit log, when [`ControlPlaneConfig::audit_policy`]
+    /// asked for one.
+    pub fn audit_log_path(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
     }
 
     /// The data and log directory (`etcd/`, `*.log`).

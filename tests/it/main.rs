@@ -10,5 +10,6 @@ mod inplace;
 mod packaging;
 mod samples;
 mod sim_actors;
+mod sim_bench;
 mod sim_server;
 mod trainer;

@@ -910,3 +910,68 @@ async fn volcano_pods_deleted_without_a_command_are_recreated() {
     );
     c.shutdown().await;
 }
+
+/// A pod create the server refuses puts the job into a backoff (200 ms,
+/// doubling) before the operator tries again, so a failing server sees
+/// one request per wait, not a storm, and the pod comes up in the end.
+#[tokio::test]
+async fn refused_pod_creates_are_retried_after_a_growing_backoff() {
+    let c = cluster(1).await;
+    c.api().clear_requests();
+    c.api()
+        .inject()
+        .fail_next_matching(3, 500, Some("create"), Some("pods"));
+    c.create_pytorchjob(NS, "flaky", 0, &[])
+        .await
+        .expect("create job");
+    let sel = format!("{}=flaky", kf::JOB_NAME_LABEL);
+    c.wait_for_pods_running(NS, &sel, 1, T)
+        .await
+        .expect("pod running after the refusals");
+    let creates: Vec<_> = c
+        .api()
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "create" && r.resource == "pods" && r.subresource.is_empty())
+        .filter(|r| r.namespace.as_deref() == Some(NS))
+        .collect();
+    let statuses: Vec<u16> = creates.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [500, 500, 500, 201], "one create per wait");
+    for (i, want) in [200u64, 400, 800].into_iter().enumerate() {
+        let gap = creates[i + 1].at.duration_since(creates[i].at);
+        assert!(
+            gap >= Duration::from_millis(want) && gap < Duration::from_millis(want + 1500),
+            "wait {i}: {gap:?}, want about {want} ms"
+        );
+    }
+    c.shutdown().await;
+}
+
+/// The bulk set-up of `rebound sim` goes on when a pod it writes exists
+/// already (the simulated operator saw the job first and made the pod
+/// itself): 409 AlreadyExists is the pod it wanted. Before, the set-up
+/// failed in about one run in four at 20,000 pods.
+#[tokio::test]
+async fn bulk_setup_accepts_pods_that_exist_already() {
+    let c = cluster(2).await;
+    let api: Api<Pod> = Api::namespaced(c.client(), NS);
+    for name in ["race-0-master-0", "race-0-worker-1"] {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "pytorch", "image": "x"}]},
+        }))
+        .expect("pod");
+        api.create(&PostParams::default(), &p)
+            .await
+            .expect("pre-existing pod");
+    }
+    let names = c
+        .bulk_pytorchjobs(NS, "race", 1, 2, &JobOptions::default())
+        .expect("the set-up goes on past AlreadyExists");
+    assert_eq!(names, ["race-0"]);
+    assert!(
+        pod(&c, "race-0-worker-0").await.is_some(),
+        "the pods that did not exist were written"
+    );
+    c.shutdown().await;
+}

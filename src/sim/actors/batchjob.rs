@@ -18,12 +18,13 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::watcher::Event;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::children::{ChildPod, InFlight, PodIndex, observe};
+use super::create::{CreateBackoff, Created, spawn_create};
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_ref, is_not_found, key, name_suffix, now_rfc3339, str_at};
 
@@ -279,7 +280,8 @@ fn plan(
 enum Input {
     Job(Event<Job>),
     Pod(Event<Pod>),
-    Created(String, String, Result<(), kube::Error>),
+    /// A pod create returned: (job uid, pod name, outcome).
+    Created(String, String, Created),
     Done(String, Option<String>),
     Tick,
 }
@@ -305,6 +307,7 @@ pub async fn run(client: Client) {
     let mut creating = Creating::default();
     let mut failed_seen: HashMap<String, HashSet<String>> = HashMap::new();
     let mut in_flight = InFlight::default();
+    let mut backoff = CreateBackoff::default();
     let mut snapshot: Option<HashSet<String>> = None;
     while let Some(batch) = next_batch(&mut input, 2048).await {
         let mut dirty: HashSet<String> = HashSet::new();
@@ -349,13 +352,18 @@ pub async fn run(client: Client) {
                         }
                     }
                 }
-                Input::Created(uid, name, res) => {
-                    if res.is_err()
+                Input::Created(uid, name, c) => {
+                    // A made or found pod counts as being created until the
+                    // watch shows it (or its entry expires); a failed one
+                    // frees its index for the retry after the backoff.
+                    if !c.exists()
                         && let Some(m) = creating.by_job.get_mut(&uid)
                     {
                         m.remove(&name);
                     }
-                    if let Some(k) = uid_key.get(&uid) {
+                    if let Some(k) = uid_key.get(&uid)
+                        && backoff.record(k, &c, Instant::now())
+                    {
                         dirty.insert(k.clone());
                     }
                 }
@@ -367,6 +375,7 @@ pub async fn run(client: Client) {
                 }
                 Input::Tick => {
                     in_flight.expire();
+                    dirty.extend(backoff.due(Instant::now()));
                     // Retries creations that were lost.
                     dirty.extend(
                         creating
@@ -379,6 +388,7 @@ pub async fn run(client: Client) {
             }
         }
         for (k, uid) in gone {
+            backoff.forget(&k);
             uid_key.remove(&uid);
             creating.by_job.remove(&uid);
             failed_seen.remove(&uid);
@@ -412,7 +422,12 @@ pub async fn run(client: Client) {
                 failed_seen.entry(uid.clone()).or_default(),
                 &in_flight,
             );
-            for (pod, idx) in p.creates {
+            let creates = if backoff.waiting(&jk, Instant::now()) {
+                Vec::new()
+            } else {
+                p.creates
+            };
+            for (pod, idx) in creates {
                 let name = pod["metadata"]["name"]
                     .as_str()
                     .unwrap_or_default()
@@ -424,16 +439,7 @@ pub async fn run(client: Client) {
                     .insert(name.clone(), (idx, Instant::now()));
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let uid2 = uid.clone();
-                writer.spawn(async move {
-                    let res = match serde_json::from_value::<Pod>(pod) {
-                        Ok(p) => api.create(&PostParams::default(), &p).await.map(|_| ()),
-                        Err(e) => Err(kube::Error::SerdeError(e)),
-                    };
-                    if let Err(e) = &res {
-                        tracing::debug!(pod = %name, error = %e, "create job pod");
-                    }
-                    Input::Created(uid2, name, res)
-                });
+                spawn_create(&writer, api, pod, move |c| Input::Created(uid2, name, c));
             }
             for name in p.deletes {
                 let k = key(&ns, &name);

@@ -14,21 +14,20 @@
 //! exclusive placement, suspend.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher::Event;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::children::{InFlight, observe};
+use super::create::{CreateBackoff, Created, spawn_create};
 use super::jobstore::JobStore;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
-use super::util::{
-    controller_of, controller_ref, is_conflict, is_not_found, key, now_rfc3339, str_at,
-};
+use super::util::{controller_of, controller_ref, is_not_found, key, now_rfc3339, str_at};
 
 /// Label and annotation: the JobSet's name.
 pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
@@ -278,6 +277,8 @@ enum Input {
     Set(Event<DynamicObject>),
     Job(Event<Job>),
     Done(String, Option<String>),
+    /// A child Job create returned: (Job key, JobSet key, outcome).
+    Created(String, String, Created),
     Tick,
 }
 
@@ -298,6 +299,7 @@ pub async fn run(client: Client) {
     // Child Jobs by owner uid, then by name.
     let mut children: HashMap<String, HashMap<String, ChildJob>> = HashMap::new();
     let mut in_flight = InFlight::default();
+    let mut backoff = CreateBackoff::default();
     while let Some(batch) = next_batch(&mut input, 1024).await {
         let mut dirty: HashSet<String> = HashSet::new();
         for ev in batch {
@@ -306,6 +308,7 @@ pub async fn run(client: Client) {
                     let ch = store.on_event("JobSet", e);
                     dirty.extend(ch.dirty);
                     for (k, uid) in ch.deleted {
+                        backoff.forget(&k);
                         let ns = k
                             .split_once('/')
                             .map(|(n, _)| n.to_owned())
@@ -348,7 +351,16 @@ pub async fn run(client: Client) {
                         dirty.insert(s);
                     }
                 }
-                Input::Tick => in_flight.expire(),
+                Input::Created(k, sk, c) => {
+                    in_flight.returned(&k, !c.exists());
+                    if backoff.record(&sk, &c, Instant::now()) {
+                        dirty.insert(sk);
+                    }
+                }
+                Input::Tick => {
+                    in_flight.expire();
+                    dirty.extend(backoff.due(Instant::now()));
+                }
             }
         }
         for sk in dirty {
@@ -366,7 +378,12 @@ pub async fn run(client: Client) {
                 .flat_map(|m| m.values())
                 .collect();
             let p = plan(js, &kids, &in_flight);
-            for job in p.creates {
+            let creates = if backoff.waiting(&sk, Instant::now()) {
+                Vec::new()
+            } else {
+                p.creates
+            };
+            for job in creates {
                 let name = job["metadata"]["name"]
                     .as_str()
                     .unwrap_or_default()
@@ -375,19 +392,7 @@ pub async fn run(client: Client) {
                 in_flight.insert_create(k.clone());
                 let api: Api<Job> = Api::namespaced(client.clone(), &ns);
                 let sk2 = sk.clone();
-                writer.spawn(async move {
-                    match serde_json::from_value::<Job>(job) {
-                        Ok(j) => {
-                            if let Err(e) = api.create(&PostParams::default(), &j).await
-                                && !is_conflict(&e)
-                            {
-                                tracing::debug!(job = %name, error = %e, "create child job");
-                            }
-                        }
-                        Err(e) => tracing::warn!(job = %name, error = %e, "replicated job template does not make a Job"),
-                    }
-                    Input::Done(k, Some(sk2))
-                });
+                spawn_create(&writer, api, job, move |c| Input::Created(k, sk2, c));
             }
             for name in p.deletes {
                 let k = key(&ns, &name);

@@ -18,14 +18,15 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::children::{ChildPod, InFlight, PodIndex, observe};
+use super::create::{CreateBackoff, Created, spawn_create};
 use super::jobstore::{JobStore, kind_of};
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
-use super::util::{controller_ref, is_conflict, is_not_found, key, now_rfc3339, str_at};
+use super::util::{controller_ref, is_not_found, key, now_rfc3339, str_at};
 
 /// Label: the job a pod belongs to.
 pub const JOB_NAME_LABEL: &str = "training.kubeflow.org/job-name";
@@ -460,6 +461,8 @@ enum Input {
     Job(&'static str, kube::runtime::watcher::Event<DynamicObject>),
     Pod(kube::runtime::watcher::Event<Pod>),
     Done(String, Option<String>, bool),
+    /// A pod create returned: (pod key, job key, outcome).
+    Created(String, String, Created),
     Tick,
 }
 
@@ -488,6 +491,7 @@ pub async fn run(client: Client) {
     let mut jobs = JobStore::default();
     let mut index = PodIndex::default();
     let mut in_flight = InFlight::default();
+    let mut backoff = CreateBackoff::default();
     // Status writes per job are spaced by STATUS_INTERVAL (a burst of pod
     // events makes one write, not one per event); the rest wait for a tick.
     let mut last_status: HashMap<String, Instant> = HashMap::new();
@@ -500,6 +504,7 @@ pub async fn run(client: Client) {
                     let ch = jobs.on_event(kind, e);
                     dirty.extend(ch.dirty);
                     for (k, uid) in ch.deleted {
+                        backoff.forget(&k);
                         // The garbage collector's part: the job's pods go.
                         let ns = k
                             .split_once('/')
@@ -529,9 +534,19 @@ pub async fn run(client: Client) {
                         dirty.insert(j);
                     }
                 }
+                Input::Created(k, jk, c) => {
+                    // A made or found pod stays expected until the watch
+                    // shows it; a failed one is forgotten (and re-planned
+                    // once the job's backoff ends).
+                    in_flight.returned(&k, !c.exists());
+                    if backoff.record(&jk, &c, Instant::now()) {
+                        dirty.insert(jk);
+                    }
+                }
                 Input::Tick => {
                     in_flight.expire();
                     dirty.extend(deferred.drain());
+                    dirty.extend(backoff.due(Instant::now()));
                 }
             }
         }
@@ -549,7 +564,14 @@ pub async fn run(client: Client) {
             let pods: Vec<&ChildPod> = index.of(&uid).collect();
             let plan = plan(kind, job, &pods, &in_flight);
             let ns = job.namespace().unwrap_or_default();
-            for pod in plan.creates {
+            // A job whose creates failed waits out its backoff (the tick
+            // brings it back); its status and deletes go on meanwhile.
+            let creates = if backoff.waiting(&jk, Instant::now()) {
+                Vec::new()
+            } else {
+                plan.creates
+            };
+            for pod in creates {
                 let name = pod["metadata"]["name"]
                     .as_str()
                     .unwrap_or_default()
@@ -558,23 +580,7 @@ pub async fn run(client: Client) {
                 in_flight.insert_create(k.clone());
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let jk2 = jk.clone();
-                writer.spawn(async move {
-                    let failed = match serde_json::from_value::<Pod>(pod) {
-                        Ok(p) => match api.create(&PostParams::default(), &p).await {
-                            Ok(_) => false,
-                            Err(e) if is_conflict(&e) => false,
-                            Err(e) => {
-                                tracing::debug!(pod = %name, error = %e, "create pod");
-                                true
-                            }
-                        },
-                        Err(e) => {
-                            tracing::warn!(pod = %name, error = %e, "pod template does not make a pod");
-                            true
-                        }
-                    };
-                    Input::Done(k, Some(jk2), failed)
-                });
+                spawn_create(&writer, api, pod, move |c| Input::Created(k, jk2, c));
             }
             for name in plan.deletes {
                 let k = key(&ns, &name);

@@ -19,6 +19,7 @@ pub mod trainer;
 pub mod volcano;
 
 mod children;
+mod create;
 mod jobstore;
 mod runtime;
 pub(crate) mod util;

@@ -19,19 +19,20 @@
 //! task-level `minAvailable`, `dependsOn`, timeouts of policies.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher::Event;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::children::{ChildPod, InFlight, PodIndex, observe};
+use super::create::{CreateBackoff, Created, spawn_create};
 use super::jobstore::JobStore;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
-use super::util::{controller_ref, is_conflict, is_not_found, key, now_rfc3339, str_at};
+use super::util::{controller_ref, is_not_found, key, now_rfc3339, str_at};
 
 /// Label and annotation: the Volcano job's name.
 pub const JOB_NAME: &str = "volcano.sh/job-name";
@@ -394,6 +395,8 @@ enum Input {
     Pod(Event<Pod>),
     CommandDeleted(String, String, bool),
     Done(String, Option<String>),
+    /// A pod create returned: (pod key, job key, outcome).
+    Created(String, String, Created),
     Tick,
 }
 
@@ -419,6 +422,7 @@ pub async fn run(client: Client) {
     let mut store = JobStore::default();
     let mut index = PodIndex::default();
     let mut in_flight = InFlight::default();
+    let mut backoff = CreateBackoff::default();
     // The status this controller last wrote, by job uid: the controller is
     // its only writer, so it is newer than what the watch may still show.
     let mut status_cache: HashMap<String, Value> = HashMap::new();
@@ -436,6 +440,7 @@ pub async fn run(client: Client) {
                     let ch = store.on_event("Job", e);
                     dirty.extend(ch.dirty);
                     for (k, uid) in ch.deleted {
+                        backoff.forget(&k);
                         status_cache.remove(&uid);
                         requests.remove(&k);
                         let ns = k
@@ -539,7 +544,16 @@ pub async fn run(client: Client) {
                         dirty.insert(j);
                     }
                 }
-                Input::Tick => in_flight.expire(),
+                Input::Created(k, jk, c) => {
+                    in_flight.returned(&k, !c.exists());
+                    if backoff.record(&jk, &c, Instant::now()) {
+                        dirty.insert(jk);
+                    }
+                }
+                Input::Tick => {
+                    in_flight.expire();
+                    dirty.extend(backoff.due(Instant::now()));
+                }
             }
         }
         for jk in dirty {
@@ -572,7 +586,12 @@ pub async fn run(client: Client) {
                 .or_else(|| job.data.get("status").cloned())
                 .unwrap_or(json!({}));
             let p = plan(job, &status_in, &pods, &reqs, &in_flight);
-            for pod in p.creates {
+            let creates = if backoff.waiting(&jk, Instant::now()) {
+                Vec::new()
+            } else {
+                p.creates
+            };
+            for pod in creates {
                 let name = pod["metadata"]["name"]
                     .as_str()
                     .unwrap_or_default()
@@ -581,19 +600,7 @@ pub async fn run(client: Client) {
                 in_flight.insert_create(k.clone());
                 let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
                 let jk2 = jk.clone();
-                writer.spawn(async move {
-                    match serde_json::from_value::<Pod>(pod) {
-                        Ok(p) => {
-                            if let Err(e) = api.create(&PostParams::default(), &p).await
-                                && !is_conflict(&e)
-                            {
-                                tracing::debug!(pod = %name, error = %e, "create volcano pod");
-                            }
-                        }
-                        Err(e) => tracing::warn!(pod = %name, error = %e, "task template does not make a pod"),
-                    }
-                    Input::Done(k, Some(jk2))
-                });
+                spawn_create(&writer, api, pod, move |c| Input::Created(k, jk2, c));
             }
             for name in p.deletes {
                 let k = key(&ns, &name);

@@ -189,7 +189,13 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
         (t["status"] == "completed").then_some(t)
     })
     .await;
-    let pods = running(&bed, &ml, sel).await;
+    // The table needs the chips and host of each pod, not its readiness:
+    // under load it can be complete a moment before both pods run.
+    let pods = wait("both pods running", T, || async {
+        let p = running(&bed, &ml, sel).await;
+        (p.len() >= 2).then_some(p)
+    })
+    .await;
     assert_eq!(pods.len(), 2);
     assert_eq!(t["server_count"], "2");
     assert_eq!(t["version"], "1.0");
@@ -248,7 +254,15 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
         statuses(&seen),
         ["initializing", "completed", "initializing", "completed"]
     );
-    let recorded = controller_writes(&bed, "jobs", "vj");
+    // The request log records a request when its answer arrives: the
+    // annotation can be read before the patch that wrote it is logged.
+    // Two patches of the job: the restart record and the recovery report.
+    let recorded = wait("both job patches logged", T, || async {
+        let r = controller_writes(&bed, "jobs", "vj");
+        (r.len() >= 2).then_some(r)
+    })
+    .await;
+    assert_eq!(recorded.len(), 2, "one record, one report: {recorded:?}");
     assert!(
         recorded.last().is_some_and(|i| *i > writes[2]),
         "the recovery is recorded after the rebuilt table: {recorded:?} vs {writes:?}"

@@ -1,0 +1,593 @@
+//! `rebound sim`: a simulated cluster at scale with the controller as a
+//! separate process (so its memory is its own), a fault scenario, and the
+//! figures: reaction-time percentiles (fault written → first action),
+//! restarts, cordons, API requests by verb, and the controller's peak
+//! resident memory.
+//!
+//! It runs on the embedded server (default), on a real control plane it
+//! starts (`--assets DIR`: kube-apiserver, kube-controller-manager, etcd),
+//! or on any cluster (`--kubeconfig FILE`), with the same scenarios and
+//! report. Reaction is measured on the server's clock where its log can be
+//! read (the embedded request log; the real server's audit log) and on
+//! this process's clock through watches everywhere; the report says which
+//! figure is which.
+
+mod analyse;
+mod effects;
+mod env;
+mod report;
+mod serverlog;
+mod stats;
+
+pub use analyse::decode_query;
+pub use report::{Report, SetupTimes, Sources};
+pub use serverlog::{SIM_AUDIT_POLICY, ServerRequest, parse_audit_line};
+pub use stats::{BucketQuantiles, Percentiles, counter_by_label, histogram_quantiles, percentiles};
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, ListParams};
+
+use self::analyse::{Injected, Subject};
+use self::env::SimEnv;
+use super::cluster::SimConfig;
+use super::testbed::Testbed;
+use crate::fault::wire::{self, WireFault};
+
+const SIM_POLICY: &str = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: sim, namespace: sim}
+spec:
+  selector: {matchLabels: {kcover.io/cascading-recovery: "true"}}
+  cooldown: 1m
+"#;
+
+/// `rebound sim` flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimArgs {
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 200)]
+    pub nodes: usize,
+    /// Pods per node (in PyTorchJobs of --job-size pods).
+    #[arg(long, default_value_t = 10)]
+    pub pods_per_node: usize,
+    /// Pods per job (one master and workers).
+    #[arg(long, default_value_t = 8)]
+    pub job_size: usize,
+    /// pod-exit | node-xid | storm | flapping
+    #[arg(long, default_value = "pod-exit", value_parser = ["pod-exit", "node-xid", "storm", "flapping"])]
+    pub scenario: String,
+    /// Faults to inject (storm: nodes failing at once; default: a quarter
+    /// of the nodes for storm, else 100).
+    #[arg(long)]
+    pub faults: Option<usize>,
+    /// Pause between two faults (pod-exit, node-xid). Every fault's
+    /// recovery makes some 50 writes (pods deleted, recreated, bound,
+    /// started); a real server on a small machine saturates at a pace the
+    /// embedded one absorbs, and then measures its own queue.
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    /// The controller's write QPS limit (shown against the storm's rate).
+    #[arg(long, default_value_t = 50.0)]
+    pub qps: f64,
+    /// Run the controller in this process (no memory figure) instead of as
+    /// a child process.
+    #[arg(long)]
+    pub in_process: bool,
+    /// Run against a real control plane started from this directory of
+    /// binaries (kube-apiserver, kube-controller-manager; etcd from PATH if
+    /// not there): the unpacked ../shared/k8s. Without a directory,
+    /// REBOUND_TEST_ASSETS names it. Its audit log gives the server-side
+    /// figures; every object goes through its API.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = any_path, conflicts_with = "kubeconfig")]
+    pub assets: Option<PathBuf>,
+    /// With --assets: copy the API server's audit log here before the
+    /// control plane stops (to look at what the figures were computed from).
+    #[arg(long, requires = "assets")]
+    pub keep_audit_log: Option<PathBuf>,
+    /// Run against the cluster of this kubeconfig (cluster-admin; no
+    /// Kubeflow operator installed): fake nodes, per-run namespaces and the
+    /// simulated operators are set up there and removed afterwards. Its
+    /// server keeps no log this process can read, so reaction is measured
+    /// on the client's clock only.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
+    /// What starting and stopping pods costs in the simulated scheduler and
+    /// kubelets: comma-separated key=value over the modelled costs
+    /// (`sandbox=3s,image=5m`), or over none after `zero` (`zero` alone: pods
+    /// start at once). Keys: schedule (pods/s), schedule-burst, devices,
+    /// sandbox, image, start, init, ready, stop, kill. See
+    /// docs/simulated-kubelet.md for the defaults and their sources.
+    #[arg(long, default_value = "modelled", value_parser = parse_pod_costs)]
+    pub pod_costs: super::actors::kubelet::PodCosts,
+}
+
+fn parse_pod_costs(s: &str) -> Result<super::actors::kubelet::PodCosts, String> {
+    super::actors::kubelet::PodCosts::parse(s).map_err(|e| e.to_string())
+}
+
+/// A path, empty allowed (`--assets` alone: from the environment).
+fn any_path(s: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(s))
+}
+
+impl SimArgs {
+    /// The flags of `rebound sim` as given on its command line (after
+    /// `sim`), with the command's defaults for the rest: what tests and
+    /// scripts use to run [`measure`].
+    pub fn from_flags(flags: &[&str]) -> Result<SimArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Sim {
+            #[command(flatten)]
+            args: SimArgs,
+        }
+        let argv = std::iter::once("sim").chain(flags.iter().copied());
+        <Sim as clap::Parser>::try_parse_from(argv).map(|s| s.args)
+    }
+}
+
+enum Ctl {
+    /// The process, its pid, and the port of its `/metrics`.
+    Child(tokio::process::Child, u32, u16),
+    InProcess(crate::controller::ControllerHandle),
+}
+
+/// Run a scenario and print the report.
+pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
+    let report = measure(&args).await?;
+    if args.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report::print_text(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Run a scenario and return its report (what [`run`] prints). Progress
+/// goes to stderr.
+pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
+    let setup = Instant::now();
+    let pods_total = args.nodes * args.pods_per_node;
+    let jobs = pods_total.div_ceil(args.job_size.max(1));
+    let workers = args.job_size.saturating_sub(1) as u32;
+    let want = jobs * args.job_size;
+    eprintln!(
+        "sim: {} nodes, {jobs} PyTorchJobs of {} pods ({want} pods)...",
+        args.nodes, args.job_size,
+    );
+    let env = SimEnv::start(
+        args,
+        SimConfig {
+            nodes: args.nodes,
+            gpus_per_node: 8,
+            gpus_per_pod: 0,
+            server_threads: 2,
+            kubelet: super::actors::kubelet::KubeletConfig {
+                costs: args.pod_costs.clone(),
+                ..Default::default()
+            },
+            ..SimConfig::default()
+        },
+    )
+    .await?;
+    let mut times = SetupTimes {
+        cluster_seconds: setup.elapsed().as_secs_f64(),
+        ..SetupTimes::default()
+    };
+    eprintln!(
+        "sim: {} ready after {:.1}s; creating the jobs",
+        env.description, times.cluster_seconds
+    );
+    env.create_jobs(jobs, workers).await?;
+    env.wait_running(jobs, want).await?;
+    times.pods_running_seconds = setup.elapsed().as_secs_f64();
+    eprintln!(
+        "sim: {want} pods running after {:.1}s; starting the controller",
+        times.pods_running_seconds
+    );
+    let ctl = start_controller(&env, args).await?;
+    times.controller_ready_seconds = setup.elapsed().as_secs_f64();
+    let setup_seconds = times.controller_ready_seconds;
+
+    let log = env.server_log_from_now()?;
+    let watch = effects::EffectWatch::start(&env.kubeconfig, &env.ns, &env.node_prefix()).await?;
+    let t_start = SystemTime::now();
+    let mut notes = env.notes.clone();
+    notes.push(format!("pod costs: {}", args.pod_costs));
+    if let Some(load) = load_average() {
+        notes.push(format!(
+            "machine load (1-minute average) when the faults began: {load} on {} CPUs",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        ));
+    }
+    let injected = inject(&env, args, jobs, workers, &mut notes).await?;
+    // Let the controller finish (restarts, records, Events): until nothing
+    // new has happened for 3 s. A loaded real server can take many seconds
+    // to answer what the controller sent.
+    let port = match &ctl {
+        Ctl::Child(_, _, port) => *port,
+        Ctl::InProcess(h) => h.listen.port(),
+    };
+    let settle = Instant::now();
+    let mut last = None;
+    let mut quiet_since = Instant::now();
+    while settle.elapsed() < SETTLE_MAX {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = progress(&env, &log, &watch, port).await?;
+        if last.as_ref() != Some(&now) {
+            last = Some(now);
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+    }
+    if settle.elapsed() >= SETTLE_MAX {
+        notes.push(format!(
+            "the controller's activity had not settled {}s after the last fault; figures are those seen until then",
+            SETTLE_MAX.as_secs()
+        ));
+    }
+
+    let server = log.read(&env)?;
+    let effects = watch.effects();
+    drop(watch);
+    let client = analyse::client_reactions(&injected, &effects);
+    let (rss, metrics) = match ctl {
+        Ctl::Child(mut child, pid, port) => {
+            let rss = peak_rss_mib(pid);
+            let metrics = http_get(port, "/metrics").await;
+            let _ = child.kill().await;
+            (rss, metrics)
+        }
+        Ctl::InProcess(h) => {
+            let metrics = http_get(h.listen.port(), "/metrics").await;
+            h.shutdown().await;
+            (None, metrics)
+        }
+    };
+    let own = metrics
+        .as_deref()
+        .and_then(|t| histogram_quantiles(t, "rebound_reaction_seconds"));
+    let annotations = restarts_from_annotations(&env).await?;
+    let (server_timing, reaction, from_injection, restarts, by_verb, peak, restarts_src, req_src) =
+        match &server {
+            Some((reqs, clock)) => {
+                let r = analyse::server_reactions(&injected, reqs);
+                let w = analyse::controller_writes(reqs, t_start);
+                (
+                    Some(clock.clone()),
+                    Some(r.from_write),
+                    Some(r.from_injection),
+                    w.restarts,
+                    w.by_verb,
+                    Some(w.peak_per_second),
+                    format!("restart requests in the {clock}"),
+                    format!("the {clock}"),
+                )
+            }
+            None => (
+                None,
+                None,
+                None,
+                annotations.clone(),
+                metrics
+                    .as_deref()
+                    .map(|t| counter_by_label(t, "rebound_api_requests_total", "verb"))
+                    .unwrap_or_default(),
+                None,
+                "the jobs' rebound.dev/restart-count annotations".to_owned(),
+                "the controller's own rebound_api_requests_total".to_owned(),
+            ),
+        };
+    if server.is_some() {
+        let recorded: usize = annotations.values().sum();
+        let requested: usize = restarts.values().sum();
+        if recorded != requested {
+            notes.push(format!(
+                "the jobs' restart-count annotations add up to {recorded}, the restart requests to {requested}"
+            ));
+        }
+    }
+    if !env.embedded() {
+        notes.push("client clock: the first pod of the job seen deleting (or a node seen unschedulable) through this process's watch; in these scenarios only rebound deletes pods or cordons".into());
+    }
+    notes.extend(scenario_note(args));
+    let report = Report {
+        scenario: args.scenario.clone(),
+        nodes: args.nodes,
+        pods: want,
+        jobs,
+        sources: Sources {
+            server: env.description.clone(),
+            server_timing,
+            restarts: restarts_src,
+            requests: req_src,
+        },
+        setup_seconds,
+        setup: times,
+        faults_injected: injected.len(),
+        interval_ms: args.interval.as_secs_f64() * 1000.0,
+        reaction_ms: reaction,
+        reaction_from_injection_ms: from_injection,
+        client_reaction_ms: client.from_write,
+        client_reaction_from_injection_ms: client.from_injection,
+        controller_reaction_ms: own,
+        jobs_restarted: restarts.len(),
+        max_restarts_of_one_job: restarts.values().copied().max().unwrap_or(0),
+        nodes_cordoned: nodes_cordoned(&env).await?,
+        breaker_limit: crate::policy::Limit::Percent(10).of(args.nodes as u32) as usize,
+        controller_requests_by_verb: by_verb,
+        peak_write_rate_per_second: peak,
+        qps_limit: args.qps,
+        controller_peak_rss_mib: rss,
+        notes,
+    };
+    env.finish_run(args.keep_audit_log.as_deref()).await;
+    Ok(report)
+}
+
+/// The longest wait for the controller to finish after the last fault.
+const SETTLE_MAX: Duration = Duration::from_secs(180);
+
+/// What has happened so far: controller writes in the server's log,
+/// effects seen, and the controller's own request counter. The run is
+/// over when none of them moves.
+async fn progress(
+    env: &SimEnv,
+    log: &env::ServerLog,
+    watch: &effects::EffectWatch,
+    port: u16,
+) -> anyhow::Result<(usize, usize, u64)> {
+    let writes = log
+        .read(env)?
+        .map(|(reqs, _)| reqs.iter().filter(|r| r.by_controller()).count())
+        .unwrap_or(0);
+    let own = http_get(port, "/metrics")
+        .await
+        .map(|t| {
+            counter_by_label(&t, "rebound_api_requests_total", "verb")
+                .values()
+                .sum()
+        })
+        .unwrap_or(0);
+    Ok((writes, watch.effects().len(), own))
+}
+
+fn scenario_note(args: &SimArgs) -> Option<String> {
+    (args.scenario == "flapping").then(|| "flapping: a node's XID 48 set and cleared repeatedly; cooldowns bound the restarts of its jobs, cordon/uncordon follow the fault".to_owned())
+}
+
+/// Injects the scenario's faults, recording when each started and when
+/// the injector had its write answered.
+async fn inject(
+    env: &SimEnv,
+    args: &SimArgs,
+    jobs: usize,
+    workers: u32,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Vec<Injected>> {
+    let bed = &env.bed;
+    let node_names = bed.cluster.node_names();
+    let faults = args.faults.unwrap_or(if args.scenario == "storm" {
+        (args.nodes / 4).max(1)
+    } else {
+        100
+    });
+    let mut injected: Vec<Injected> = Vec::new();
+    match args.scenario.as_str() {
+        "pod-exit" => {
+            for i in 0..faults.min(jobs) {
+                let job = format!("job-{}", (i * 7919) % jobs);
+                let pod = if workers > 0 {
+                    format!("{job}-worker-0")
+                } else {
+                    format!("{job}-master-0")
+                };
+                let mut inj = Injected::new(SystemTime::now(), Subject::Job(job), "pods", &pod);
+                bed.cluster
+                    .fail_container(&env.ns, &pod, "pytorch", 1, "Error")
+                    .await?;
+                inj.answered = Some(SystemTime::now());
+                injected.push(inj);
+                tokio::time::sleep(args.interval).await;
+            }
+        }
+        "node-xid" => {
+            for node in node_names.iter().take(faults) {
+                let mut inj = Injected::new(
+                    SystemTime::now(),
+                    Subject::Node(node.clone()),
+                    "nodes",
+                    node,
+                );
+                set_xid(bed, node, "79").await?;
+                inj.answered = Some(SystemTime::now());
+                injected.push(inj);
+                tokio::time::sleep(args.interval).await;
+            }
+        }
+        "storm" => {
+            let start = SystemTime::now();
+            let results: Vec<Injected> = futures::stream::iter(node_names.iter().take(faults))
+                .map(|n| async move {
+                    let mut inj = Injected::new(start, Subject::Node(n.clone()), "nodes", n);
+                    match set_xid(bed, n, "79").await {
+                        Ok(()) => inj.answered = Some(SystemTime::now()),
+                        Err(e) => eprintln!("sim: {e}"),
+                    }
+                    inj
+                })
+                .buffer_unordered(64)
+                .collect()
+                .await;
+            injected.extend(results);
+        }
+        _ => {
+            // flapping: one node's XID 48 (ResetDevice) comes and goes.
+            let Some(node) = node_names.first().cloned() else {
+                notes.push("flapping needs at least one node".into());
+                return Ok(injected);
+            };
+            for _ in 0..faults.min(20) {
+                let mut inj = Injected::new(
+                    SystemTime::now(),
+                    Subject::Node(node.clone()),
+                    "nodes",
+                    &node,
+                );
+                set_xid(bed, &node, "48").await?;
+                inj.answered = Some(SystemTime::now());
+                injected.push(inj);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                bed.cluster
+                    .set_node_condition(&node, wire::GPU_CONDITION, "False", "Healthy", "")
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    }
+    Ok(injected)
+}
+
+async fn set_xid(bed: &Testbed, node: &str, code: &str) -> anyhow::Result<()> {
+    let msg = wire::format_condition_message(&[WireFault {
+        source: "NvidiaXid".into(),
+        code: code.into(),
+        device: Some("0".into()),
+        ..Default::default()
+    }]);
+    bed.cluster
+        .set_node_condition(node, wire::GPU_CONDITION, "True", "NvidiaXid", &msg)
+        .await?;
+    Ok(())
+}
+
+/// Restarts per job, as the controller recorded them on the jobs.
+async fn restarts_from_annotations(env: &SimEnv) -> anyhow::Result<HashMap<String, usize>> {
+    let res = crate::sim::actors::kubeflow::KubeflowKind::PyTorchJob.api_resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(env.bed.client(), &env.ns, &res);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|j| {
+            let n: usize = j
+                .annotations()
+                .get(crate::recover::RESTART_COUNT_ANNOTATION)?
+                .parse()
+                .ok()?;
+            (n > 0).then(|| (j.name_any(), n))
+        })
+        .collect())
+}
+
+/// Simulated nodes that carry rebound's cordon record.
+async fn nodes_cordoned(env: &SimEnv) -> anyhow::Result<usize> {
+    let prefix = env.node_prefix();
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.bed.client());
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|n| n.name_any().starts_with(&prefix))
+        .filter(|n| {
+            n.annotations()
+                .contains_key(crate::recover::CORDONED_ANNOTATION)
+        })
+        .count())
+}
+
+async fn start_controller(env: &SimEnv, args: &SimArgs) -> anyhow::Result<Ctl> {
+    let bed = &env.bed;
+    let mut cargs = bed.controller_args();
+    cargs.qps = args.qps;
+    cargs.burst = (args.qps as u32).max(1) * 2;
+    cargs.leader_election = false;
+    if args.in_process {
+        return Ok(Ctl::InProcess(bed.start_controller(cargs).await?));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let exe = std::env::current_exe()?;
+    let child = tokio::process::Command::new(exe)
+        .args([
+            "controller",
+            "--root-namespace",
+            &bed.root(),
+            "--leader-election",
+            "false",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--qps",
+            &args.qps.to_string(),
+            "--burst",
+            &cargs.burst.to_string(),
+        ])
+        .env("KUBECONFIG", &env.kubeconfig)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !readyz(port).await {
+        if Instant::now() > deadline {
+            anyhow::bail!("the controller process did not become ready within 300s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Ctl::Child(child, pid, port))
+}
+
+async fn readyz(port: u16) -> bool {
+    http_get(port, "/readyz").await.is_some()
+}
+
+/// The body of a plain HTTP/1.0 GET to the controller's listener, if it
+/// answered 200.
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf).await;
+    let text = String::from_utf8_lossy(&buf);
+    if !(text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200")) {
+        return None;
+    }
+    text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+}
+
+/// The 1-minute load average (`/proc/loadavg`): this VM is shared, and
+/// the figures move with it.
+fn load_average() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    s.split_whitespace().next().map(str::to_owned)
+}
+
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = s
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}

@@ -1,0 +1,155 @@
+//! `rebound sim` (`rebound::sim::bench::measure`) on each kind of server,
+//! at a small scale: the embedded one (server clock from its request log),
+//! a cluster by kubeconfig (a bare embedded server standing in: client
+//! clock only), and a real control plane from `REBOUND_TEST_ASSETS`
+//! (server clock from kube-apiserver's audit log). Only the plumbing of the
+//! figures is asserted (counts, sources), never their values.
+
+use rebound::sim::bench::{SimArgs, measure};
+
+fn args(flags: &[&str]) -> SimArgs {
+    SimArgs::from_flags(flags).expect("flags")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_node_faults_are_measured_on_the_server_and_the_client_clock() {
+    let r = measure(&args(&[
+        "--nodes",
+        "10",
+        "--pods-per-node",
+        "2",
+        "--job-size",
+        "4",
+        "--scenario",
+        "node-xid",
+        "--faults",
+        "1",
+        "--in-process",
+    ]))
+    .await
+    .expect("sim");
+    assert_eq!((r.nodes, r.pods, r.jobs, r.faults_injected), (10, 20, 5, 1));
+    assert_eq!(
+        r.sources.server_timing.as_deref(),
+        Some("embedded request log")
+    );
+    let server = r.reaction_ms.as_ref().expect("server clock");
+    assert_eq!(server.count, 1, "{r:?}");
+    assert_eq!(r.client_reaction_ms.count, 1, "{r:?}");
+    assert_eq!(r.nodes_cordoned, 1);
+    assert_eq!(r.breaker_limit, 1);
+    assert!(
+        r.controller_requests_by_verb.contains_key("patch nodes"),
+        "{r:?}"
+    );
+    assert!(r.peak_write_rate_per_second.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only() {
+    let path = std::env::temp_dir().join(format!(
+        "rebound-sim-bench-bare-{}.kubeconfig",
+        std::process::id()
+    ));
+    let server = rebound::sim::bare::start(0, &path)
+        .await
+        .expect("bare server");
+    let kc = path.to_string_lossy().to_string();
+    let r = measure(&args(&[
+        "--nodes",
+        "4",
+        "--pods-per-node",
+        "4",
+        "--job-size",
+        "4",
+        "--faults",
+        "3",
+        "--in-process",
+        "--kubeconfig",
+        &kc,
+    ]))
+    .await
+    .expect("sim");
+    assert_eq!((r.pods, r.jobs, r.faults_injected), (16, 4, 3));
+    assert_eq!(r.sources.server_timing, None);
+    assert!(r.reaction_ms.is_none() && r.reaction_from_injection_ms.is_none());
+    assert!(r.peak_write_rate_per_second.is_none());
+    assert_eq!(r.client_reaction_ms.count, 3, "{r:?}");
+    assert_eq!(r.client_reaction_from_injection_ms.count, 3);
+    assert_eq!(r.jobs_restarted, 3, "{r:?}");
+    assert_eq!(r.max_restarts_of_one_job, 1);
+    assert!(
+        r.sources.restarts.contains("annotations"),
+        "{:?}",
+        r.sources
+    );
+    assert!(r.sources.requests.contains("own"), "{:?}", r.sources);
+    assert!(r.sources.server.contains("--kubeconfig"));
+    // The run removed what it made: no fake node is left.
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&path).expect("kubeconfig"),
+            &Default::default(),
+        )
+        .await
+        .expect("config"),
+    )
+    .expect("client");
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    let left = nodes.list(&Default::default()).await.expect("nodes").items;
+    assert!(left.is_empty(), "{} nodes left", left.len());
+    server.shutdown().await;
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_control_plane_is_measured_from_its_audit_log() {
+    if rebound::sim::envtest::ControlPlaneConfig::from_env().is_none() {
+        eprintln!(
+            "notice: {} unset; the real-control-plane run of rebound sim is not exercised",
+            rebound::sim::envtest::ASSETS_ENV
+        );
+        return;
+    }
+    let r = measure(&args(&[
+        "--nodes",
+        "4",
+        "--pods-per-node",
+        "4",
+        "--job-size",
+        "4",
+        "--faults",
+        "3",
+        "--in-process",
+        "--assets",
+    ]))
+    .await
+    .expect("sim");
+    assert_eq!(r.faults_injected, 3);
+    assert_eq!(
+        r.sources.server_timing.as_deref(),
+        Some("kube-apiserver audit log")
+    );
+    assert!(
+        r.sources.server.contains("kube-apiserver v"),
+        "{:?}",
+        r.sources
+    );
+    let server = r.reaction_ms.as_ref().expect("server clock");
+    assert_eq!(server.count, 3, "{r:?}");
+    assert!(
+        server.p50 > 0.0,
+        "the action follows the commit: {server:?}"
+    );
+    assert_eq!(r.client_reaction_ms.count, 3, "{r:?}");
+    assert_eq!(r.jobs_restarted, 3, "{r:?}");
+    assert_eq!(
+        r.controller_requests_by_verb.get("deletecollection pods"),
+        Some(&3)
+    );
+    assert!(
+        r.notes.iter().all(|n| !n.contains("add up to")),
+        "restart records and requests agree: {:?}",
+        r.notes
+    );
+}
