@@ -788,7 +788,11 @@ impl SimCluster {
             "metadata": {"name": runtime, "namespace": ns},
             "spec": {
                 "mlPolicy": {"numNodes": 1},
-                "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                // Restarts allowed, as a training runtime that resumes
+                // from checkpoints sets: rebound's restart fails a child
+                // Job (backoffLimit 0), which costs one of these.
+                "template": {"spec": {"failurePolicy": {"maxRestarts": 3},
+                    "replicatedJobs": [{"name": "node", "template": {
                     "metadata": {"labels": job_labels},
                     "spec": {
                         "parallelism": 1, "completions": 1,

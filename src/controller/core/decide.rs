@@ -124,7 +124,7 @@ impl Core {
         }
         let when = occ.fault.last_seen;
         let refs: Vec<JobRef> = match &occ.scope {
-            Scope::Pod(j) => vec![(**j).clone()],
+            Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
             Scope::Node | Scope::NodeEvent => occ
                 .fault
                 .node
@@ -285,17 +285,33 @@ impl Core {
                 (Tier::PodFirst { pod: target }, *preserve_logs)
             }
             Some(JobAction::RestartJob { preserve_logs }) => {
-                if self.store.jobs.get(&key).is_some_and(|j| j.native_in_place)
-                    && self.faulty_pods(&key).is_empty()
+                // A JobSet with its own InPlaceRestart restarts its healthy
+                // pods itself when one fails: rebound only moves the pods
+                // that sit on nodes being separated, and leaves a software
+                // fault to JobSet's protocol (a second restart would race
+                // it).
+                if self
+                    .store
+                    .restart_info(&key)
+                    .is_some_and(|j| j.native_in_place)
                 {
-                    self.metrics.decision(action, "NativeInPlace");
-                    return Fate::Skipped("NativeInPlace");
+                    let faulty = self.faulty_pods(&key);
+                    if faulty.is_empty() {
+                        self.metrics.decision(action, "NativeInPlace");
+                        return Fate::Skipped("NativeInPlace");
+                    }
+                    reasons.push(format!(
+                        "the JobSet restarts in place itself (failurePolicy.restartStrategy: InPlaceRestart): deleting only the {} pod(s) on faulty nodes",
+                        faulty.len()
+                    ));
+                    (Tier::NativeReplace { pods: faulty }, *preserve_logs)
+                } else {
+                    let (tier, why) = self.plan_tier(&key, &cfg, Some(decision.level));
+                    if let Some(w) = why {
+                        reasons.push(w);
+                    }
+                    (tier, *preserve_logs)
                 }
-                let (tier, why) = self.plan_tier(&key, &cfg, Some(decision.level));
-                if let Some(w) = why {
-                    reasons.push(w);
-                }
-                (tier, *preserve_logs)
             }
             None => return Fate::Skipped("ActionNone"),
         };

@@ -259,7 +259,7 @@ impl Core {
                     .get(**id)
                     .is_some_and(|e| e.fate == Fate::Absorbed)
                     && match &o.scope {
-                        Scope::Pod(j) => job_key(j) == *key,
+                        Scope::Pod(j) => job_key(&self.store.resolve(j)) == *key,
                         Scope::Node | Scope::NodeEvent => true,
                     }
             })
