@@ -79,12 +79,7 @@ fn bed(jobset_first: bool) -> Bed {
 type Restart = (WorkloadKind, String, Option<String>);
 
 /// The job kinds and names of the restarts and records emitted so far.
-fn acted(
-    b: &Bed,
-) -> (
-    Vec<(WorkloadKind, String, Option<String>)>,
-    Vec<WorkloadKind>,
-) {
+fn acted(b: &Bed) -> (Vec<Restart>, Vec<WorkloadKind>) {
     let mut restarts = Vec::new();
     let mut records = Vec::new();
     for e in &b.log {
