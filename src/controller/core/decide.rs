@@ -122,6 +122,16 @@ impl Core {
         {
             return;
         }
+        // The node's level as this fault makes it, before the tiers are
+        // planned: the node reconcile that records it runs after the
+        // decisions of this step, and a job must not be restarted in
+        // place on a node that this very fault takes out.
+        if c.fault.trusted
+            && c.level.cordons_node()
+            && let Some(n) = occ.fault.node.as_deref()
+        {
+            self.nodes.raise_level(n, c.level);
+        }
         let when = occ.fault.last_seen;
         let refs: Vec<JobRef> = match &occ.scope {
             Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
@@ -209,10 +219,26 @@ impl Core {
         let Some(rec) = self.recoveries.get_mut(key) else {
             return;
         };
-        if pods.is_empty() || rec.tier != Tier::InPlace {
+        if pods.is_empty() {
             return;
         }
-        rec.tier = Tier::ReplaceFaulty { pods: pods.clone() };
+        // In place so far, or already replacing other nodes' pods: these
+        // pods must move as well (a Recreate replaces them anyway).
+        match &mut rec.tier {
+            Tier::InPlace => rec.tier = Tier::ReplaceFaulty { pods: pods.clone() },
+            Tier::ReplaceFaulty { pods: moving } => {
+                let fresh: Vec<PodTarget> = pods
+                    .iter()
+                    .filter(|p| !moving.iter().any(|m| m.uid == p.uid))
+                    .cloned()
+                    .collect();
+                if fresh.is_empty() {
+                    return;
+                }
+                moving.extend(fresh);
+            }
+            _ => return,
+        }
         let job = rec.job.clone();
         self.effect(
             EffectKind::DeletePods {

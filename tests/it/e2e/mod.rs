@@ -46,6 +46,7 @@ mod proxy;
 mod rbac;
 mod recovery_core;
 mod resilience;
+mod tiers;
 mod trainjob;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
