@@ -8,6 +8,7 @@ use super::*;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION};
+use rebound::sim::actors::volcano;
 use rebound::sim::cluster::JobOptions;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -27,18 +28,8 @@ spec:
 
 const VJ: &str = "volcano.sh/job-name=vj";
 
-fn volcano_jobs() -> kube::api::ApiResource {
-    kube::api::ApiResource {
-        group: "batch.volcano.sh".into(),
-        version: "v1alpha1".into(),
-        api_version: "batch.volcano.sh/v1alpha1".into(),
-        kind: "Job".into(),
-        plural: "jobs".into(),
-    }
-}
-
 async fn job_annotations(bed: &Testbed, ns: &str) -> BTreeMap<String, String> {
-    Api::<DynamicObject>::namespaced_with(bed.client(), ns, &volcano_jobs())
+    Api::<DynamicObject>::namespaced_with(bed.client(), ns, &volcano::job_resource())
         .get("vj")
         .await
         .map(|j| j.annotations().clone())
@@ -165,7 +156,7 @@ fn watch_order(bed: &Testbed, ns: &str, before: BTreeMap<String, i32>) -> Arc<Mu
             }
         }
     });
-    let jobs: Api<DynamicObject> = Api::namespaced_with(bed.client(), ns, &volcano_jobs());
+    let jobs: Api<DynamicObject> = Api::namespaced_with(bed.client(), ns, &volcano::job_resource());
     let s = seen.clone();
     tokio::spawn(async move {
         let mut w = watcher(jobs, watcher::Config::default())
@@ -201,11 +192,7 @@ async fn a_wired_job_restarts_in_place_in_two_writes_and_its_ranks_start_togethe
         .map(|p| (p.name_any(), worker_restarts(p)))
         .collect();
     let seen = watch_order(&bed, &ml, before);
-    let node = pods[0]
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .expect("scheduled");
+    let node = node_name(&pods[0]);
     // A software fault (XID 13, RestartJob) under one pod of the job.
     xid_condition(&bed, &node, "13").await;
     wait("generation 1 raised", T, || async {
@@ -215,11 +202,7 @@ async fn a_wired_job_restarts_in_place_in_two_writes_and_its_ranks_start_togethe
     .await;
     // A second fault during the restart (cooldown 0s: only the recovery
     // in progress stops a second one).
-    let other = pods[1]
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .expect("scheduled");
+    let other = node_name(&pods[1]);
     if other != node {
         xid_condition(&bed, &other, "13").await;
     }
@@ -282,11 +265,7 @@ async fn only_the_pod_on_a_faulty_node_is_replaced_the_others_restart_in_place(s
     let ml = bed.ns("ml");
     let pods = wired_volcano(&bed, &ml, 3, true).await;
     let victim = pods[0].clone();
-    let node = victim
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .expect("scheduled");
+    let node = node_name(&victim);
     let stay: Vec<String> = pods
         .iter()
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(&node))
@@ -330,37 +309,24 @@ async fn only_the_pod_on_a_faulty_node_is_replaced_the_others_restart_in_place(s
         d[0].starts_with("delete ") && d[0].ends_with(&format!("/pods/{}", victim.name_any())),
         "{d:?}"
     );
-    assert!(cordoned(&node_obj(&bed, &node).await));
+    assert!(cordoned(&super::node(&bed, &node).await));
     ctl.shutdown().await;
-}
-
-async fn node_obj(bed: &Testbed, name: &str) -> Node {
-    node(bed, name).await
 }
 
 async fn an_unwired_job_falls_back_to_recreate_and_says_why(server: Server) {
     let (bed, ctl) = bed_with(server, 4, TIERS, None).await;
     let ml = bed.ns("ml");
     let pods = wired_volcano(&bed, &ml, 2, false).await;
-    let node = pods[0]
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .expect("scheduled");
+    let node = node_name(&pods[0]);
     xid_condition(&bed, &node, "13").await;
     wait("restarted by a Volcano Command", T, || async {
         (!requests(&bed, "create", "commands", "").is_empty()).then_some(())
     })
     .await;
     let notes = wait("the JobRestarted Event", T, || async {
-        use k8s_openapi::api::events::v1::Event;
-        let n: Vec<String> = Api::<Event>::namespaced(bed.client(), &ml)
-            .list(&ListParams::default())
+        let n: Vec<String> = events_with_reason(&bed, &ml, "JobRestarted")
             .await
-            .ok()?
-            .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("JobRestarted"))
             .filter_map(|e| e.note)
             .collect();
         (!n.is_empty()).then_some(n)

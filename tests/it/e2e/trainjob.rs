@@ -2,29 +2,9 @@
 //! the job, its restart goes through the JobSet of its name.
 
 use super::*;
-use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::{ApiResource, DynamicObject};
-
-fn trainjobs() -> ApiResource {
-    ApiResource {
-        group: "trainer.kubeflow.org".into(),
-        version: "v1alpha1".into(),
-        api_version: "trainer.kubeflow.org/v1alpha1".into(),
-        kind: "TrainJob".into(),
-        plural: "trainjobs".into(),
-    }
-}
-
-fn jobsets() -> ApiResource {
-    ApiResource {
-        group: "jobset.x-k8s.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "jobset.x-k8s.io/v1alpha2".into(),
-        kind: "JobSet".into(),
-        plural: "jobsets".into(),
-    }
-}
+use kube::api::DynamicObject;
+use rebound::sim::actors::{jobset, trainer};
 
 async fn a_trainjob_is_restarted_through_its_jobset_and_recorded_on_itself(server: Server) {
     let (bed, ctl) = bed_with(server, 3, "", None).await;
@@ -38,7 +18,7 @@ async fn a_trainjob_is_restarted_through_its_jobset_and_recorded_on_itself(serve
         (running(&bed, &ml, sel).await.len() >= 2).then_some(())
     })
     .await;
-    let js = Api::<DynamicObject>::namespaced_with(bed.client(), &ml, &jobsets())
+    let js = Api::<DynamicObject>::namespaced_with(bed.client(), &ml, &jobset::api_resource())
         .get("tj")
         .await
         .unwrap();
@@ -58,10 +38,11 @@ async fn a_trainjob_is_restarted_through_its_jobset_and_recorded_on_itself(serve
         .unwrap();
     // The record is the TrainJob's.
     let tj = wait("restart recorded on the TrainJob", T, || async {
-        let tj = Api::<DynamicObject>::namespaced_with(bed.client(), &ml, &trainjobs())
-            .get("tj")
-            .await
-            .ok()?;
+        let tj =
+            Api::<DynamicObject>::namespaced_with(bed.client(), &ml, &trainer::trainjob_resource())
+                .get("tj")
+                .await
+                .ok()?;
         (tj.annotations()
             .get("rebound.dev/restart-count")
             .map(String::as_str)
@@ -85,14 +66,7 @@ async fn a_trainjob_is_restarted_through_its_jobset_and_recorded_on_itself(serve
     );
     // The Event is about the TrainJob.
     let ev = wait("JobRestarted Event on the TrainJob", T, || async {
-        let e: Vec<Event> = Api::<Event>::namespaced(bed.client(), &ml)
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("JobRestarted"))
-            .collect();
+        let e = events_with_reason(&bed, &ml, "JobRestarted").await;
         (!e.is_empty()).then_some(e)
     })
     .await;
