@@ -878,15 +878,27 @@ impl SimCluster {
         pods: u32,
         labels: &[(&str, &str)],
     ) -> Result<k8s_openapi::api::batch::v1::Job, ClusterError> {
-        let opts = JobOptions::labels(labels);
-        let job = json!({
+        self.create_batch_job_with(ns, name, pods, &JobOptions::labels(labels))
+            .await
+    }
+
+    /// [`Self::create_batch_job`] with all options.
+    pub async fn create_batch_job_with(
+        &self,
+        ns: &str,
+        name: &str,
+        pods: u32,
+        opts: &JobOptions,
+    ) -> Result<k8s_openapi::api::batch::v1::Job, ClusterError> {
+        let mut job = json!({
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
             "spec": {
                 "parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 6,
-                "template": self.pod_template("worker", &opts, Some("Never")),
+                "template": self.pod_template("worker", opts, Some("Never")),
             },
         });
+        wire(&mut job, opts)?;
         let api: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(self.client.clone(), ns);
         Ok(api
             .create(&PostParams::default(), &serde_json::from_value(job)?)
