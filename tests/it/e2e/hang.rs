@@ -81,7 +81,13 @@ async fn a_job_without_progress_is_restarted_and_a_progressing_one_is_not(server
         0,
         "a job whose progress advances is not hung"
     );
-    let notes = restart_notes(&bed, &ml, "stuck").await;
+    // The record and the restart go out together; the Event follows the
+    // restart's answer.
+    let notes = wait("the restart Event", T, || async {
+        let n = restart_notes(&bed, &ml, "stuck").await;
+        (!n.is_empty()).then_some(n)
+    })
+    .await;
     assert!(
         notes.iter().any(|n| n.contains("Hang NoProgress")),
         "the restart Event names the hang: {notes:?}"
