@@ -162,6 +162,10 @@ pub enum WorkloadKind {
     /// Volcano `batch.volcano.sh` Job.
     VolcanoJob,
     JobSet,
+    /// Kubeflow Trainer v2 `trainer.kubeflow.org` TrainJob: it runs as a
+    /// JobSet of its name, which rebound restarts; policies, records and
+    /// Events are the TrainJob's.
+    TrainJob,
     /// `batch/v1` Job.
     Job,
     /// A pod with no job controller.
@@ -180,6 +184,7 @@ impl WorkloadKind {
             WorkloadKind::JAXJob => "JAXJob",
             WorkloadKind::VolcanoJob => "VolcanoJob",
             WorkloadKind::JobSet => "JobSet",
+            WorkloadKind::TrainJob => "TrainJob",
             WorkloadKind::Job => "Job",
             WorkloadKind::Pod => "Pod",
         }
@@ -191,7 +196,8 @@ impl std::str::FromStr for WorkloadKind {
     fn from_str(s: &str) -> Result<Self, String> {
         use WorkloadKind::*;
         [
-            PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob, JAXJob, VolcanoJob, JobSet, Job, Pod,
+            PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob, JAXJob, VolcanoJob, JobSet, TrainJob,
+            Job, Pod,
         ]
         .into_iter()
         .find(|k| k.as_str().eq_ignore_ascii_case(s))

@@ -13,6 +13,7 @@ pub const JOB_KINDS: &[(&str, &str)] = &[
     ("kubeflow.org", "JAXJob"),
     ("batch.volcano.sh", "Job"),
     ("jobset.x-k8s.io", "JobSet"),
+    ("trainer.kubeflow.org", "TrainJob"),
     ("batch", "Job"),
 ];
 

@@ -203,6 +203,9 @@ pub struct JobOptions {
     pub restart_policy: Option<String>,
     /// Accelerators per pod; `None`: the cluster's `gpus_per_pod`.
     pub gpus_per_pod: Option<u32>,
+    /// Wire the pod templates for in-place restarts as `rebound inject`
+    /// does (the agent sidecar, its restart rule and barrier probe).
+    pub wired: bool,
 }
 
 impl JobOptions {
@@ -222,6 +225,24 @@ impl JobOptions {
         self.restart_policy = Some(policy.to_owned());
         self
     }
+    /// The same, wired for in-place restarts.
+    pub fn wired(mut self) -> Self {
+        self.wired = true;
+        self
+    }
+}
+
+/// Wire a job manifest as `rebound inject` would when `opts` asks for it.
+fn wire(obj: &mut Value, opts: &JobOptions) -> Result<(), ClusterError> {
+    if opts.wired {
+        crate::inplace::inject::inject_document(
+            obj,
+            &crate::inplace::inject::InjectOptions::default(),
+            "job",
+        )
+        .map_err(|e| ClusterError::Unsupported(format!("rebound inject refused the job: {e}")))?;
+    }
+    Ok(())
 }
 
 /// The embedded cluster with its actors running.
@@ -729,6 +750,8 @@ impl SimCluster {
                 "tasks": [{"name": "worker", "replicas": replicas, "template": template}],
             },
         });
+        let mut obj = obj;
+        wire(&mut obj, opts)?;
         self.create_custom(ns, &volcano::job_resource(), obj).await
     }
 
@@ -743,23 +766,47 @@ impl SimCluster {
         max_restarts: u32,
         labels: &[(&str, &str)],
     ) -> Result<DynamicObject, ClusterError> {
-        let opts = JobOptions::labels(labels);
+        let policy = json!({"maxRestarts": max_restarts});
+        self.create_jobset_with(
+            ns,
+            name,
+            jobs,
+            pods_per_job,
+            policy,
+            &JobOptions::labels(labels),
+        )
+        .await
+    }
+
+    /// [`Self::create_jobset`] with its whole `failurePolicy` (e.g.
+    /// `{"maxRestarts": 3, "restartStrategy": "InPlaceRestart"}`) and all
+    /// options.
+    pub async fn create_jobset_with(
+        &self,
+        ns: &str,
+        name: &str,
+        jobs: u32,
+        pods_per_job: u32,
+        failure_policy: Value,
+        opts: &JobOptions,
+    ) -> Result<DynamicObject, ClusterError> {
         let policy = "Never";
-        let obj = json!({
+        let mut obj = json!({
             "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
             "spec": {
-                "failurePolicy": {"maxRestarts": max_restarts},
+                "failurePolicy": failure_policy,
                 "replicatedJobs": [{"name": "workers", "replicas": jobs, "template": {
                     "metadata": {"labels": opts.labels},
                     "spec": {
                         "parallelism": pods_per_job, "completions": pods_per_job,
                         "completionMode": "Indexed", "backoffLimit": 0,
-                        "template": self.pod_template("worker", &opts, Some(policy)),
+                        "template": self.pod_template("worker", opts, Some(policy)),
                     },
                 }}],
             },
         });
+        wire(&mut obj, opts)?;
         self.create_custom(ns, &jobset::api_resource(), obj).await
     }
 
@@ -788,7 +835,11 @@ impl SimCluster {
             "metadata": {"name": runtime, "namespace": ns},
             "spec": {
                 "mlPolicy": {"numNodes": 1},
-                "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                // Restarts allowed, as a training runtime that resumes
+                // from checkpoints sets: rebound's restart fails a child
+                // Job (backoffLimit 0), which costs one of these.
+                "template": {"spec": {"failurePolicy": {"maxRestarts": 3},
+                    "replicatedJobs": [{"name": "node", "template": {
                     "metadata": {"labels": job_labels},
                     "spec": {
                         "parallelism": 1, "completions": 1,
@@ -827,15 +878,27 @@ impl SimCluster {
         pods: u32,
         labels: &[(&str, &str)],
     ) -> Result<k8s_openapi::api::batch::v1::Job, ClusterError> {
-        let opts = JobOptions::labels(labels);
-        let job = json!({
+        self.create_batch_job_with(ns, name, pods, &JobOptions::labels(labels))
+            .await
+    }
+
+    /// [`Self::create_batch_job`] with all options.
+    pub async fn create_batch_job_with(
+        &self,
+        ns: &str,
+        name: &str,
+        pods: u32,
+        opts: &JobOptions,
+    ) -> Result<k8s_openapi::api::batch::v1::Job, ClusterError> {
+        let mut job = json!({
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
             "spec": {
                 "parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 6,
-                "template": self.pod_template("worker", &opts, Some("Never")),
+                "template": self.pod_template("worker", opts, Some("Never")),
             },
         });
+        wire(&mut job, opts)?;
         let api: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(self.client.clone(), ns);
         Ok(api
             .create(&PostParams::default(), &serde_json::from_value(job)?)

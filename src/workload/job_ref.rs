@@ -110,6 +110,7 @@ fn default_resource(kind: WorkloadKind) -> (&'static str, &'static str) {
         JAXJob => ("kubeflow.org/v1", "jaxjobs"),
         VolcanoJob => ("batch.volcano.sh/v1alpha1", "jobs"),
         JobSet => ("jobset.x-k8s.io/v1alpha2", "jobsets"),
+        TrainJob => ("trainer.kubeflow.org/v1alpha1", "trainjobs"),
         Job => ("batch/v1", "jobs"),
         Pod => ("v1", "pods"),
     }

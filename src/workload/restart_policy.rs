@@ -49,6 +49,8 @@ pub fn restart_policy_never(
         k if is_kubeflow(k) => kubeflow_never(spec, replica_type),
         WorkloadKind::VolcanoJob => spec["maxRetry"].as_i64() == Some(0),
         WorkloadKind::JobSet => jobset_never(spec, replica_type),
+        // Its JobSet's failure policy decides (the retry limit).
+        WorkloadKind::TrainJob => false,
         WorkloadKind::Job => batch_job_never(spec),
         _ => !job_object["metadata"]["ownerReferences"]
             .as_array()

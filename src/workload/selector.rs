@@ -17,6 +17,9 @@ use crate::api::policy::WorkloadKind;
 /// - VolcanoJob: `volcano.sh/job-name` and `volcano.sh/job-namespace`.
 /// - JobSet: `jobset.sigs.k8s.io/jobset-name`, plus the uid label when the
 ///   uid is known (a JobSet deleted and recreated under the same name).
+/// - TrainJob: its JobSet's (same name): `jobset.sigs.k8s.io/jobset-name`;
+///   the core restarts a TrainJob through its JobSet's reference, which
+///   adds the JobSet's uid.
 /// - batch Job: `batch.kubernetes.io/controller-uid` when the uid is known
 ///   (what the Job's own selector matches), else the job-name label.
 pub fn pod_selector(job: &JobRef) -> Option<String> {
@@ -40,6 +43,7 @@ pub fn pod_selector(job: &JobRef) -> Option<String> {
             Some(uid) => format!("{JOBSET_NAME}={name},{JOBSET_UID}={uid}"),
             None => format!("{JOBSET_NAME}={name}"),
         },
+        WorkloadKind::TrainJob => format!("{JOBSET_NAME}={name}"),
         WorkloadKind::Job => match &job.uid {
             Some(uid) => format!("{BATCH_CONTROLLER_UID}={uid}"),
             None => format!("{BATCH_JOB_NAME}={name}"),

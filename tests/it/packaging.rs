@@ -585,6 +585,11 @@ const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
         &["jobsets"],
         &["get", "list", "watch", "patch"],
     ),
+    (
+        "trainer.kubeflow.org",
+        &["trainjobs"],
+        &["get", "list", "watch", "patch"],
+    ),
     ("batch", &["jobs"], &["get", "list", "watch", "patch"]),
     ("bus.volcano.sh", &["commands"], &["create"]),
     ("", &["configmaps"], &["list", "watch", "patch"]),

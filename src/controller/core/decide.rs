@@ -122,9 +122,19 @@ impl Core {
         {
             return;
         }
+        // The node's level as this fault makes it, before the tiers are
+        // planned: the node reconcile that records it runs after the
+        // decisions of this step, and a job must not be restarted in
+        // place on a node that this very fault takes out.
+        if c.fault.trusted
+            && c.level.cordons_node()
+            && let Some(n) = occ.fault.node.as_deref()
+        {
+            self.nodes.raise_level(n, c.level);
+        }
         let when = occ.fault.last_seen;
         let refs: Vec<JobRef> = match &occ.scope {
-            Scope::Pod(j) => vec![(**j).clone()],
+            Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
             Scope::Node | Scope::NodeEvent => occ
                 .fault
                 .node
@@ -209,10 +219,26 @@ impl Core {
         let Some(rec) = self.recoveries.get_mut(key) else {
             return;
         };
-        if pods.is_empty() || rec.tier != Tier::InPlace {
+        if pods.is_empty() {
             return;
         }
-        rec.tier = Tier::ReplaceFaulty { pods: pods.clone() };
+        // In place so far, or already replacing other nodes' pods: these
+        // pods must move as well (a Recreate replaces them anyway).
+        match &mut rec.tier {
+            Tier::InPlace => rec.tier = Tier::ReplaceFaulty { pods: pods.clone() },
+            Tier::ReplaceFaulty { pods: moving } => {
+                let fresh: Vec<PodTarget> = pods
+                    .iter()
+                    .filter(|p| !moving.iter().any(|m| m.uid == p.uid))
+                    .cloned()
+                    .collect();
+                if fresh.is_empty() {
+                    return;
+                }
+                moving.extend(fresh);
+            }
+            _ => return,
+        }
         let job = rec.job.clone();
         self.effect(
             EffectKind::DeletePods {
@@ -285,17 +311,33 @@ impl Core {
                 (Tier::PodFirst { pod: target }, *preserve_logs)
             }
             Some(JobAction::RestartJob { preserve_logs }) => {
-                if self.store.jobs.get(&key).is_some_and(|j| j.native_in_place)
-                    && self.faulty_pods(&key).is_empty()
+                // A JobSet with its own InPlaceRestart restarts its healthy
+                // pods itself when one fails: rebound only moves the pods
+                // that sit on nodes being separated, and leaves a software
+                // fault to JobSet's protocol (a second restart would race
+                // it).
+                if self
+                    .store
+                    .restart_info(&key)
+                    .is_some_and(|j| j.native_in_place)
                 {
-                    self.metrics.decision(action, "NativeInPlace");
-                    return Fate::Skipped("NativeInPlace");
+                    let faulty = self.faulty_pods(&key);
+                    if faulty.is_empty() {
+                        self.metrics.decision(action, "NativeInPlace");
+                        return Fate::Skipped("NativeInPlace");
+                    }
+                    reasons.push(format!(
+                        "the JobSet restarts in place itself (failurePolicy.restartStrategy: InPlaceRestart): deleting only the {} pod(s) on faulty nodes",
+                        faulty.len()
+                    ));
+                    (Tier::NativeReplace { pods: faulty }, *preserve_logs)
+                } else {
+                    let (tier, why) = self.plan_tier(&key, &cfg, Some(decision.level));
+                    if let Some(w) = why {
+                        reasons.push(w);
+                    }
+                    (tier, *preserve_logs)
                 }
-                let (tier, why) = self.plan_tier(&key, &cfg, Some(decision.level));
-                if let Some(w) = why {
-                    reasons.push(w);
-                }
-                (tier, *preserve_logs)
             }
             None => return Fate::Skipped("ActionNone"),
         };

@@ -69,7 +69,8 @@ impl Core {
 
     pub(super) fn on_pod(&mut self, c: Change<PodSeen>, now: Now) {
         match c {
-            Change::Apply(PodSeen { info, faults }) => {
+            Change::Apply(PodSeen { mut info, faults }) => {
+                self.store.resolve_pod(&mut info);
                 let key = pod_carrier(&info.namespace, &info.name);
                 self.store.relists.saw(Watched::Pods, &key);
                 let job = info.job.clone();
@@ -408,7 +409,10 @@ pub fn job_info(kind: WorkloadKind, o: &DynamicObject) -> JobInfo {
         // `Never` is the training operators' and bare pods' word.
         never: !matches!(
             kind,
-            WorkloadKind::Job | WorkloadKind::VolcanoJob | WorkloadKind::JobSet
+            WorkloadKind::Job
+                | WorkloadKind::VolcanoJob
+                | WorkloadKind::JobSet
+                | WorkloadKind::TrainJob
         ) && crate::workload::restart_policy_never(kind, &o.data, None),
         uid: o.uid(),
         history: crate::recover::read_history(&annotations),
@@ -417,8 +421,34 @@ pub fn job_info(kind: WorkloadKind, o: &DynamicObject) -> JobInfo {
         native_in_place: kind == WorkloadKind::JobSet
             && o.data["spec"]["failurePolicy"]["restartStrategy"].as_str()
                 == Some("InPlaceRestart"),
+        trainjob: (kind == WorkloadKind::JobSet)
+            .then(|| trainjob_owner(o))
+            .flatten(),
         annotations,
     }
+}
+
+/// The TrainJob a JobSet runs for: its controller owner of group
+/// `trainer.kubeflow.org` (Trainer v2 names the JobSet after it).
+fn trainjob_owner(o: &DynamicObject) -> Option<Arc<crate::workload::JobRef>> {
+    let owner = o
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))?;
+    let group = owner.api_version.split('/').next().unwrap_or_default();
+    if group != "trainer.kubeflow.org" || owner.kind != "TrainJob" {
+        return None;
+    }
+    Some(Arc::new(crate::workload::JobRef {
+        kind: WorkloadKind::TrainJob,
+        api_version: owner.api_version.clone(),
+        plural: "trainjobs".into(),
+        namespace: o.namespace().unwrap_or_default(),
+        name: owner.name.clone(),
+        uid: Some(owner.uid.clone()).filter(|u| !u.is_empty()),
+    }))
 }
 
 /// The retry limit of a job's own operator, as its spec and status stand.

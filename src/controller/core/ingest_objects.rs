@@ -91,7 +91,14 @@ impl Core {
                 let info = job_info(kind, &o);
                 self.hang.forget_choice(&key);
                 self.job_seen(&key, &info);
-                self.store.jobs.insert(key.clone(), info);
+                let before = self.store.jobs.insert(key.clone(), info);
+                if kind == WorkloadKind::JobSet {
+                    let before = before.and_then(|b| b.trainjob);
+                    let after = self.store.jobs.get(&key).and_then(|j| j.trainjob.as_ref());
+                    if before.as_ref() != after {
+                        self.store.rehome_jobset(&key, before.as_ref());
+                    }
+                }
                 self.job_progress(&key, now);
                 if self.recoveries.contains_key(&key) {
                     self.dirty_jobs.insert(key);
@@ -135,7 +142,10 @@ impl Core {
     }
 
     pub(super) fn job_removed(&mut self, key: &super::store::JobKey) {
-        self.store.jobs.remove(key);
+        let before = self.store.jobs.remove(key).and_then(|j| j.trainjob);
+        if before.is_some() {
+            self.store.rehome_jobset(key, before.as_ref());
+        }
         self.hang.forget_job(key);
         self.recorded.remove(key);
         self.written_gen.remove(key);

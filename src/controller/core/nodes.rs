@@ -56,6 +56,13 @@ impl NodeBook {
         self.levels.get(node).copied()
     }
 
+    /// At least `level` for `node` until its next reconcile recomputes it
+    /// from all its faults.
+    pub fn raise_level(&mut self, node: &str, level: Level) {
+        let l = self.levels.entry(node.to_string()).or_insert(level);
+        *l = (*l).max(level);
+    }
+
     /// Whether the breaker holds a separation of `node` back.
     pub fn is_held(&self, node: &str) -> bool {
         self.held.contains_key(node)

@@ -95,7 +95,7 @@ impl Core {
         cfg: &RestartConfig,
         reasons: &mut Vec<String>,
     ) -> Option<Skip> {
-        let info = self.store.jobs.get(key)?;
+        let info = self.store.restart_info(key)?;
         let limit = info.retry_limit.as_ref()?;
         let deleted = match tier {
             Tier::InPlace => 0,

@@ -151,6 +151,9 @@ pub struct PodInfo {
     pub node: Option<Arc<str>>,
     pub labels: Labels,
     pub job: Arc<JobRef>,
+    /// The pod's own JobSet when `job` is the TrainJob it runs for (the
+    /// store files such pods under the TrainJob).
+    pub jobset: Option<Arc<JobRef>>,
     pub running: bool,
     pub deleting: bool,
     pub containers: Box<[Arc<str>]>,
@@ -341,6 +344,7 @@ impl PodInfo {
                 .map(|n| pool.str(n)),
             replica_type: labels.get("training.kubeflow.org/replica-type").cloned(),
             job: pool.job(crate::workload::job_of_pod(m)),
+            jobset: None,
             running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
             deleting: m.deletion_timestamp.is_some(),
             containers: spec

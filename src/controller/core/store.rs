@@ -114,6 +114,9 @@ pub struct JobInfo {
     pub retry_limit: Option<RetryLimit>,
     /// A JobSet using JobSet's own in-place restart protocol.
     pub native_in_place: bool,
+    /// The TrainJob a JobSet runs for (its controller owner): the JobSet's
+    /// pods are the TrainJob's.
+    pub trainjob: Option<Arc<JobRef>>,
 }
 
 /// The watches whose data the core keeps.
@@ -228,9 +231,106 @@ impl Store {
         self.pods.values().map(HashMap::len).sum()
     }
 
+    /// The TrainJob whose JobSet `job` is, if the JobSet is known to run
+    /// for one.
+    fn trainjob_of(&self, job: &JobRef) -> Option<Arc<JobRef>> {
+        if job.kind != WorkloadKind::JobSet {
+            return None;
+        }
+        self.jobs.get(&job_key(job))?.trainjob.clone()
+    }
+
+    /// The job a pod scoped to `job` belongs to now: the TrainJob when
+    /// `job` is its JobSet, else `job` (a fault seen before the JobSet's
+    /// owner was known is decided for the TrainJob all the same).
+    pub fn resolve(&self, job: &Arc<JobRef>) -> Arc<JobRef> {
+        self.trainjob_of(job).unwrap_or_else(|| job.clone())
+    }
+
+    /// File a pod seen on the watch under its job as known now (see
+    /// [`Store::resolve`]), keeping its own JobSet beside.
+    pub fn resolve_pod(&self, p: &mut PodInfo) {
+        let set = p.jobset.take().unwrap_or_else(|| p.job.clone());
+        match self.trainjob_of(&set) {
+            Some(t) => {
+                p.job = t;
+                p.jobset = Some(set);
+            }
+            None => p.job = set,
+        }
+    }
+
+    /// The object whose spec governs how a job is restarted: a TrainJob's
+    /// JobSet (same name: Trainer names it so), else the job itself.
+    pub fn restart_info(&self, key: &JobKey) -> Option<&JobInfo> {
+        if key.1 == WorkloadKind::TrainJob.as_str() {
+            return self.jobs.get(&(
+                key.0.clone(),
+                WorkloadKind::JobSet.as_str().to_string(),
+                key.2.clone(),
+            ));
+        }
+        self.jobs.get(key)
+    }
+
+    /// What a restart of `job` deletes pods through: a TrainJob's JobSet,
+    /// with the JobSet's uid when known (a TrainJob recreated under its
+    /// name gets a new JobSet); any other job itself.
+    pub fn restart_target(&self, job: &JobRef) -> JobRef {
+        if job.kind != WorkloadKind::TrainJob {
+            return job.clone();
+        }
+        let uid = self
+            .jobs
+            .get(&(
+                job.namespace.clone(),
+                WorkloadKind::JobSet.as_str().to_string(),
+                job.name.clone(),
+            ))
+            .filter(|j| {
+                j.trainjob
+                    .as_ref()
+                    .is_some_and(|t| job.uid.is_none() || t.uid == job.uid)
+            })
+            .and_then(|j| j.uid.clone());
+        JobRef::new(
+            WorkloadKind::JobSet,
+            job.namespace.clone(),
+            job.name.clone(),
+            uid,
+        )
+    }
+
+    /// File the pods of a JobSet again after its object changed or went:
+    /// they are their TrainJob's while the JobSet names one as its owner,
+    /// the JobSet's otherwise. Pods seen before their JobSet are moved
+    /// here, so the order of the watches does not matter.
+    pub fn rehome_jobset(&mut self, key: &JobKey, before: Option<&Arc<JobRef>>) {
+        let mut keys = vec![key.clone()];
+        let after = self.jobs.get(key).and_then(|j| j.trainjob.clone());
+        keys.extend(before.iter().map(|t| job_key(t)));
+        keys.extend(after.iter().map(|t| job_key(t)));
+        let names: Vec<Arc<str>> = keys
+            .iter()
+            .filter_map(|k| self.pods_by_job.get(k))
+            .flatten()
+            .cloned()
+            .collect();
+        for n in names {
+            let own = self.pod(&key.0, &n).is_some_and(|p| {
+                let set = p.jobset.as_ref().unwrap_or(&p.job);
+                job_key(set) == *key
+            });
+            if own && let Some(p) = self.remove_pod(&key.0, &n) {
+                self.upsert_pod(p);
+            }
+        }
+    }
+
     /// Insert or replace a pod, keeping indices right.
-    pub fn upsert_pod(&mut self, p: PodInfo) {
+    pub fn upsert_pod(&mut self, mut p: PodInfo) {
         self.remove_pod(&p.namespace, &p.name);
+        self.resolve_pod(&mut p);
         self.pods_by_job
             .entry(job_key(&p.job))
             .or_default()

@@ -526,6 +526,24 @@ impl Shared {
             match cand.get("status") {
                 Some(s) => {
                     let qos = old.pointer("/status/qosClass").cloned();
+                    // The real server refuses to change a pod's QoS class
+                    // (set on create from every container's resources).
+                    if res.group.is_empty()
+                        && res.plural == "pods"
+                        && let (Some(q), Some(to)) = (&qos, s.get("qosClass"))
+                        && q != to
+                    {
+                        return Err(ApiError::invalid(
+                            "",
+                            "Pod",
+                            &name,
+                            vec![Cause {
+                                reason: "FieldValueInvalid",
+                                field: "status.qosClass".into(),
+                                message: format!("Invalid value: {to}: field is immutable"),
+                            }],
+                        ));
+                    }
                     next["status"] = s.clone();
                     // the server's own status field stays
                     if let Some(q) = qos

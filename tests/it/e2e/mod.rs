@@ -46,6 +46,8 @@ mod proxy;
 mod rbac;
 mod recovery_core;
 mod resilience;
+mod tiers;
+mod trainjob;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams};
@@ -337,6 +339,30 @@ pub async fn xid_condition(bed: &Testbed, node: &str, code: &str) {
         .set_node_condition(node, wire::GPU_CONDITION, "True", "NvidiaXid", &msg)
         .await
         .expect("condition");
+}
+
+/// The events.k8s.io Events of a namespace with this reason.
+pub async fn events_with_reason(
+    bed: &Testbed,
+    ns: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(bed.client(), ns)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+/// The node a pod is bound to.
+pub fn node_name(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("the pod is scheduled")
 }
 
 /// Controller flags of the test bed with changes.

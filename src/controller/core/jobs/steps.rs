@@ -149,9 +149,11 @@ impl Core {
                     self.job_done(key, 0, Outcome::Gone(other), now);
                     return;
                 }
+                // A TrainJob restarts through its JobSet.
+                let target = self.store.restart_target(&job);
                 EffectKind::RestartJob {
-                    how: delete_all(&job),
-                    job,
+                    how: delete_all(&target),
+                    job: target,
                 }
             }
             Tier::PodFirst { pod } => EffectKind::DeletePods {

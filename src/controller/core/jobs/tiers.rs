@@ -259,17 +259,26 @@ impl Core {
                     .get(**id)
                     .is_some_and(|e| e.fate == Fate::Absorbed)
                     && match &o.scope {
-                        Scope::Pod(j) => job_key(j) == *key,
+                        Scope::Pod(j) => job_key(&self.store.resolve(j)) == *key,
                         Scope::Node | Scope::NodeEvent => true,
                     }
             })
             .map(|(id, _)| *id)
             .collect();
         for id in absorbed {
-            if let Some(e) = self.ledger.get(id) {
-                let level = e.level;
-                self.ledger.set(id, level, Fate::Pending { until: None });
+            let Some(level) = self.ledger.get(id).map(|e| e.level) else {
+                continue;
+            };
+            // A software fault seen while the job was restarting is covered
+            // by that restart once the job runs again: every process of it
+            // started after the fault (a second restart would be one fault
+            // restarted twice). A node fault is looked at again: the pods
+            // may still sit on that node.
+            if resumed && !level.cordons_node() {
+                self.ledger.set(id, level, Fate::Handled);
+                continue;
             }
+            self.ledger.set(id, level, Fate::Pending { until: None });
             self.decide_current(id, now);
         }
     }

@@ -8,3 +8,4 @@
 mod model;
 mod property;
 mod regressions;
+mod trainjob;

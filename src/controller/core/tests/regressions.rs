@@ -9,17 +9,17 @@ use super::model::{self, KINDS, Kind, Model};
 use serde_json::{Value, json};
 
 /// A core against a model cluster, with every effect it emitted.
-struct Bed {
-    m: Model,
-    core: Core,
+pub(super) struct Bed {
+    pub(super) m: Model,
+    pub(super) core: Core,
     queue: Vec<Effect>,
-    log: Vec<Effect>,
+    pub(super) log: Vec<Effect>,
 }
 
 impl Bed {
     /// A cluster of 4 nodes and 2 JobSets of 2 pods, the root policy
     /// `spec` (the model's default when `None`), a leading core.
-    fn new(spec: Option<Value>) -> Bed {
+    pub(super) fn new(spec: Option<Value>) -> Bed {
         let mut m = Model::new(4, 2, 2);
         if let Some(s) = spec {
             m.policy = s;
@@ -36,7 +36,7 @@ impl Bed {
         b
     }
 
-    fn feed(&mut self, inputs: Vec<Input>) {
+    pub(super) fn feed(&mut self, inputs: Vec<Input>) {
         for i in inputs {
             let now = self.m.now();
             for e in self.core.step(i, now) {
@@ -51,7 +51,7 @@ impl Bed {
 
     /// Deliver every watch change, carry out every effect, until nothing
     /// moves (time stands still).
-    fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         for _ in 0..50 {
             let mut moved = false;
             for k in KINDS {
@@ -72,7 +72,7 @@ impl Bed {
     }
 
     /// Let `secs` pass (ticking every second), pumping along.
-    fn pass(&mut self, secs: i64) {
+    pub(super) fn pass(&mut self, secs: i64) {
         for _ in 0..secs {
             self.m.t += 1;
             self.feed(vec![Input::Tick]);
@@ -85,7 +85,7 @@ impl Bed {
         self.log.iter().filter(|e| f(&e.kind)).count()
     }
 
-    fn restarts(&self) -> usize {
+    pub(super) fn restarts(&self) -> usize {
         self.count(|k| matches!(k, EffectKind::RestartJob { .. }))
     }
 
@@ -94,7 +94,7 @@ impl Bed {
     }
 
     /// The pods of job `j`, by name.
-    fn pods_of(&self, j: &str) -> Vec<(String, String)> {
+    pub(super) fn pods_of(&self, j: &str) -> Vec<(String, String)> {
         self.m
             .pods
             .values()
@@ -109,7 +109,7 @@ impl Bed {
     }
 
     /// Index of the first running pod of job `j` in the model's order.
-    fn pod_index(&self, j: &str) -> usize {
+    pub(super) fn pod_index(&self, j: &str) -> usize {
         self.m
             .pods
             .iter()

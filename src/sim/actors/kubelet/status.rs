@@ -294,7 +294,10 @@ impl PodRun {
                 .as_ref()
                 .map(|ip| vec![PodIP { ip: ip.clone() }]),
             start_time: Some(Time(self.start_time)),
-            qos_class: Some("BestEffort".into()),
+            // Set by the API server on create (from the requests and
+            // limits of every container, the agent sidecar's included) and
+            // immutable: a merge patch without it keeps it.
+            qos_class: None,
             container_statuses: Some(mains),
             init_container_statuses: (!inits.is_empty()).then_some(inits),
             ..Default::default()
