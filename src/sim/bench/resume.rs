@@ -282,16 +282,36 @@ async fn run_tier(
         )
     };
     let t_fault = Instant::now();
+    let mut said = Instant::now();
     let resumed = loop {
         if let Some(r) = tracker.resumed() {
             break Some(r);
         }
-        if t_fault.elapsed() > RESUME_MAX {
-            notes.push(format!(
-                "{tier}: the job had not resumed {}s after the fault",
-                RESUME_MAX.as_secs()
-            ));
-            break None;
+        if t_fault.elapsed() > RESUME_MAX || said.elapsed() > Duration::from_secs(15) {
+            let (live, serving, back) = tracker.progress();
+            let g = jobs
+                .get(&name)
+                .await
+                .map(|j| crate::inplace::Generation::from_annotations(j.annotations()));
+            let state = format!(
+                "{live} pods, {serving} running and ready, {back} back in the new generation; job generation {}",
+                g.map_or_else(
+                    |e| e.to_string(),
+                    |g| format!("{} (released {})", g.current, g.released)
+                )
+            );
+            if t_fault.elapsed() > RESUME_MAX {
+                notes.push(format!(
+                    "{tier}: the job had not resumed {}s after the fault: {state}",
+                    RESUME_MAX.as_secs()
+                ));
+                break None;
+            }
+            eprintln!(
+                "sim resume: {tier}: {:.0}s after the fault: {state}",
+                t_fault.elapsed().as_secs_f64()
+            );
+            said = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -330,6 +350,7 @@ async fn run_tier(
     };
     let mut rebound_by_verb: BTreeMap<String, usize> = BTreeMap::new();
     let (mut rebound_writes, mut recovery_writes, mut total, mut ttr) = (0, 0, None, None);
+    let mut released = None;
     if let Some(reqs) = &reqs {
         for r in reqs.iter().filter(|r| is_write(r)) {
             if r.by_controller() {
@@ -358,6 +379,18 @@ async fn run_tier(
             }
             _ => None,
         };
+        // In place: the second write to the job lifts the barrier (the
+        // first raised the generation).
+        if tier != "Recreate"
+            && let Some(c) = inj.committed(reqs)
+        {
+            released = reqs
+                .iter()
+                .filter(|r| r.by_controller() && r.status < 300 && r.verb == "patch")
+                .filter(|r| r.resource == "jobs" && r.name.as_deref() == Some(name.as_str()))
+                .nth(1)
+                .map(|r| ms_between(c, r.completed) / 1000.0);
+        }
         if resumed.is_some() && ttr.is_none() {
             notes.push(format!("{tier}: the fault's commit or the last pod's status write was not found in the server's log; only the client clock measured it"));
         }
@@ -369,6 +402,7 @@ async fn run_tier(
         fault,
         resumed: resumed.is_some(),
         time_to_resume_s: ttr,
+        barrier_released_s: released,
         client_time_to_resume_s: client_ttr,
         last_pod: resumed.map(|r| r.last_pod),
         rebound_writes,
@@ -476,7 +510,9 @@ async fn recorded_tier(jobs: &Api<DynamicObject>, name: &str) -> anyhow::Result<
         .and_then(|r| r.tier.clone()))
 }
 
-/// Deletes the job and its pods, and waits until the pods are gone.
+/// Deletes the job, then its pods, and waits until the pods are gone. The
+/// simulated operator may recreate a pod it had not yet seen the job's
+/// deletion for, so the pods are deleted again until none is left.
 async fn remove_job(
     env: &SimEnv,
     jobs: &Api<DynamicObject>,
@@ -484,17 +520,26 @@ async fn remove_job(
     tracker: &PodTracker,
 ) -> anyhow::Result<()> {
     jobs.delete(name, &DeleteParams::default()).await?;
+    let start = Instant::now();
+    while jobs.get_opt(name).await?.is_some() && start.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.bed.client(), &env.ns);
-    pods.delete_collection(
-        &DeleteParams::default(),
-        &ListParams::default().labels(&format!("{VOLCANO_JOB_NAME_LABEL}={name}")),
-    )
-    .await?;
-    wait_until(
-        tracker,
-        SETUP_MAX,
-        &format!("the pods of {name} gone"),
-        |p| p.is_empty(),
-    )
-    .await
+    let sel = ListParams::default().labels(&format!("{VOLCANO_JOB_NAME_LABEL}={name}"));
+    loop {
+        pods.delete_collection(&DeleteParams::default(), &sel)
+            .await?;
+        let gone = wait_until(
+            tracker,
+            Duration::from_secs(30),
+            &format!("the pods of {name} gone"),
+            |p| p.is_empty(),
+        )
+        .await;
+        match gone {
+            Ok(()) => return Ok(()),
+            Err(e) if start.elapsed() > SETUP_MAX => return Err(e),
+            Err(_) => {}
+        }
+    }
 }

@@ -23,6 +23,10 @@ pub struct TierResult {
     /// of the last pod to be back (the last one the server received before
     /// this process saw the job resumed). `null` without a server log.
     pub time_to_resume_s: Option<f64>,
+    /// Server clock, in-place tiers: the fault's write committed → rebound's
+    /// write lifting the barrier committed (every pod was back at the
+    /// barrier); the rest of the time-to-resume is the workers starting.
+    pub barrier_released_s: Option<f64>,
     /// Client clock: the injector's write answered → the watch of this
     /// process showing every pod back.
     pub client_time_to_resume_s: Option<f64>,
@@ -208,10 +212,11 @@ fn secs(v: Option<f64>) -> String {
 /// The text form.
 pub fn print_text(r: &ResumeReport) {
     println!(
-        "rebound sim: scenario resume on {} nodes, one {} of {} pods per tier (setup {:.1}s)",
-        r.nodes, r.job_kind, r.job_size, r.setup_seconds
+        "rebound sim: scenario resume on {} nodes, a fresh job of {} pods per tier (setup {:.1}s)",
+        r.nodes, r.job_size, r.setup_seconds
     );
     println!("  API server:   {}", r.server);
+    println!("  job:          {}", r.job_kind);
     println!("  pod costs:    {}", r.pod_costs);
     println!(
         "  time-to-resume: fault committed → every pod Running and Ready in the new generation ({}; client clock beside it)",
@@ -255,6 +260,11 @@ pub fn print_text(r: &ResumeReport) {
             t.generation.1,
             by_verb(&t.rebound_writes_by_verb)
         );
+        if let Some(b) = t.barrier_released_s {
+            println!(
+                "    barrier released {b:.2} s after the fault (every pod back at the barrier)"
+            );
+        }
     }
     for g in &r.goals {
         println!(

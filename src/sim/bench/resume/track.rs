@@ -82,16 +82,18 @@ struct Goal {
 }
 
 impl Goal {
+    /// Whether `p` is back in the new generation.
+    fn back(&self, p: &PodView) -> bool {
+        p.serving()
+            && self
+                .before
+                .get(&p.uid)
+                .is_none_or(|r| p.agent_restarts > *r)
+    }
+
     fn met(&self, pods: &HashMap<String, PodView>) -> bool {
         let live: Vec<&PodView> = pods.values().filter(|p| !p.deleting).collect();
-        live.len() == self.pods
-            && live.iter().all(|p| {
-                p.serving()
-                    && self
-                        .before
-                        .get(&p.uid)
-                        .is_none_or(|r| p.agent_restarts > *r)
-            })
+        live.len() == self.pods && live.iter().all(|p| self.back(p))
     }
 }
 
@@ -270,6 +272,22 @@ impl PodTracker {
             s.goal = Some(Goal { pods, before });
             s.resumed = None;
         }
+    }
+
+    /// Where the job stands: pods not being deleted, of them Running and
+    /// Ready, and of those back in the new generation (0 before
+    /// [`Self::arm`]).
+    pub fn progress(&self) -> (usize, usize, usize) {
+        let Ok(s) = self.state.lock() else {
+            return (0, 0, 0);
+        };
+        let live: Vec<&PodView> = s.pods.values().filter(|p| !p.deleting).collect();
+        let serving = live.iter().filter(|p| p.serving()).count();
+        let back = s
+            .goal
+            .as_ref()
+            .map_or(0, |g| live.iter().filter(|p| g.back(p)).count());
+        (live.len(), serving, back)
     }
 
     /// When the job resumed, once it has.
