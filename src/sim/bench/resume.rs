@@ -129,8 +129,10 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         },
     )
     .await?;
+    // The bed's apply maps `sim` to this run's namespace (on a shared
+    // cluster it carries the run's suffix), as for SIM_POLICY.
     for tier in TIERS {
-        env.bed.apply_yaml(&policy_yaml(&env.ns, tier)).await?;
+        env.bed.apply_yaml(&policy_yaml("sim", tier)).await?;
     }
     let ctl = start_controller(&env, args).await?;
     let setup_seconds = setup.elapsed().as_secs_f64();
