@@ -153,3 +153,57 @@ async fn a_real_control_plane_is_measured_from_its_audit_log() {
         r.notes
     );
 }
+
+/// `rebound sim --scenario resume`, small: a wired Volcano Job of 16 pods
+/// on 20 nodes with cheap pod costs, recovered once per tier. Asserts the
+/// report's shape and what the tiers must do whatever the costs: in place
+/// is quicker than recreate and deletes nothing, with at most two
+/// recovery writes by rebound; ReplaceFaulty replaces exactly the pods of
+/// the faulty node; Recreate replaces every pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_measures_each_tier_on_the_embedded_server() {
+    use rebound::sim::bench::resume;
+    let r = resume::measure(&args(&[
+        "--scenario",
+        "resume",
+        "--nodes",
+        "20",
+        "--job-size",
+        "16",
+        "--in-process",
+        "--pod-costs",
+        "zero,schedule=100,schedule-burst=4,devices=200ms,sandbox=500ms,image=100ms,start=100ms,init=100ms,ready=200ms,stop=500ms,kill=100ms",
+    ]))
+    .await
+    .expect("sim resume");
+    assert_eq!((r.nodes, r.job_size), (20, 16));
+    assert_eq!(r.server_timing.as_deref(), Some("embedded request log"));
+    let names: Vec<&str> = r.tiers.iter().map(|t| t.tier.as_str()).collect();
+    assert_eq!(names, ["InPlace", "ReplaceFaulty", "Recreate"]);
+    for t in &r.tiers {
+        assert!(t.resumed, "{t:?}");
+        assert_eq!(t.tier_recorded.as_deref(), Some(t.tier.as_str()), "{t:?}");
+        assert!(t.time_to_resume_s.is_some_and(|s| s > 0.0), "{t:?}");
+        assert!(t.client_time_to_resume_s.is_some(), "{t:?}");
+        assert!(t.generation.1 > t.generation.0, "a new generation: {t:?}");
+        let total = t.total_writes.expect("server log");
+        assert!(total >= t.rebound_writes && t.rebound_writes >= 1, "{t:?}");
+    }
+    let [ip, rf, rc] = &r.tiers[..] else {
+        panic!("three tiers")
+    };
+    assert_eq!(ip.pods_replaced, 0, "{ip:?}");
+    assert!(ip.rebound_recovery_writes <= 2, "{ip:?}");
+    assert!(
+        ip.time_to_resume_s < rc.time_to_resume_s,
+        "in place {:?} s, recreate {:?} s",
+        ip.time_to_resume_s,
+        rc.time_to_resume_s
+    );
+    assert!(!rf.faulty_node_pods.is_empty(), "{rf:?}");
+    assert_eq!(rf.replaced_pods, rf.faulty_node_pods, "{rf:?}");
+    assert_eq!(rc.pods_replaced, 16, "{rc:?}");
+    let goals: Vec<(&str, bool)> = r.goals.iter().map(|g| (g.goal.as_str(), g.pass)).collect();
+    assert_eq!(goals.len(), 3, "{goals:?}");
+    assert!(goals[1].1 && goals[2].1, "{:?}", r.goals);
+}

@@ -16,6 +16,7 @@ mod analyse;
 mod effects;
 mod env;
 mod report;
+pub mod resume;
 mod serverlog;
 mod stats;
 
@@ -51,17 +52,20 @@ spec:
 /// `rebound sim` flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SimArgs {
-    /// Simulated nodes.
-    #[arg(long, default_value_t = 200)]
-    pub nodes: usize,
+    /// Simulated nodes (default 200; 2,000 for `resume`). Read it with
+    /// [`SimArgs::nodes`].
+    #[arg(long = "nodes")]
+    pub nodes_flag: Option<usize>,
     /// Pods per node (in PyTorchJobs of --job-size pods).
     #[arg(long, default_value_t = 10)]
     pub pods_per_node: usize,
-    /// Pods per job (one master and workers).
-    #[arg(long, default_value_t = 8)]
-    pub job_size: usize,
-    /// pod-exit | node-xid | storm | flapping
-    #[arg(long, default_value = "pod-exit", value_parser = ["pod-exit", "node-xid", "storm", "flapping"])]
+    /// Pods per job (one master and workers; default 8, 1,024 for
+    /// `resume`). Read it with [`SimArgs::job_size`].
+    #[arg(long = "job-size")]
+    pub job_size_flag: Option<usize>,
+    /// pod-exit | node-xid | storm | flapping | resume (time-to-resume of
+    /// one wired job per recovery tier: InPlace, ReplaceFaulty, Recreate)
+    #[arg(long, default_value = "pod-exit", value_parser = ["pod-exit", "node-xid", "storm", "flapping", "resume"])]
     pub scenario: String,
     /// Faults to inject (storm: nodes failing at once; default: a quarter
     /// of the nodes for storm, else 100).
@@ -121,6 +125,20 @@ fn any_path(s: &str) -> Result<PathBuf, std::convert::Infallible> {
 }
 
 impl SimArgs {
+    /// `--nodes`, or the scenario's default: 2,000 for `resume` (the
+    /// cluster size issue #14 measures), 200 otherwise.
+    pub fn nodes(&self) -> usize {
+        self.nodes_flag
+            .unwrap_or(if self.scenario == "resume" { 2000 } else { 200 })
+    }
+
+    /// `--job-size`, or the scenario's default: 1,024 for `resume` (one
+    /// large training job), 8 otherwise (many small jobs).
+    pub fn job_size(&self) -> usize {
+        self.job_size_flag
+            .unwrap_or(if self.scenario == "resume" { 1024 } else { 8 })
+    }
+
     /// The flags of `rebound sim` as given on its command line (after
     /// `sim`), with the command's defaults for the rest: what tests and
     /// scripts use to run [`measure`].
@@ -143,6 +161,15 @@ enum Ctl {
 
 /// Run a scenario and print the report.
 pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
+    if args.scenario == "resume" {
+        let report = resume::measure(&args).await?;
+        if args.output == "json" {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            resume::print_text(&report);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let report = measure(&args).await?;
     if args.output == "json" {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -155,19 +182,24 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
 /// Run a scenario and return its report (what [`run`] prints). Progress
 /// goes to stderr.
 pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
+    anyhow::ensure!(
+        args.scenario != "resume",
+        "the resume scenario has a report of its own: rebound::sim::bench::resume::measure"
+    );
     let setup = Instant::now();
-    let pods_total = args.nodes * args.pods_per_node;
-    let jobs = pods_total.div_ceil(args.job_size.max(1));
-    let workers = args.job_size.saturating_sub(1) as u32;
-    let want = jobs * args.job_size;
+    let pods_total = args.nodes() * args.pods_per_node;
+    let jobs = pods_total.div_ceil(args.job_size().max(1));
+    let workers = args.job_size().saturating_sub(1) as u32;
+    let want = jobs * args.job_size();
     eprintln!(
         "sim: {} nodes, {jobs} PyTorchJobs of {} pods ({want} pods)...",
-        args.nodes, args.job_size,
+        args.nodes(),
+        args.job_size(),
     );
     let env = SimEnv::start(
         args,
         SimConfig {
-            nodes: args.nodes,
+            nodes: args.nodes(),
             gpus_per_node: 8,
             gpus_per_pod: 0,
             server_threads: 2,
@@ -303,7 +335,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
     notes.extend(scenario_note(args));
     let report = Report {
         scenario: args.scenario.clone(),
-        nodes: args.nodes,
+        nodes: args.nodes(),
         pods: want,
         jobs,
         sources: Sources {
@@ -324,7 +356,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
         jobs_restarted: restarts.len(),
         max_restarts_of_one_job: restarts.values().copied().max().unwrap_or(0),
         nodes_cordoned: nodes_cordoned(&env).await?,
-        breaker_limit: crate::policy::Limit::Percent(10).of(args.nodes as u32) as usize,
+        breaker_limit: crate::policy::Limit::Percent(10).of(args.nodes() as u32) as usize,
         controller_requests_by_verb: by_verb,
         peak_write_rate_per_second: peak,
         qps_limit: args.qps,
@@ -378,7 +410,7 @@ async fn inject(
     let bed = &env.bed;
     let node_names = bed.cluster.node_names();
     let faults = args.faults.unwrap_or(if args.scenario == "storm" {
-        (args.nodes / 4).max(1)
+        (args.nodes() / 4).max(1)
     } else {
         100
     });

@@ -1,0 +1,547 @@
+//! `rebound sim --scenario resume`: time-to-resume per recovery tier
+//! (issue #14). On one simulated cluster, with the modelled pod costs, a
+//! Volcano Job of `--job-size` pods wired for in-place restarts (by
+//! [`crate::inplace::inject::inject_document`], what `rebound inject`
+//! runs) is recovered once per tier, `InPlace`, `ReplaceFaulty`,
+//! `Recreate`, each under a RecoveryPolicy whose `spec.restart.tiers` is
+//! that tier alone. A fresh job per tier, created once the previous one is
+//! gone, so that no tier inherits another's restarted pods, cordoned node
+//! or cooldown.
+//!
+//! Why Volcano: the simulated Volcano controller creates its pods from the
+//! task template as JSON, so the agent's `restartPolicyRules` reach the
+//! pods (on the real-CRD path Kubeflow's schema prunes them, see
+//! docs/in-place.md), and its `Recreate` is a `RestartJob` Command, which
+//! deletes every pod and recreates them under the same names once the old
+//! ones are gone, as the real controller does.
+//!
+//! Faults: a worker container exiting with code 1 (level RestartJob) for
+//! `InPlace` and `Recreate`; XID 79 on the node of one pod (a node fault
+//! that cordons) for `ReplaceFaulty`. Time-to-resume runs from the fault's
+//! status write committed (server clock) to the status write of the last
+//! pod to be back Running and Ready in the new generation (see
+//! [`track`]); the client clock's figure is shown beside it.
+
+mod report;
+mod track;
+
+pub use report::{GoalCheck, ResumeReport, TierResult, goals, print_text};
+pub use track::{PodTracker, PodView, Resumed};
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant, SystemTime};
+
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use super::analyse::{Injected, Subject, ms_between};
+use super::env::SimEnv;
+use super::serverlog::ServerRequest;
+use super::{Ctl, SimArgs, load_average, peak_rss_mib, set_xid, start_controller};
+use crate::inplace::inject::{InjectOptions, VOLCANO_JOB_NAME_LABEL, inject_document};
+use crate::sim::actors::volcano;
+use crate::sim::cluster::SimConfig;
+
+/// The tiers, in the order they are measured.
+pub const TIERS: [&str; 3] = ["InPlace", "ReplaceFaulty", "Recreate"];
+
+/// The label that ties a job to the policy of its tier.
+const TIER_LABEL: &str = "rebound.dev/sim-resume-tier";
+
+/// The longest wait for a job's pods to run, or to be gone.
+const SETUP_MAX: Duration = Duration::from_secs(1800);
+/// The longest wait for a job to resume after its fault.
+const RESUME_MAX: Duration = Duration::from_secs(900);
+/// The longest wait for rebound's writes to stop after the resume.
+const SETTLE_MAX: Duration = Duration::from_secs(60);
+
+/// The policy of one tier: that tier alone, a fallback far beyond any
+/// resume measured here (so no tier turns into another), no saved logs.
+fn policy_yaml(ns: &str, tier: &str) -> String {
+    format!(
+        r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {{name: resume-{lower}, namespace: {ns}}}
+spec:
+  selector: {{matchLabels: {{{TIER_LABEL}: {tier}}}}}
+  cooldown: 1m
+  restart: {{tiers: [{tier}], fallbackAfter: 30m}}
+"#,
+        lower = tier.to_lowercase()
+    )
+}
+
+/// A Volcano Job of `pods` workers: a setup init container, a worker with
+/// a readiness probe, restarted on failure by the kubelet; wired by
+/// `rebound inject`'s code.
+fn volcano_job(env: &SimEnv, name: &str, tier: &str, pods: usize) -> anyhow::Result<Value> {
+    let mut spec = json!({
+        "restartPolicy": "OnFailure",
+        "initContainers": [{"name": "setup", "image": "busybox", "command": ["sh", "-c", "true"]}],
+        "containers": [{"name": "worker", "image": "trainer", "command": ["python", "train.py"],
+            "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 5}}],
+    });
+    if let Some(sh) = &env.bed.cluster.config().shared {
+        spec["schedulerName"] = json!(sh.scheduler_name);
+        spec["tolerations"] = json!([{"key": sh.taint_key, "operator": "Exists"}]);
+    }
+    let mut job = json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": env.ns, "labels": {TIER_LABEL: tier}},
+        "spec": {
+            "schedulerName": "volcano", "queue": "default", "minAvailable": pods,
+            "tasks": [{"name": "worker", "replicas": pods,
+                "template": {"metadata": {"name": "worker", "labels": {TIER_LABEL: tier}}, "spec": spec}}],
+        },
+    });
+    let report = inject_document(&mut job, &InjectOptions::default(), name)
+        .map_err(|e| anyhow::anyhow!("rebound inject refused the job: {e}"))?;
+    anyhow::ensure!(
+        report.templates == 1 && report.changed,
+        "rebound inject did not wire the job's template: {report:?}"
+    );
+    Ok(job)
+}
+
+/// Run the scenario and return its report. Progress goes to stderr.
+pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
+    let setup = Instant::now();
+    let (nodes, size) = (args.nodes(), args.job_size());
+    anyhow::ensure!(size > 0, "--job-size must be at least 1");
+    eprintln!(
+        "sim resume: {nodes} nodes, one wired Volcano Job of {size} pods per tier ({})",
+        TIERS.join(", ")
+    );
+    let env = SimEnv::start(
+        args,
+        SimConfig {
+            nodes,
+            gpus_per_node: 8,
+            gpus_per_pod: 0,
+            server_threads: 2,
+            kubelet: crate::sim::actors::kubelet::KubeletConfig {
+                costs: args.pod_costs.clone(),
+                ..Default::default()
+            },
+            ..SimConfig::default()
+        },
+    )
+    .await?;
+    // The bed's apply maps `sim` to this run's namespace (on a shared
+    // cluster it carries the run's suffix), as for SIM_POLICY.
+    for tier in TIERS {
+        env.bed.apply_yaml(&policy_yaml("sim", tier)).await?;
+    }
+    let ctl = start_controller(&env, args).await?;
+    let setup_seconds = setup.elapsed().as_secs_f64();
+    eprintln!(
+        "sim resume: {} and the controller ready after {setup_seconds:.1}s",
+        env.description
+    );
+    let mut notes = env.notes.clone();
+    if let Some(load) = load_average() {
+        notes.push(format!(
+            "machine load (1-minute average) when the first tier began: {load} on {} CPUs",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        ));
+    }
+    let mut tiers = Vec::new();
+    for tier in TIERS {
+        let r = run_tier(&env, tier, size, &mut notes).await;
+        match r {
+            Ok(t) => tiers.push(t),
+            Err(e) => {
+                stop_controller(ctl).await;
+                env.finish_run(args.keep_audit_log.as_deref()).await;
+                return Err(e.context(format!("tier {tier}")));
+            }
+        }
+    }
+    if let Some(rss) = stop_controller(ctl).await {
+        notes.push(format!(
+            "controller peak RSS {rss:.1} MiB (its own process)"
+        ));
+    }
+    notes.push("each tier ran on a fresh job, created once the previous tier's job and pods were gone; the node made faulty for ReplaceFaulty stays cordoned for Recreate".into());
+    let goals = goals(&tiers);
+    let report = ResumeReport {
+        scenario: "resume".into(),
+        nodes,
+        job_size: size,
+        job_kind: "Volcano Job (batch.volcano.sh/v1alpha1), wired by rebound inject".into(),
+        server: env.description.clone(),
+        server_timing: match &env.server {
+            super::env::Server::Embedded => Some("embedded request log".into()),
+            super::env::Server::ControlPlane(_) => Some("kube-apiserver audit log".into()),
+            super::env::Server::Kubeconfig => None,
+        },
+        pod_costs: args.pod_costs.to_string(),
+        setup_seconds,
+        tiers,
+        goals,
+        notes,
+    };
+    env.finish_run(args.keep_audit_log.as_deref()).await;
+    Ok(report)
+}
+
+async fn stop_controller(ctl: Ctl) -> Option<f64> {
+    match ctl {
+        Ctl::Child(mut child, pid, _) => {
+            let rss = peak_rss_mib(pid);
+            let _ = child.kill().await;
+            rss
+        }
+        Ctl::InProcess(h) => {
+            h.shutdown().await;
+            None
+        }
+    }
+}
+
+fn is_write(r: &ServerRequest) -> bool {
+    matches!(
+        r.verb.as_str(),
+        "create" | "update" | "patch" | "delete" | "deletecollection"
+    )
+}
+
+/// Creates the tier's job, waits for it to run, injects the fault,
+/// measures until the job resumed and rebound settled, removes the job.
+async fn run_tier(
+    env: &SimEnv,
+    tier: &str,
+    size: usize,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<TierResult> {
+    let name = format!("resume-{}", tier.to_lowercase());
+    let jobs: Api<DynamicObject> =
+        Api::namespaced_with(env.bed.client(), &env.ns, &volcano::job_resource());
+    let tracker = PodTracker::start(
+        &env.kubeconfig,
+        &env.ns,
+        &format!("{VOLCANO_JOB_NAME_LABEL}={name}"),
+    )
+    .await?;
+    let t0 = Instant::now();
+    let obj: DynamicObject = serde_json::from_value(volcano_job(env, &name, tier, size)?)?;
+    jobs.create(&PostParams::default(), &obj).await?;
+    wait_until(
+        &tracker,
+        SETUP_MAX,
+        &format!("{size} pods of {name} running"),
+        |p| p.iter().filter(|p| p.serving()).count() >= size,
+    )
+    .await?;
+    eprintln!(
+        "sim resume: {tier}: {size} pods of {name} running and ready after {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    // Let the controller's caches take in the last pods.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = tracker.pods();
+    let gen_before = generation(&jobs, &name).await?;
+    let log = env.server_log_from_now()?;
+    tracker.arm(size);
+    let first = format!("{name}-worker-0");
+    let (inj, fault, faulty_node) = if tier == "ReplaceFaulty" {
+        let node = before
+            .iter()
+            .find(|p| p.name == first)
+            .and_then(|p| p.node.clone())
+            .ok_or_else(|| anyhow::anyhow!("pod {first} is not on a node"))?;
+        let mut inj = Injected::new(
+            SystemTime::now(),
+            Subject::Node(node.clone()),
+            "nodes",
+            &node,
+        );
+        set_xid(&env.bed, &node, "79").await?;
+        inj.answered = Some(SystemTime::now());
+        (
+            inj,
+            format!("XID 79 on node {node} (pod {first})"),
+            Some(node),
+        )
+    } else {
+        let mut inj = Injected::new(
+            SystemTime::now(),
+            Subject::Job(name.clone()),
+            "pods",
+            &first,
+        );
+        env.bed
+            .cluster
+            .fail_container(&env.ns, &first, "worker", 1, "Error")
+            .await?;
+        inj.answered = Some(SystemTime::now());
+        (
+            inj,
+            format!("container worker of {first} exited with code 1"),
+            None,
+        )
+    };
+    let t_fault = Instant::now();
+    let mut said = Instant::now();
+    let resumed = loop {
+        if let Some(r) = tracker.resumed() {
+            break Some(r);
+        }
+        if t_fault.elapsed() > RESUME_MAX || said.elapsed() > Duration::from_secs(15) {
+            let (live, serving, back) = tracker.progress();
+            let g = jobs
+                .get(&name)
+                .await
+                .map(|j| crate::inplace::Generation::from_annotations(j.annotations()));
+            let state = format!(
+                "{live} pods, {serving} running and ready, {back} back in the new generation; job generation {}",
+                g.map_or_else(
+                    |e| e.to_string(),
+                    |g| format!("{} (released {})", g.current, g.released)
+                )
+            );
+            if t_fault.elapsed() > RESUME_MAX {
+                notes.push(format!(
+                    "{tier}: the job had not resumed {}s after the fault: {state}",
+                    RESUME_MAX.as_secs()
+                ));
+                break None;
+            }
+            eprintln!(
+                "sim resume: {tier}: {:.0}s after the fault: {state}",
+                t_fault.elapsed().as_secs_f64()
+            );
+            said = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "sim resume: {tier}: {} after {:.1}s; waiting for rebound to settle",
+        if resumed.is_some() {
+            "resumed"
+        } else {
+            "NOT resumed"
+        },
+        t_fault.elapsed().as_secs_f64()
+    );
+    settle(env, &log).await?;
+    let reqs = log.read(env)?.map(|(r, _)| r);
+    let after = tracker.pods();
+    let gen_after = generation(&jobs, &name).await?;
+    let tier_recorded = recorded_tier(&jobs, &name).await?;
+
+    let now_uids: HashSet<&str> = after.iter().map(|p| p.uid.as_str()).collect();
+    let mut replaced_pods: Vec<String> = before
+        .iter()
+        .filter(|p| !now_uids.contains(p.uid.as_str()))
+        .map(|p| p.name.clone())
+        .collect();
+    replaced_pods.sort();
+    let mut faulty_node_pods: Vec<String> = before
+        .iter()
+        .filter(|p| faulty_node.is_some() && p.node == faulty_node)
+        .map(|p| p.name.clone())
+        .collect();
+    faulty_node_pods.sort();
+
+    let client_ttr = match (&resumed, inj.answered) {
+        (Some(r), Some(a)) => Some(ms_between(a, r.at) / 1000.0),
+        _ => None,
+    };
+    let mut rebound_by_verb: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut rebound_writes, mut recovery_writes, mut total, mut ttr) = (0, 0, None, None);
+    let mut released = None;
+    if let Some(reqs) = &reqs {
+        for r in reqs.iter().filter(|r| is_write(r)) {
+            if r.by_controller() {
+                rebound_writes += 1;
+                let sub = if r.subresource.is_empty() {
+                    String::new()
+                } else {
+                    format!("/{}", r.subresource)
+                };
+                *rebound_by_verb
+                    .entry(format!("{} {}{sub}", r.verb, r.resource))
+                    .or_default() += 1;
+                if matches!(r.resource.as_str(), "jobs" | "pods" | "commands") {
+                    recovery_writes += 1;
+                }
+            }
+        }
+        total = Some(
+            reqs.iter()
+                .filter(|r| is_write(r) && r.resource != "leases")
+                .count(),
+        );
+        ttr = match (&resumed, inj.committed(reqs)) {
+            (Some(r), Some(c)) => {
+                last_write_of(reqs, &r.last_pod, r.at).map(|end| ms_between(c, end) / 1000.0)
+            }
+            _ => None,
+        };
+        // In place: the second write to the job lifts the barrier (the
+        // first raised the generation).
+        if tier != "Recreate"
+            && let Some(c) = inj.committed(reqs)
+        {
+            released = reqs
+                .iter()
+                .filter(|r| r.by_controller() && r.status < 300 && r.verb == "patch")
+                .filter(|r| r.resource == "jobs" && r.name.as_deref() == Some(name.as_str()))
+                .nth(1)
+                .map(|r| ms_between(c, r.completed) / 1000.0);
+        }
+        if resumed.is_some() && ttr.is_none() {
+            notes.push(format!("{tier}: the fault's commit or the last pod's status write was not found in the server's log; only the client clock measured it"));
+        }
+    }
+    let result = TierResult {
+        tier: tier.into(),
+        tier_recorded,
+        job: name.clone(),
+        fault,
+        resumed: resumed.is_some(),
+        time_to_resume_s: ttr,
+        barrier_released_s: released,
+        client_time_to_resume_s: client_ttr,
+        last_pod: resumed.map(|r| r.last_pod),
+        rebound_writes,
+        rebound_recovery_writes: recovery_writes,
+        rebound_writes_by_verb: rebound_by_verb,
+        total_writes: total,
+        pods_replaced: replaced_pods.len(),
+        replaced_pods,
+        faulty_node,
+        faulty_node_pods,
+        generation: (gen_before, gen_after),
+    };
+    eprintln!(
+        "sim resume: {tier}: time-to-resume {:?} s (client {:?} s), rebound writes {}, pods replaced {}; removing {name}",
+        result.time_to_resume_s,
+        result.client_time_to_resume_s,
+        result.rebound_writes,
+        result.pods_replaced
+    );
+    remove_job(env, &jobs, &name, &tracker).await?;
+    Ok(result)
+}
+
+/// When the server completed the status write of `pod` that made it
+/// serve: the last one it received before this process saw the job
+/// resumed (a watch event follows its write's commit; the answer's
+/// completion may trail the event by a moment).
+fn last_write_of(reqs: &[ServerRequest], pod: &str, seen: SystemTime) -> Option<SystemTime> {
+    reqs.iter()
+        .filter(|r| r.resource == "pods" && r.subresource == "status" && r.status < 300)
+        .filter(|r| matches!(r.verb.as_str(), "patch" | "update"))
+        .filter(|r| r.name.as_deref() == Some(pod) && r.received <= seen)
+        .map(|r| r.completed)
+        .max()
+}
+
+/// Waits until rebound's writes in the server's log stop moving for 3 s
+/// (at most [`SETTLE_MAX`]); without a log, 3 s.
+async fn settle(env: &SimEnv, log: &super::env::ServerLog) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let mut last = usize::MAX;
+    let mut quiet = Instant::now();
+    while start.elapsed() < SETTLE_MAX {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let Some((reqs, _)) = log.read(env)? else {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            return Ok(());
+        };
+        let n = reqs.iter().filter(|r| r.by_controller()).count();
+        if n != last {
+            last = n;
+            quiet = Instant::now();
+        } else if quiet.elapsed() >= Duration::from_secs(3) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn wait_until(
+    tracker: &PodTracker,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&[PodView]) -> bool,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let mut said = Instant::now();
+    loop {
+        let pods = tracker.pods();
+        if done(&pods) {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            anyhow::bail!(
+                "not {what} after {}s ({} pods seen, {} running and ready)",
+                limit.as_secs(),
+                pods.len(),
+                pods.iter().filter(|p| p.serving()).count()
+            );
+        }
+        if said.elapsed() > Duration::from_secs(15) {
+            eprintln!(
+                "sim resume: waiting for {what}: {} of {} seen running and ready after {:.0}s",
+                pods.iter().filter(|p| p.serving()).count(),
+                pods.len(),
+                start.elapsed().as_secs_f64()
+            );
+            said = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The job's `restart-generation` annotation (0 when absent).
+async fn generation(jobs: &Api<DynamicObject>, name: &str) -> anyhow::Result<u64> {
+    let j = jobs.get(name).await?;
+    Ok(crate::inplace::Generation::from_annotations(j.annotations()).current)
+}
+
+/// The tier of the newest restart the controller recorded on the job.
+async fn recorded_tier(jobs: &Api<DynamicObject>, name: &str) -> anyhow::Result<Option<String>> {
+    let j = jobs.get(name).await?;
+    Ok(crate::recover::read_history(j.annotations())
+        .last()
+        .and_then(|r| r.tier.clone()))
+}
+
+/// Deletes the job, then its pods, and waits until the pods are gone. The
+/// simulated operator may recreate a pod it had not yet seen the job's
+/// deletion for, so the pods are deleted again until none is left.
+async fn remove_job(
+    env: &SimEnv,
+    jobs: &Api<DynamicObject>,
+    name: &str,
+    tracker: &PodTracker,
+) -> anyhow::Result<()> {
+    jobs.delete(name, &DeleteParams::default()).await?;
+    let start = Instant::now();
+    while jobs.get_opt(name).await?.is_some() && start.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.bed.client(), &env.ns);
+    let sel = ListParams::default().labels(&format!("{VOLCANO_JOB_NAME_LABEL}={name}"));
+    loop {
+        pods.delete_collection(&DeleteParams::default(), &sel)
+            .await?;
+        let gone = wait_until(
+            tracker,
+            Duration::from_secs(30),
+            &format!("the pods of {name} gone"),
+            |p| p.is_empty(),
+        )
+        .await;
+        match gone {
+            Ok(()) => return Ok(()),
+            Err(e) if start.elapsed() > SETUP_MAX => return Err(e),
+            Err(_) => {}
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! What `rebound sim --scenario resume` prints (text, or `-o json`): one
+//! row per recovery tier, and the goals of issue #14 computed from them.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One tier's recovery, measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierResult {
+    /// `InPlace`, `ReplaceFaulty` or `Recreate`: the policy's only tier.
+    pub tier: String,
+    /// The tier the controller recorded on the job (its restart history);
+    /// `null` if it recorded none.
+    pub tier_recorded: Option<String>,
+    /// The job measured (a fresh one per tier).
+    pub job: String,
+    /// The fault injected.
+    pub fault: String,
+    /// Whether every pod was Running and Ready in the new generation
+    /// before the scenario gave up waiting.
+    pub resumed: bool,
+    /// Server clock: the fault's status write committed → the status write
+    /// of the last pod to be back (the last one the server received before
+    /// this process saw the job resumed). `null` without a server log.
+    pub time_to_resume_s: Option<f64>,
+    /// Server clock, in-place tiers: the fault's write committed → rebound's
+    /// write lifting the barrier committed (every pod was back at the
+    /// barrier); the rest of the time-to-resume is the workers starting.
+    pub barrier_released_s: Option<f64>,
+    /// Client clock: the injector's write answered → the watch of this
+    /// process showing every pod back.
+    pub client_time_to_resume_s: Option<f64>,
+    /// The pod that was back last.
+    pub last_pod: Option<String>,
+    /// Every write by rebound (user agent `rebound-controller/`) from the
+    /// fault until its activity settled after the resume.
+    pub rebound_writes: usize,
+    /// Of those, the writes that carry out the recovery: to the job, its
+    /// pods and Volcano Commands (not Events, not rebound's own objects,
+    /// not nodes).
+    pub rebound_recovery_writes: usize,
+    /// rebound's writes by verb and resource.
+    pub rebound_writes_by_verb: BTreeMap<String, usize>,
+    /// Every write the API server answered in the same window, node Leases
+    /// excepted (2,000 simulated kubelets renew them every 10 s, a real
+    /// server's audit policy here leaves them out). `null` without a log.
+    pub total_writes: Option<usize>,
+    /// Pods of the job before the fault that are gone (deleted and
+    /// replaced by new pods).
+    pub pods_replaced: usize,
+    /// Their names.
+    pub replaced_pods: Vec<String>,
+    /// ReplaceFaulty: the node made faulty, and the job's pods on it
+    /// before the fault.
+    pub faulty_node: Option<String>,
+    /// The job's pods on the faulty node before the fault.
+    pub faulty_node_pods: Vec<String>,
+    /// The job's restart generation before and after.
+    pub generation: (u64, u64),
+}
+
+/// A goal of issue #14, checked on the figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct GoalCheck {
+    /// What is checked.
+    pub goal: String,
+    /// Whether the figures meet it.
+    pub pass: bool,
+    /// The figures it was decided on.
+    pub detail: String,
+}
+
+/// The report of the `resume` scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResumeReport {
+    /// `resume`.
+    pub scenario: String,
+    /// Simulated nodes.
+    pub nodes: usize,
+    /// Pods of the job.
+    pub job_size: usize,
+    /// The job's kind and how it is wired.
+    pub job_kind: String,
+    /// The API server.
+    pub server: String,
+    /// The server-side clock, `null` without one.
+    pub server_timing: Option<String>,
+    /// `--pod-costs`.
+    pub pod_costs: String,
+    /// Seconds until the controller was ready.
+    pub setup_seconds: f64,
+    /// One row per tier, in the order run.
+    pub tiers: Vec<TierResult>,
+    /// The goals, computed.
+    pub goals: Vec<GoalCheck>,
+    /// Remarks on the run.
+    pub notes: Vec<String>,
+}
+
+fn tier<'a>(tiers: &'a [TierResult], name: &str) -> Option<&'a TierResult> {
+    tiers.iter().find(|t| t.tier == name)
+}
+
+/// The figure time-to-resume is compared on: the server clock where both
+/// have it, else the client clock.
+fn ttr(t: &TierResult, server: bool) -> Option<f64> {
+    if server {
+        t.time_to_resume_s
+    } else {
+        t.client_time_to_resume_s
+    }
+    .filter(|_| t.resumed)
+}
+
+/// Issue #14's goals on these figures: in place at least 10× shorter than
+/// recreate; ReplaceFaulty replaced exactly the faulty node's pods; at most
+/// 2 recovery writes by rebound for an in-place restart of the whole job.
+pub fn goals(tiers: &[TierResult]) -> Vec<GoalCheck> {
+    let mut out = Vec::new();
+    let (ip, rf, rc) = (
+        tier(tiers, "InPlace"),
+        tier(tiers, "ReplaceFaulty"),
+        tier(tiers, "Recreate"),
+    );
+    let ten = match (ip, rc) {
+        (Some(a), Some(b)) => {
+            let server = a.time_to_resume_s.is_some() && b.time_to_resume_s.is_some();
+            match (ttr(a, server), ttr(b, server)) {
+                (Some(x), Some(y)) if x > 0.0 => GoalCheck {
+                    goal: "in-place time-to-resume ≥10× shorter than recreate".into(),
+                    pass: y / x >= 10.0,
+                    detail: format!(
+                        "{x:.2} s in place, {y:.2} s recreate: {:.1}× ({} clock)",
+                        y / x,
+                        if server { "server" } else { "client" }
+                    ),
+                },
+                _ => GoalCheck {
+                    goal: "in-place time-to-resume ≥10× shorter than recreate".into(),
+                    pass: false,
+                    detail: "a tier did not resume: no figure to compare".into(),
+                },
+            }
+        }
+        _ => GoalCheck {
+            goal: "in-place time-to-resume ≥10× shorter than recreate".into(),
+            pass: false,
+            detail: "InPlace or Recreate not run".into(),
+        },
+    };
+    out.push(ten);
+    out.push(match rf {
+        Some(t) => {
+            let mut want = t.faulty_node_pods.clone();
+            let mut got = t.replaced_pods.clone();
+            want.sort();
+            got.sort();
+            GoalCheck {
+                goal: "ReplaceFaulty replaced only the pods of the faulty node".into(),
+                pass: t.resumed && !want.is_empty() && want == got,
+                detail: format!(
+                    "replaced {} pod(s) [{}]; on the faulty node {}: {} [{}]",
+                    got.len(),
+                    got.join(", "),
+                    t.faulty_node.as_deref().unwrap_or("-"),
+                    want.len(),
+                    want.join(", ")
+                ),
+            }
+        }
+        None => GoalCheck {
+            goal: "ReplaceFaulty replaced only the pods of the faulty node".into(),
+            pass: false,
+            detail: "ReplaceFaulty not run".into(),
+        },
+    });
+    out.push(match ip {
+        Some(t) => GoalCheck {
+            goal: "rebound wrote ≤2 requests for the in-place recovery of the whole job".into(),
+            pass: t.resumed && t.rebound_recovery_writes <= 2 && t.pods_replaced == 0,
+            detail: format!(
+                "{} recovery write(s) (job, pods, Commands), {} pod(s) replaced; all of rebound's writes: {} ({})",
+                t.rebound_recovery_writes,
+                t.pods_replaced,
+                t.rebound_writes,
+                by_verb(&t.rebound_writes_by_verb)
+            ),
+        },
+        None => GoalCheck {
+            goal: "rebound wrote ≤2 requests for the in-place recovery of the whole job".into(),
+            pass: false,
+            detail: "InPlace not run".into(),
+        },
+    });
+    out
+}
+
+fn by_verb(m: &BTreeMap<String, usize>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |s| format!("{s:.2} s"))
+}
+
+/// The text form.
+pub fn print_text(r: &ResumeReport) {
+    println!(
+        "rebound sim: scenario resume on {} nodes, a fresh job of {} pods per tier (setup {:.1}s)",
+        r.nodes, r.job_size, r.setup_seconds
+    );
+    println!("  API server:   {}", r.server);
+    println!("  job:          {}", r.job_kind);
+    println!("  pod costs:    {}", r.pod_costs);
+    println!(
+        "  time-to-resume: fault committed → every pod Running and Ready in the new generation ({}; client clock beside it)",
+        r.server_timing.as_deref().unwrap_or("no server clock")
+    );
+    println!(
+        "  {:<14} {:>12} {:>12} {:>9} {:>9} {:>8} {:>9}",
+        "tier", "resume", "(client)", "rebound", "recovery", "total", "replaced"
+    );
+    for t in &r.tiers {
+        let total = t.total_writes.map_or_else(|| "-".into(), |n| n.to_string());
+        println!(
+            "  {:<14} {:>12} {:>12} {:>9} {:>9} {:>8} {:>9}{}",
+            t.tier,
+            if t.resumed {
+                secs(t.time_to_resume_s)
+            } else {
+                "not resumed".into()
+            },
+            secs(t.client_time_to_resume_s),
+            t.rebound_writes,
+            t.rebound_recovery_writes,
+            total,
+            t.pods_replaced,
+            match &t.tier_recorded {
+                Some(x) if x != &t.tier => format!("   (controller recorded {x})"),
+                None => "   (no restart recorded)".into(),
+                _ => String::new(),
+            }
+        );
+    }
+    println!(
+        "  (rebound = every write by rebound-controller/; recovery = its writes to the job, its pods and Commands; total = every write the server answered meanwhile, node Leases excepted)"
+    );
+    for t in &r.tiers {
+        println!(
+            "  {}: {}; generation {} → {}; rebound's writes: {}",
+            t.tier,
+            t.fault,
+            t.generation.0,
+            t.generation.1,
+            by_verb(&t.rebound_writes_by_verb)
+        );
+        if let Some(b) = t.barrier_released_s {
+            println!(
+                "    barrier released {b:.2} s after the fault (every pod back at the barrier)"
+            );
+        }
+    }
+    for g in &r.goals {
+        println!(
+            "  goal {}: {} ({})",
+            if g.pass { "PASS" } else { "FAIL" },
+            g.goal,
+            g.detail
+        );
+    }
+    for n in &r.notes {
+        println!("  note: {n}");
+    }
+}

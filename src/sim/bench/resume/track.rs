@@ -1,0 +1,344 @@
+//! The pods of one job as this process sees them through a watch, and the
+//! moment the job resumed: every pod Running and Ready in the new
+//! generation (a pod that was there before the fault must have restarted
+//! its agent in place since; any other pod is new). The watch runs on a
+//! thread, runtime and client of its own (as [`super::super::effects`]),
+//! so the simulated actors' bursts in this process do not delay it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+
+use crate::inplace::AGENT_CONTAINER;
+
+/// One pod as last seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.nodeName`, once bound.
+    pub node: Option<String>,
+    /// Phase `Running`.
+    pub running: bool,
+    /// Condition `Ready=True`.
+    pub ready: bool,
+    /// Has a `deletionTimestamp`.
+    pub deleting: bool,
+    /// The restart agent's `restartCount` (0 without an agent).
+    pub agent_restarts: i32,
+}
+
+impl PodView {
+    fn of(p: &Pod) -> PodView {
+        let st = p.status.as_ref();
+        let agent_restarts = st
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .and_then(|v| v.iter().find(|c| c.name == AGENT_CONTAINER))
+            .map_or(0, |c| c.restart_count);
+        PodView {
+            uid: p.uid().unwrap_or_default(),
+            name: p.name_any(),
+            node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            running: st.and_then(|s| s.phase.as_deref()) == Some("Running"),
+            ready: st
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            deleting: p.metadata.deletion_timestamp.is_some(),
+            agent_restarts,
+        }
+    }
+
+    /// Running and Ready, not being deleted.
+    pub fn serving(&self) -> bool {
+        self.running && self.ready && !self.deleting
+    }
+}
+
+/// When the job resumed, as this process saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resumed {
+    /// When the event that completed it arrived.
+    pub at: SystemTime,
+    /// The pod whose change completed it (the last to be back).
+    pub last_pod: String,
+}
+
+/// What "resumed" means for one recovery: as many pods as the job had,
+/// each Running and Ready, and each either new or, if it was there
+/// before, with its agent restarted since.
+#[derive(Debug, Clone)]
+struct Goal {
+    pods: usize,
+    /// The agent's restart count of every pod before the fault, by uid.
+    before: HashMap<String, i32>,
+}
+
+impl Goal {
+    /// Whether `p` is back in the new generation.
+    fn back(&self, p: &PodView) -> bool {
+        p.serving()
+            && self
+                .before
+                .get(&p.uid)
+                .is_none_or(|r| p.agent_restarts > *r)
+    }
+
+    fn met(&self, pods: &HashMap<String, PodView>) -> bool {
+        let live: Vec<&PodView> = pods.values().filter(|p| !p.deleting).collect();
+        live.len() == self.pods && live.iter().all(|p| self.back(p))
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pods: HashMap<String, PodView>,
+    /// A relist under way: what it has shown so far.
+    relist: Option<HashMap<String, PodView>>,
+    goal: Option<Goal>,
+    resumed: Option<Resumed>,
+}
+
+impl State {
+    fn on_event(&mut self, ev: watcher::Event<Pod>, at: SystemTime) {
+        let changed = match ev {
+            watcher::Event::Apply(p) => {
+                let v = PodView::of(&p);
+                let name = v.name.clone();
+                self.pods.insert(v.uid.clone(), v);
+                Some(name)
+            }
+            watcher::Event::Delete(p) => {
+                let uid = p.uid().unwrap_or_default();
+                self.pods.remove(&uid);
+                Some(p.name_any())
+            }
+            watcher::Event::Init => {
+                self.relist = Some(HashMap::new());
+                None
+            }
+            watcher::Event::InitApply(p) => {
+                let v = PodView::of(&p);
+                self.relist
+                    .get_or_insert_with(HashMap::new)
+                    .insert(v.uid.clone(), v);
+                None
+            }
+            watcher::Event::InitDone => {
+                self.pods = self.relist.take().unwrap_or_default();
+                Some(String::new())
+            }
+        };
+        if let (Some(name), Some(goal), None) = (changed, &self.goal, &self.resumed)
+            && goal.met(&self.pods)
+        {
+            self.resumed = Some(Resumed { at, last_pod: name });
+        }
+    }
+}
+
+/// Why the watch could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TrackError {
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The client could not be made.
+    #[error("kubernetes client: {0}")]
+    Kube(#[from] kube::Error),
+    /// The thread or its runtime could not start.
+    #[error("pod watch thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// The running watch of one job's pods; dropping it stops it.
+#[derive(Debug)]
+pub struct PodTracker {
+    state: Arc<Mutex<State>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for PodTracker {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl PodTracker {
+    /// Watches, as the user of `kubeconfig`, the pods of namespace `ns`
+    /// that match the label `selector`.
+    pub async fn start(
+        kubeconfig: &Path,
+        ns: &str,
+        selector: &str,
+    ) -> Result<PodTracker, TrackError> {
+        let bad = |message: String| TrackError::Kubeconfig {
+            path: kubeconfig.to_owned(),
+            message,
+        };
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(e.to_string()))?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .map_err(|e| bad(e.to_string()))?;
+        let state: Arc<Mutex<State>> = Arc::default();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (ns, selector, s) = (ns.to_owned(), selector.to_owned(), state.clone());
+        // The client is made on the watch's runtime: its connections live there.
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("sim-resume-watch".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    let client = match Client::try_from(cfg) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    let api: Api<Pod> = Api::namespaced(client, &ns);
+                    let wc = watcher::Config::default().labels(&selector);
+                    let mut events = watcher(api, wc).boxed();
+                    let pump = async {
+                        while let Some(ev) = events.next().await {
+                            match ev {
+                                Ok(ev) => {
+                                    if let Ok(mut st) = s.lock() {
+                                        st.on_event(ev, SystemTime::now());
+                                    }
+                                }
+                                Err(e) => tracing::debug!(error = %e, "sim resume pod watch"),
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        _ = pump => {}
+                        _ = stop_rx => {}
+                    }
+                });
+            })?;
+        let started = ready_rx.await.unwrap_or_else(|_| {
+            Err(kube::Error::Service(
+                "the pod watch thread ended early".into(),
+            ))
+        });
+        let tracker = PodTracker {
+            state,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        };
+        started.map(|()| tracker).map_err(TrackError::Kube)
+    }
+
+    /// Every pod as last seen.
+    pub fn pods(&self) -> Vec<PodView> {
+        self.state
+            .lock()
+            .map(|s| s.pods.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// From now on, watch for the job to resume with `pods` pods, against
+    /// the pods as they are now.
+    pub fn arm(&self, pods: usize) {
+        if let Ok(mut s) = self.state.lock() {
+            let before = s
+                .pods
+                .values()
+                .map(|p| (p.uid.clone(), p.agent_restarts))
+                .collect();
+            s.goal = Some(Goal { pods, before });
+            s.resumed = None;
+        }
+    }
+
+    /// Where the job stands: pods not being deleted, of them Running and
+    /// Ready, and of those back in the new generation (0 before
+    /// [`Self::arm`]).
+    pub fn progress(&self) -> (usize, usize, usize) {
+        let Ok(s) = self.state.lock() else {
+            return (0, 0, 0);
+        };
+        let live: Vec<&PodView> = s.pods.values().filter(|p| !p.deleting).collect();
+        let serving = live.iter().filter(|p| p.serving()).count();
+        let back = s
+            .goal
+            .as_ref()
+            .map_or(0, |g| live.iter().filter(|p| g.back(p)).count());
+        (live.len(), serving, back)
+    }
+
+    /// When the job resumed, once it has.
+    pub fn resumed(&self) -> Option<Resumed> {
+        self.state.lock().ok().and_then(|s| s.resumed.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(uid: &str, name: &str, ready: bool, agent_restarts: i32, deleting: bool) -> Pod {
+        let mut v = json!({
+            "metadata": {"name": name, "uid": uid},
+            "spec": {"nodeName": "node-0001", "containers": []},
+            "status": {"phase": "Running",
+                "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}],
+                "initContainerStatuses": [{"name": AGENT_CONTAINER, "restartCount": agent_restarts,
+                    "ready": false, "image": "x", "imageID": ""}]},
+        });
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!("2026-12-01T10:00:00Z");
+        }
+        serde_json::from_value(v).expect("pod")
+    }
+
+    #[test]
+    fn a_job_resumes_when_every_pod_is_back_in_the_new_generation() {
+        let t = SystemTime::UNIX_EPOCH;
+        let mut s = State::default();
+        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), t);
+        s.on_event(watcher::Event::Apply(pod("b", "j-1", true, 0, false)), t);
+        let before = s.pods.values().map(|p| (p.uid.clone(), 0)).collect();
+        s.goal = Some(Goal { pods: 2, before });
+        // Ready but not restarted: the old generation.
+        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), t);
+        assert_eq!(s.resumed, None);
+        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 1, false)), t);
+        assert_eq!(s.resumed, None, "j-1 is behind");
+        // j-1 replaced: the old one deleting, a new one not yet ready.
+        s.on_event(watcher::Event::Apply(pod("b", "j-1", false, 0, true)), t);
+        s.on_event(watcher::Event::Delete(pod("b", "j-1", false, 0, true)), t);
+        s.on_event(watcher::Event::Apply(pod("c", "j-1", false, 0, false)), t);
+        assert_eq!(s.resumed, None);
+        s.on_event(watcher::Event::Apply(pod("c", "j-1", true, 0, false)), t);
+        assert_eq!(
+            s.resumed.as_ref().map(|r| r.last_pod.as_str()),
+            Some("j-1"),
+            "the new pod needs no restart"
+        );
+    }
+}
