@@ -195,14 +195,7 @@ pub fn controller_writes(reqs: &[ServerRequest], since: SystemTime) -> Controlle
             "deletecollection" | "create" | "patch" | "update" | "delete"
         );
         if write && r.by_controller() {
-            let sub = if r.subresource.is_empty() {
-                String::new()
-            } else {
-                format!("/{}", r.subresource)
-            };
-            *w.by_verb
-                .entry(format!("{} {}{sub}", r.verb, r.resource))
-                .or_default() += 1;
+            *w.by_verb.entry(r.verb_key()).or_default() += 1;
             let sec = r.received.duration_since(since).map_or(0, |d| d.as_secs());
             *per_sec.entry(sec).or_default() += 1;
         }

@@ -32,11 +32,31 @@ type Seen = Arc<Mutex<Vec<(SystemTime, Subject)>>>;
 #[derive(Debug)]
 pub struct EffectWatch {
     seen: Seen,
+    _thread: WatchThread,
+}
+
+/// A thread running watches until told to stop: stopped and joined when
+/// dropped, so a report never reads what a watch is still writing.
+#[derive(Debug)]
+pub(super) struct WatchThread {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Drop for EffectWatch {
+impl WatchThread {
+    /// The thread and the sender that stops it.
+    pub(super) fn new(
+        stop: tokio::sync::oneshot::Sender<()>,
+        thread: std::thread::JoinHandle<()>,
+    ) -> WatchThread {
+        WatchThread {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for WatchThread {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -111,8 +131,7 @@ impl EffectWatch {
         });
         let watch = EffectWatch {
             seen,
-            stop: Some(stop_tx),
-            thread: Some(thread),
+            _thread: WatchThread::new(stop_tx, thread),
         };
         started.map(|()| watch)
     }

@@ -357,14 +357,7 @@ async fn run_tier(
         for r in reqs.iter().filter(|r| is_write(r)) {
             if r.by_controller() {
                 rebound_writes += 1;
-                let sub = if r.subresource.is_empty() {
-                    String::new()
-                } else {
-                    format!("/{}", r.subresource)
-                };
-                *rebound_by_verb
-                    .entry(format!("{} {}{sub}", r.verb, r.resource))
-                    .or_default() += 1;
+                *rebound_by_verb.entry(r.verb_key()).or_default() += 1;
                 if matches!(r.resource.as_str(), "jobs" | "pods" | "commands") {
                     recovery_writes += 1;
                 }

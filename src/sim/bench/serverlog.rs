@@ -73,6 +73,15 @@ impl ServerRequest {
         }
     }
 
+    /// `verb resource[/subresource]`: how the reports count writes.
+    pub fn verb_key(&self) -> String {
+        if self.subresource.is_empty() {
+            format!("{} {}", self.verb, self.resource)
+        } else {
+            format!("{} {}/{}", self.verb, self.resource, self.subresource)
+        }
+    }
+
     /// Whether the controller sent it (its User-Agent is
     /// `rebound-controller/<version>`).
     pub fn by_controller(&self) -> bool {

@@ -363,7 +363,12 @@ async fn batch_job_rank_table_in_v1_format(server: Server) {
     assert_eq!(g["device_count"], "8");
     let instances = g["instance_list"].as_array().unwrap();
     assert_eq!(instances.len(), 2);
-    let pods = running(&bed, &ml, "batch.kubernetes.io/job-name=bj").await;
+    // Complete with the chips and hosts: the pods may run a moment later.
+    let pods = wait("both pods running", T, || async {
+        let p = running(&bed, &ml, "batch.kubernetes.io/job-name=bj").await;
+        (p.len() >= 2).then_some(p)
+    })
+    .await;
     for i in instances {
         let pod = pods
             .iter()

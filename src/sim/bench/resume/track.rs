@@ -167,19 +167,7 @@ pub enum TrackError {
 #[derive(Debug)]
 pub struct PodTracker {
     state: Arc<Mutex<State>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for PodTracker {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    _thread: super::super::effects::WatchThread,
 }
 
 impl PodTracker {
@@ -246,8 +234,7 @@ impl PodTracker {
         });
         let tracker = PodTracker {
             state,
-            stop: Some(stop_tx),
-            thread: Some(thread),
+            _thread: super::super::effects::WatchThread::new(stop_tx, thread),
         };
         started.map(|()| tracker).map_err(TrackError::Kube)
     }
