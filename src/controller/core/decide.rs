@@ -6,7 +6,7 @@
 //! why not, or hold it until its cooldown ends.
 
 use super::effect::{EffectKind, PodTarget};
-use super::jobs::{Cause, Tier};
+use super::jobs::{Cause, Phase, Tier};
 use super::occurrence::{Fate, OccurrenceId};
 use super::store::{JobKey, job_key};
 use super::{Core, Now, Scope};
@@ -146,7 +146,12 @@ impl Core {
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {
             let key = job_key(&r);
-            if self.recoveries.contains_key(&key) {
+            if let Some(r) = self.recoveries.get_mut(&key) {
+                // Restarting every process, and none started again yet:
+                // this restart covers a software fault seen now.
+                if r.tier.bumps() && r.phase != Phase::Resume && !c.level.cordons_node() {
+                    r.covered.insert(id);
+                }
                 self.absorb(&key, &occ.fault, c.level, now);
                 fates.push(Fate::Absorbed);
                 continue;

@@ -141,6 +141,10 @@ pub struct Recovery {
     /// The pods a recreate was decided for (a retry deletes what is left
     /// of them, never a pod recreated since).
     pub targets: Vec<PodTarget>,
+    /// Software faults absorbed before the job's processes started again
+    /// (before the Resume phase of a tier that restarts every pod): once
+    /// the job runs again they count as handled by this restart.
+    pub covered: HashSet<OccurrenceId>,
 }
 
 impl Recovery {
@@ -244,6 +248,7 @@ impl Core {
             forced: HashSet::new(),
             logs_saved: false,
             targets: Vec::new(),
+            covered: HashSet::new(),
         };
         if let Some(v) = &self.clusterd {
             v.set_recovering_job(

@@ -120,6 +120,7 @@ impl Core {
                 logs_saved: true,
                 targets: Vec::new(),
                 cfg,
+                covered: HashSet::new(),
             };
             self.recoveries.insert(key.clone(), rec);
             self.dirty_jobs.insert(key);

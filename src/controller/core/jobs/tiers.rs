@@ -269,12 +269,13 @@ impl Core {
             let Some(level) = self.ledger.get(id).map(|e| e.level) else {
                 continue;
             };
-            // A software fault seen while the job was restarting is covered
-            // by that restart once the job runs again: every process of it
-            // started after the fault (a second restart would be one fault
-            // restarted twice). A node fault is looked at again: the pods
-            // may still sit on that node.
-            if resumed && !level.cordons_node() {
+            // A software fault seen while the job was restarting, before
+            // any of its processes started again, is covered by that
+            // restart once the job runs again (a second restart would be
+            // one fault restarted twice). One seen after the workers
+            // started, and a node fault (the pods may still sit on that
+            // node), are looked at again.
+            if resumed && rec.covered.contains(&id) {
                 self.ledger.set(id, level, Fate::Handled);
                 continue;
             }
