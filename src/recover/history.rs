@@ -66,54 +66,10 @@ pub async fn record_restart(
     root_cause: Option<&str>,
     current: Option<&ObjectMeta>,
 ) -> Result<RecordOutcome, RecoverError> {
-    let id = job.id();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
-    let mut requests = 0;
-    let mut meta = current.cloned();
-    for _ in 0..ATTEMPTS {
-        let seen = match meta.take() {
-            Some(m) => m,
-            None => {
-                requests += 1;
-                api.get(&job.name)
-                    .await
-                    .map_err(api_error(&id, "get the job", requests))?
-                    .metadata
-            }
-        };
-        let (patch, restart_count) = records_patch(&seen, record, root_cause);
-        requests += 1;
-        match api
-            .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                return Ok(RecordOutcome {
-                    restart_count,
-                    requests,
-                });
-            }
-            Err(e) if api_code(&e) == Some(409) => {
-                tokio::time::sleep(std::time::Duration::from_millis(10 * u64::from(requests)))
-                    .await;
-                continue;
-            }
-            Err(e) => {
-                return Err(api_error(
-                    &id,
-                    "merge-patch the job's annotations",
-                    requests,
-                )(e));
-            }
-        }
-    }
-    Err(RecoverError::Conflict {
-        target: id,
-        request: "merge-patch the job's annotations".into(),
-        attempts: ATTEMPTS,
-        requests,
+    patch_annotations(client, job, current, |seen| {
+        records_patch(seen, record, root_cause)
     })
+    .await
 }
 
 /// A restart written on the job: the record (appended to the history when
@@ -141,54 +97,10 @@ pub async fn write_record(
     w: &RecordWrite,
     current: Option<&ObjectMeta>,
 ) -> Result<RecordOutcome, RecoverError> {
-    let id = job.id();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
-    let mut requests = 0;
-    let mut meta = current.cloned();
-    for _ in 0..ATTEMPTS {
-        let seen = match meta.take() {
-            Some(m) => m,
-            None => {
-                requests += 1;
-                api.get(&job.name)
-                    .await
-                    .map_err(api_error(&id, "get the job", requests))?
-                    .metadata
-            }
-        };
-        let (patch, restart_count) = record_write_patch(&seen, w, job.uid.as_deref());
-        requests += 1;
-        match api
-            .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                return Ok(RecordOutcome {
-                    restart_count,
-                    requests,
-                });
-            }
-            Err(e) if api_code(&e) == Some(409) => {
-                tokio::time::sleep(std::time::Duration::from_millis(10 * u64::from(requests)))
-                    .await;
-                continue;
-            }
-            Err(e) => {
-                return Err(api_error(
-                    &id,
-                    "merge-patch the job's annotations",
-                    requests,
-                )(e));
-            }
-        }
-    }
-    Err(RecoverError::Conflict {
-        target: id,
-        request: "merge-patch the job's annotations".into(),
-        attempts: ATTEMPTS,
-        requests,
+    patch_annotations(client, job, current, |seen| {
+        record_write_patch(seen, w, job.uid.as_deref())
     })
+    .await
 }
 
 /// The merge patch of [`write_record`] for a job whose metadata is `seen`,
@@ -278,6 +190,66 @@ fn records_patch(
         metadata["resourceVersion"] = json!(rv);
     }
     (json!({ "metadata": metadata }), count)
+}
+
+/// One JSON merge patch of the job's annotations, built by `build` from its
+/// metadata as last seen (`current`, else read) and carrying that
+/// resourceVersion; on a conflict the job is read again (up to
+/// `ATTEMPTS`, with a short growing pause).
+async fn patch_annotations(
+    client: &Client,
+    job: &JobRef,
+    current: Option<&ObjectMeta>,
+    build: impl Fn(&ObjectMeta) -> (serde_json::Value, u64),
+) -> Result<RecordOutcome, RecoverError> {
+    let id = job.id();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
+    let mut requests = 0;
+    let mut meta = current.cloned();
+    for _ in 0..ATTEMPTS {
+        let seen = match meta.take() {
+            Some(m) => m,
+            None => {
+                requests += 1;
+                api.get(&job.name)
+                    .await
+                    .map_err(api_error(&id, "get the job", requests))?
+                    .metadata
+            }
+        };
+        let (patch, restart_count) = build(&seen);
+        requests += 1;
+        match api
+            .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                return Ok(RecordOutcome {
+                    restart_count,
+                    requests,
+                });
+            }
+            Err(e) if api_code(&e) == Some(409) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10 * u64::from(requests)))
+                    .await;
+                continue;
+            }
+            Err(e) => {
+                return Err(api_error(
+                    &id,
+                    "merge-patch the job's annotations",
+                    requests,
+                )(e));
+            }
+        }
+    }
+    Err(RecoverError::Conflict {
+        target: id,
+        request: "merge-patch the job's annotations".into(),
+        attempts: ATTEMPTS,
+        requests,
+    })
 }
 
 #[cfg(test)]
