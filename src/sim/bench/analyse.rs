@@ -3,7 +3,7 @@
 //! on the server's clock (request log or audit log) and on the client's
 //! (effects seen through a watch).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::SystemTime;
 
 use super::serverlog::ServerRequest;
@@ -161,6 +161,20 @@ pub fn client_reactions(injected: &[Injected], effects: &[(SystemTime, Subject)]
         from_write: percentiles(from_write),
         from_injection: percentiles(from_injection),
     }
+}
+
+/// How many subjects the server's log shows acted on (a job's pods
+/// deleted, a node patched) that no effect seen through the watch names
+/// yet. A node patch that only uncordons has no effect to see, so a
+/// subject counts as seen once any effect of it was.
+pub fn unseen_subjects(reqs: &[ServerRequest], effects: &[(SystemTime, Subject)]) -> usize {
+    let seen: HashSet<&Subject> = effects.iter().map(|(_, s)| s).collect();
+    reqs.iter()
+        .filter_map(action_subject)
+        .collect::<HashSet<Subject>>()
+        .iter()
+        .filter(|s| !seen.contains(s))
+        .count()
 }
 
 fn first_after(seen: &[(SystemTime, Subject)], inj: &Injected) -> Option<SystemTime> {
@@ -341,6 +355,10 @@ mod tests {
         assert_eq!(c.from_write.count, 1, "the node's answer was not recorded");
         assert!(close(c.from_write.p50, -1.0), "{c:?}");
         assert_eq!(c.from_injection.count, 2);
+        // Settling waits for the effects of both actions, and only for them.
+        assert_eq!(unseen_subjects(&reqs, &effects[..1]), 1);
+        assert_eq!(unseen_subjects(&reqs, &effects), 0);
+        assert_eq!(unseen_subjects(&reqs[..3], &[]), 1);
     }
 
     #[test]

@@ -254,11 +254,13 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
     let mut quiet_since = Instant::now();
     while settle.elapsed() < SETTLE_MAX {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = progress(&env, &log, &watch, port).await?;
+        let (now, unseen) = progress(&env, &log, &watch, port).await?;
         if last.as_ref() != Some(&now) {
             last = Some(now);
             quiet_since = Instant::now();
-        } else if quiet_since.elapsed() >= Duration::from_secs(3) {
+        } else if quiet_since.elapsed() >= SETTLE_QUIET && unseen == 0
+            || quiet_since.elapsed() >= SETTLE_UNSEEN_MAX
+        {
             break;
         }
     }
@@ -370,19 +372,32 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
 /// The longest wait for the controller to finish after the last fault.
 const SETTLE_MAX: Duration = Duration::from_secs(180);
 
+/// How long nothing must move for the run to be over.
+const SETTLE_QUIET: Duration = Duration::from_secs(3);
+
+/// How long nothing may move while an action in the server's log has not
+/// yet reached the effect watch: a loaded machine can deliver a watch
+/// event seconds late, and a report without it would lose that sample.
+const SETTLE_UNSEEN_MAX: Duration = Duration::from_secs(30);
+
 /// What has happened so far: controller writes in the server's log,
-/// effects seen, and the controller's own request counter. The run is
-/// over when none of them moves.
+/// effects seen, and the controller's own request counter (the run is
+/// over when none of them moves); and how many subjects the server's log
+/// shows acted on that the effect watch has not seen yet.
 async fn progress(
     env: &SimEnv,
     log: &env::ServerLog,
     watch: &effects::EffectWatch,
     port: u16,
-) -> anyhow::Result<(usize, usize, u64)> {
-    let writes = log
+) -> anyhow::Result<((usize, usize, u64), usize)> {
+    let effects = watch.effects();
+    let (writes, unseen) = log
         .read(env)?
-        .map(|(reqs, _)| reqs.iter().filter(|r| r.by_controller()).count())
-        .unwrap_or(0);
+        .map(|(reqs, _)| {
+            let writes = reqs.iter().filter(|r| r.by_controller()).count();
+            (writes, analyse::unseen_subjects(&reqs, &effects))
+        })
+        .unwrap_or((0, 0));
     let own = http_get(port, "/metrics")
         .await
         .map(|t| {
@@ -391,7 +406,7 @@ async fn progress(
                 .sum()
         })
         .unwrap_or(0);
-    Ok((writes, watch.effects().len(), own))
+    Ok(((writes, effects.len(), own), unseen))
 }
 
 fn scenario_note(args: &SimArgs) -> Option<String> {
