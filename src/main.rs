@@ -48,7 +48,24 @@ enum Command {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `mi_option_purge_delay` in mimalloc v3's `mi_option_e` (mimalloc.h),
+/// which libmimalloc-sys does not name; its default (1,000 ms in v3's
+/// options.c) is checked by a test, so a renumbering fails there and not
+/// silently here.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Return freed memory to the OS at once instead of a second later: the
+/// initial lists of 20,000 pods free their pages in bursts that otherwise
+/// stay resident (peak RSS 73-75 MiB instead of 63 MiB at 20,000 pods;
+/// the reaction figures did not change).
+fn purge_freed_memory_at_once() {
+    // SAFETY: sets a process-wide mimalloc option; mimalloc allows that at
+    // any time and reads it at each purge decision.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 fn main() -> ExitCode {
+    purge_freed_memory_at_once();
     let cli = Cli::parse();
     let json = matches!(&cli.command, Command::Controller(a) if a.log_format == "json");
     init_logging(
@@ -163,4 +180,27 @@ fn explain(a: rebound::explain::ExplainArgs) -> anyhow::Result<ExitCode> {
         print!("{}", ex::render_text(&d));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_purge_delay_option_is_the_one_set() {
+        // mimalloc v3's default purge_delay is 1,000 (ms); no other
+        // option defaults to it.
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            // SAFETY: reads a process-wide option.
+            let before = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+            assert_eq!(
+                before, 1000,
+                "option {MI_OPTION_PURGE_DELAY} is not purge_delay"
+            );
+        }
+        purge_freed_memory_at_once();
+        // SAFETY: as above.
+        let after = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        assert_eq!(after, 0);
+    }
 }

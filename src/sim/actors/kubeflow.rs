@@ -303,19 +303,25 @@ fn plan(kind: KubeflowKind, job: &DynamicObject, pods: &[&ChildPod], in_flight: 
         let rt = rtype.to_lowercase();
         let replicas = spec["replicas"].as_u64().unwrap_or(1) as usize;
         let policy = str_at(spec, &["restartPolicy"]).unwrap_or(kind.default_restart_policy());
+        // by replica index (the first pod seen of each), so a job of 1,024
+        // workers is not scanned once per replica
         let mine: Vec<&&ChildPod> = pods
             .iter()
             .filter(|p| p.labels.get(REPLICA_TYPE_LABEL).map(String::as_str) == Some(rt.as_str()))
             .collect();
+        let mut by_index: HashMap<&str, &ChildPod> = HashMap::new();
+        for p in &mine {
+            if let Some(i) = p.labels.get(REPLICA_INDEX_LABEL) {
+                by_index.entry(i.as_str()).or_insert(**p);
+            }
+        }
         let (mut active, mut succeeded, mut failed) = (0, 0, 0);
         let mut all_succeeded = replicas > 0;
         for index in 0..replicas {
             expected += 1;
             let pod_name = format!("{name}-{rt}-{index}");
             let k = key(&ns, &pod_name);
-            let Some(pod) = mine.iter().find(|p| {
-                p.labels.get(REPLICA_INDEX_LABEL).map(String::as_str) == Some(&index.to_string())
-            }) else {
+            let Some(pod) = by_index.get(index.to_string().as_str()) else {
                 all_succeeded = false;
                 if !in_flight.contains(&k) {
                     let master = master_type.as_deref() == Some(rtype.as_str())

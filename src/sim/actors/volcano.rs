@@ -223,7 +223,7 @@ fn plan(
     let mut retry = status["retryCount"].as_i64().unwrap_or(0);
     let max_retry = spec["maxRetry"].as_i64().unwrap_or(3);
     let min_available = spec["minAvailable"].as_i64();
-    let tasks: Vec<Value> = spec["tasks"].as_array().cloned().unwrap_or_default();
+    let tasks: &[Value] = spec["tasks"].as_array().map_or(&[], Vec::as_slice);
     let total: i64 = tasks
         .iter()
         .map(|t| t["replicas"].as_i64().unwrap_or(1))
@@ -293,17 +293,21 @@ fn plan(
             plan.deletes.push(p.name.clone());
         }
     }
-    let remaining: Vec<&&ChildPod> = pods
+    // by name: a job of 1,024 pods is planned on every batch of its pods'
+    // changes, so no scan of the pods per replica
+    let deleting: HashSet<&str> = plan.deletes.iter().map(String::as_str).collect();
+    let remaining: HashMap<&str, &ChildPod> = pods
         .iter()
-        .filter(|p| !plan.deletes.contains(&p.name))
+        .filter(|p| !deleting.contains(p.name.as_str()))
+        .map(|p| (p.name.as_str(), *p))
         .collect();
     if phase == "Restarting"
         && !kill_all
         && remaining
-            .iter()
+            .values()
             .all(|p| pod_version(p) >= version || p.deleting)
     {
-        let old_alive = remaining.iter().any(|p| pod_version(p) < version);
+        let old_alive = remaining.values().any(|p| pod_version(p) < version);
         if !old_alive {
             if retry >= max_retry {
                 phase = "Failed".into();
@@ -321,13 +325,13 @@ fn plan(
     }
     let (mut pending, mut running, mut succeeded, mut failed, mut terminating) = (0, 0, 0, 0, 0);
     let mut task_counts = Map::new();
-    for t in &tasks {
+    for t in tasks {
         let tname = str_at(t, &["name"]).unwrap_or("default");
         let replicas = t["replicas"].as_i64().unwrap_or(1);
         let mut counts: HashMap<&str, i64> = HashMap::new();
         for i in 0..replicas {
             let pname = format!("{}-{tname}-{i}", job.name_any());
-            match remaining.iter().find(|p| p.name == pname) {
+            match remaining.get(pname.as_str()) {
                 Some(p) if p.deleting => terminating += 1,
                 Some(p) => {
                     let ph = p.phase();
@@ -348,7 +352,7 @@ fn plan(
                 }
                 None => {
                     if matches!(phase.as_str(), "Pending" | "Running")
-                        && !plan.deletes.contains(&pname)
+                        && !deleting.contains(pname.as_str())
                         && !in_flight.contains(&key(&ns, &pname))
                     {
                         plan.creates.push(make_pod(job, t, i, version));

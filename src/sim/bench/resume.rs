@@ -351,6 +351,7 @@ async fn run_tier(
         _ => None,
     };
     let mut rebound_by_verb: BTreeMap<String, usize> = BTreeMap::new();
+    let mut total_by_verb: BTreeMap<String, usize> = BTreeMap::new();
     let (mut rebound_writes, mut recovery_writes, mut total, mut ttr) = (0, 0, None, None);
     let mut released = None;
     if let Some(reqs) = &reqs {
@@ -363,11 +364,13 @@ async fn run_tier(
                 }
             }
         }
-        total = Some(
-            reqs.iter()
-                .filter(|r| is_write(r) && r.resource != "leases")
-                .count(),
-        );
+        for r in reqs
+            .iter()
+            .filter(|r| is_write(r) && r.resource != "leases")
+        {
+            *total_by_verb.entry(r.verb_key()).or_default() += 1;
+        }
+        total = Some(total_by_verb.values().sum());
         ttr = match (&resumed, inj.committed(reqs)) {
             (Some(r), Some(c)) => {
                 last_write_of(reqs, &r.last_pod, r.at).map(|end| ms_between(c, end) / 1000.0)
@@ -404,6 +407,7 @@ async fn run_tier(
         rebound_recovery_writes: recovery_writes,
         rebound_writes_by_verb: rebound_by_verb,
         total_writes: total,
+        total_writes_by_verb: total_by_verb,
         pods_replaced: replaced_pods.len(),
         replaced_pods,
         faulty_node,

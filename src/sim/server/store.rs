@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
+use axum::body::Bytes;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
@@ -38,6 +39,46 @@ pub struct Change {
     pub obj: Arc<Value>,
     /// The object before the write (None for Added), for selector watches.
     pub old: Option<Arc<Value>>,
+    /// Watch events already encoded from this change, by how they were
+    /// rendered: every watcher of the same rendering shares one
+    /// serialisation, as kube-apiserver's watch cache does (a job watched
+    /// by each of its 1,024 pods' agents is encoded once per change, not
+    /// 1,024 times).
+    pub encoded: Mutex<Vec<(EncodingKey, Bytes)>>,
+}
+
+/// How a watch event was rendered from a change: its type, the version and
+/// resource it is served as, and whether only metadata is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodingKey {
+    /// `ADDED`, `MODIFIED`, `DELETED`.
+    pub ty: &'static str,
+    /// `group/plural` as served (the core and events.k8s.io Events share
+    /// storage).
+    pub served: String,
+    /// The version served.
+    pub version: String,
+    /// A metadata-only watch.
+    pub meta_only: bool,
+}
+
+impl Change {
+    /// The encoded event for `key`, from the cache or made by `encode`
+    /// (and kept).
+    pub fn encoded_as(&self, key: EncodingKey, encode: impl FnOnce() -> Bytes) -> Bytes {
+        if let Ok(cache) = self.encoded.lock()
+            && let Some((_, b)) = cache.iter().find(|(k, _)| *k == key)
+        {
+            return b.clone();
+        }
+        let b = encode();
+        if let Ok(mut cache) = self.encoded.lock()
+            && !cache.iter().any(|(k, _)| *k == key)
+        {
+            cache.push((key, b.clone()));
+        }
+        b
+    }
 }
 
 /// `(namespace, name)`; namespace is `""` for cluster-scoped objects.
@@ -223,6 +264,7 @@ impl Inner {
             kind,
             obj,
             old,
+            encoded: Mutex::default(),
         })
     }
 
@@ -259,6 +301,7 @@ impl Inner {
             kind: ChangeKind::Deleted,
             obj: Arc::new(last),
             old: Some(old),
+            encoded: Mutex::default(),
         }))
     }
 
@@ -388,5 +431,45 @@ impl Store {
         if let Ok(mut g) = self.snapshots.lock() {
             g.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key(ty: &'static str, meta_only: bool) -> EncodingKey {
+        EncodingKey {
+            ty,
+            served: "batch.volcano.sh/jobs".into(),
+            version: "v1alpha1".into(),
+            meta_only,
+        }
+    }
+
+    #[test]
+    fn a_change_is_encoded_once_per_rendering() {
+        let c = Change {
+            rv: 7,
+            res: Arc::from("batch.volcano.sh/jobs"),
+            ns: "ns".into(),
+            kind: ChangeKind::Modified,
+            obj: Arc::new(json!({"metadata": {"name": "j"}})),
+            old: None,
+            encoded: Mutex::default(),
+        };
+        let mut made = 0;
+        let mut enc = |text: &'static str| {
+            made += 1;
+            Bytes::from_static(text.as_bytes())
+        };
+        let a = c.encoded_as(key("MODIFIED", false), || enc("full"));
+        let b = c.encoded_as(key("MODIFIED", false), || enc("again"));
+        let m = c.encoded_as(key("MODIFIED", true), || enc("meta"));
+        let d = c.encoded_as(key("ADDED", false), || enc("added"));
+        assert_eq!(made, 3, "the second full watcher reused the first encoding");
+        assert_eq!((&a[..], &b[..]), (&b"full"[..], &b"full"[..]));
+        assert_eq!((&m[..], &d[..]), (&b"meta"[..], &b"added"[..]));
     }
 }

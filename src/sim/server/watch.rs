@@ -19,7 +19,7 @@ use super::ops::Loc;
 use super::render;
 use super::selectors::{FieldSelector, LabelSelector};
 use super::state::Shared;
-use super::store::{Change, ChangeKind};
+use super::store::{Change, ChangeKind, EncodingKey};
 
 /// Watch parameters.
 #[derive(Debug, Clone, Default)]
@@ -62,19 +62,28 @@ impl Filter {
         }
         let now = self.matches(&c.obj);
         let before = c.old.as_deref().is_some_and(|o| self.matches(o));
-        let (ty, obj) = match c.kind {
-            ChangeKind::Added if now => ("ADDED", (*c.obj).clone()),
-            ChangeKind::Modified if now && before => ("MODIFIED", (*c.obj).clone()),
-            ChangeKind::Modified if now => ("ADDED", (*c.obj).clone()),
-            ChangeKind::Modified if before => {
-                let mut old = c.old.as_deref().cloned().unwrap_or(Value::Null);
-                old["metadata"]["resourceVersion"] = json!(c.rv.to_string());
-                ("DELETED", old)
-            }
-            ChangeKind::Deleted if before || now => ("DELETED", (*c.obj).clone()),
+        // `left`: the object left this watch's selection, DELETED with its
+        // state before the write (the only event not made of `c.obj`).
+        let (ty, left) = match c.kind {
+            ChangeKind::Added if now => ("ADDED", false),
+            ChangeKind::Modified if now && before => ("MODIFIED", false),
+            ChangeKind::Modified if now => ("ADDED", false),
+            ChangeKind::Modified if before => ("DELETED", true),
+            ChangeKind::Deleted if before || now => ("DELETED", false),
             _ => return None,
         };
-        Some(encode(ty, &self.render(shared, &obj)))
+        if left {
+            let mut old = c.old.as_deref().cloned().unwrap_or(Value::Null);
+            old["metadata"]["resourceVersion"] = json!(c.rv.to_string());
+            return Some(encode(ty, &self.render(shared, &old)));
+        }
+        let key = EncodingKey {
+            ty,
+            served: format!("{}/{}", self.loc.res.group, self.loc.res.plural),
+            version: self.loc.version.clone(),
+            meta_only: self.q.meta_only,
+        };
+        Some(c.encoded_as(key, || encode(ty, &self.render(shared, &c.obj))))
     }
 
     fn render(&self, shared: &Shared, obj: &Value) -> Value {

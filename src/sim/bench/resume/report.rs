@@ -45,6 +45,10 @@ pub struct TierResult {
     /// excepted (2,000 simulated kubelets renew them every 10 s, a real
     /// server's audit policy here leaves them out). `null` without a log.
     pub total_writes: Option<usize>,
+    /// Those writes by `verb resource[/subresource]`: where the simulated
+    /// cluster's work went (pod status patches of the kubelets, the job
+    /// operator's status writes, ...).
+    pub total_writes_by_verb: BTreeMap<String, usize>,
     /// Pods of the job before the fault that are gone (deleted and
     /// replaced by new pods).
     pub pods_replaced: usize,
@@ -260,6 +264,12 @@ pub fn print_text(r: &ResumeReport) {
             t.generation.1,
             by_verb(&t.rebound_writes_by_verb)
         );
+        if !t.total_writes_by_verb.is_empty() {
+            println!(
+                "    the server's writes meanwhile: {}",
+                by_verb(&t.total_writes_by_verb)
+            );
+        }
         if let Some(b) = t.barrier_released_s {
             println!(
                 "    barrier released {b:.2} s after the fault (every pod back at the barrier)"
