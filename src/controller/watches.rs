@@ -87,13 +87,13 @@ pub fn spawn_base(
         "nodes",
         watcher(Api::<Node>::all(client.clone()), watch::config()),
         tx.clone(),
-        wrap("nodes", Input::Node),
+        wrap("nodes", |c| Input::Node(c.boxed())),
     ));
     tasks.push(watch::spawn(
         "events",
         watcher(Api::<Event>::all(client.clone()), watch::config()),
         tx.clone(),
-        wrap("events", Input::Event),
+        wrap("events", |c| Input::Event(c.boxed())),
     ));
     tasks.push(watch::spawn(
         "configmaps",
@@ -102,13 +102,13 @@ pub fn spawn_base(
             watch::config(),
         ),
         tx.clone(),
-        wrap("configmaps", Input::DeviceInfo),
+        wrap("configmaps", |c| Input::DeviceInfo(c.boxed())),
     ));
     tasks.push(watch::spawn(
         "policies",
         watcher(Api::<RecoveryPolicy>::all(client.clone()), watch::config()),
         tx.clone(),
-        wrap("policies", Input::Policy),
+        wrap("policies", |c| Input::Policy(c.boxed())),
     ));
     tasks.push(watch::spawn(
         "classifications",
@@ -117,7 +117,7 @@ pub fn spawn_base(
             watch::config(),
         ),
         tx.clone(),
-        wrap("classifications", Input::Classification),
+        wrap("classifications", |c| Input::Classification(c.boxed())),
     ));
     tasks
 }

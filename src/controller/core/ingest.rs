@@ -137,7 +137,7 @@ impl Core {
         self.set_carrier(pod_carrier(ns, name), Vec::new(), now);
     }
 
-    pub(super) fn on_node(&mut self, c: Change<Node>, now: Now) {
+    pub(super) fn on_node(&mut self, c: Change<Box<Node>>, now: Now) {
         match c {
             Change::Apply(n) => {
                 let name = n.name_any();
@@ -185,7 +185,7 @@ impl Core {
         self.set_carrier(format!("node/{name}"), Vec::new(), now);
     }
 
-    pub(super) fn on_event(&mut self, c: Change<Event>, now: Now) {
+    pub(super) fn on_event(&mut self, c: Change<Box<Event>>, now: Now) {
         match c {
             Change::Apply(ev) => {
                 let key = format!(
@@ -292,7 +292,7 @@ impl Core {
         self.set_carrier(key.to_string(), Vec::new(), now);
     }
 
-    pub(super) fn on_device_info(&mut self, c: Change<ConfigMap>, now: Now) {
+    pub(super) fn on_device_info(&mut self, c: Change<Box<ConfigMap>>, now: Now) {
         match c {
             Change::Apply(cm) => {
                 let Some(node) = crate::fault::ascend::deviceinfo_node(&cm) else {

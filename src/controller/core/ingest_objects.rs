@@ -12,7 +12,7 @@ use kube::discovery::ApiResource;
 use std::collections::BTreeSet;
 
 impl Core {
-    pub(super) fn on_policy(&mut self, c: Change<RecoveryPolicy>, _now: Now) {
+    pub(super) fn on_policy(&mut self, c: Change<Box<RecoveryPolicy>>, _now: Now) {
         self.hang.forget_all_choices();
         match c {
             Change::Apply(p) => {
@@ -49,7 +49,7 @@ impl Core {
         );
     }
 
-    pub(super) fn on_classification(&mut self, c: Change<FaultClassification>, _now: Now) {
+    pub(super) fn on_classification(&mut self, c: Change<Box<FaultClassification>>, _now: Now) {
         match c {
             Change::Apply(o) => {
                 self.store

@@ -26,19 +26,32 @@ pub enum Change<K> {
     Synced,
 }
 
+impl<K> Change<K> {
+    /// The same change with its object boxed.
+    pub fn boxed(self) -> Change<Box<K>> {
+        match self {
+            Change::Apply(o) => Change::Apply(Box::new(o)),
+            Change::Delete(o) => Change::Delete(Box::new(o)),
+            Change::Relist => Change::Relist,
+            Change::Synced => Change::Synced,
+        }
+    }
+}
+
 /// One input of the core.
 ///
-/// Watch changes carry the objects unboxed: they are moved through the
-/// channel once and compacted at once.
-#[allow(clippy::large_enum_variant)]
+/// The larger objects are boxed: every slot of the channel to the core is
+/// as large as its largest input, and during the initial list of 20,000
+/// pods thousands of slots wait (a `Node` is 1.5 KiB, a `PodSeen` a sixth
+/// of it).
 #[derive(Debug)]
 pub enum Input {
     Pod(Change<PodSeen>),
-    Node(Change<Node>),
-    Event(Change<Event>),
-    DeviceInfo(Change<ConfigMap>),
-    Policy(Change<RecoveryPolicy>),
-    Classification(Change<FaultClassification>),
+    Node(Change<Box<Node>>),
+    Event(Change<Box<Event>>),
+    DeviceInfo(Change<Box<ConfigMap>>),
+    Policy(Change<Box<RecoveryPolicy>>),
+    Classification(Change<Box<FaultClassification>>),
     Job(WorkloadKind, Change<DynamicObject>),
     /// The job kinds installed now (discovery), with their resources; a
     /// kind missing from the list is not installed (its objects are gone).

@@ -40,6 +40,7 @@ use super::env::SimEnv;
 use super::serverlog::ServerRequest;
 use super::{Ctl, SimArgs, load_average, peak_rss_mib, set_xid, start_controller};
 use crate::inplace::inject::{InjectOptions, VOLCANO_JOB_NAME_LABEL, inject_document};
+use crate::sim::actors::kubelet::PodCosts;
 use crate::sim::actors::volcano;
 use crate::sim::cluster::SimConfig;
 
@@ -165,6 +166,9 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         ));
     }
     notes.push("each tier ran on a fresh job, created once the previous tier's job and pods were gone; the node made faulty for ReplaceFaulty stays cordoned for Recreate".into());
+    if let Some(n) = floor_note(&args.pod_costs, size) {
+        notes.push(n);
+    }
     let goals = goals(&tiers);
     let report = ResumeReport {
         scenario: "resume".into(),
@@ -541,4 +545,20 @@ async fn remove_job(
             Err(_) => {}
         }
     }
+}
+
+/// What the modelled costs alone allow: the floor of each path and the
+/// largest ratio between them, so a goal the costs rule out is seen as
+/// such (None without costs).
+fn floor_note(costs: &PodCosts, pods: usize) -> Option<String> {
+    let in_place = costs.in_place_floor().as_secs_f64();
+    let recreate = costs
+        .recreate_floor(u32::try_from(pods).unwrap_or(u32::MAX))
+        .as_secs_f64();
+    (in_place > 0.0).then(|| {
+        format!(
+            "the modelled costs alone put time-to-resume at no less than {in_place:.1} s in place and {recreate:.1} s recreated (kill, agent and worker start, probe; stop, scheduling at its rate, a fresh start): at most {:.1}× apart at these costs",
+            recreate / in_place
+        )
+    })
 }

@@ -413,8 +413,8 @@ impl Model {
                     faults: Vec::new(),
                 }))
             }
-            (Kind::Nodes, Pending::Apply(v)) => Input::Node(Change::Apply(node(v))),
-            (Kind::Nodes, Pending::Delete(v)) => Input::Node(Change::Delete(node(v))),
+            (Kind::Nodes, Pending::Apply(v)) => Input::Node(Change::Apply(Box::new(node(v)))),
+            (Kind::Nodes, Pending::Delete(v)) => Input::Node(Change::Delete(Box::new(node(v)))),
             (Kind::Jobs, Pending::Apply(v)) => {
                 Input::Job(WorkloadKind::JobSet, Change::Apply(dynamic(v)))
             }
@@ -463,12 +463,12 @@ impl Model {
     pub fn startup(&mut self) -> Vec<Input> {
         let mut out = vec![
             Input::Policy(Change::Relist),
-            Input::Policy(Change::Apply(policy(&self.policy))),
+            Input::Policy(Change::Apply(Box::new(policy(&self.policy)))),
             Input::Policy(Change::Synced),
             Input::Classification(Change::Relist),
         ];
         for c in classifications() {
-            out.push(Input::Classification(Change::Apply(c)));
+            out.push(Input::Classification(Change::Apply(Box::new(c))));
         }
         out.push(Input::Classification(Change::Synced));
         out.push(Input::Event(Change::Relist));

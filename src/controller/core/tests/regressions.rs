@@ -285,9 +285,9 @@ fn a_relist_drops_what_was_deleted_while_the_watch_was_down() {
     assert!(b.core.store.pod(model::NS, &name).is_none());
     // The way back: the policy listed again acts.
     let mut ins = vec![Input::Policy(Change::Relist)];
-    ins.push(Input::Policy(Change::Apply(model::policy(
+    ins.push(Input::Policy(Change::Apply(Box::new(model::policy(
         &model::default_policy_spec(),
-    ))));
+    )))));
     ins.push(Input::Policy(Change::Synced));
     b.feed(ins);
     let i = b.pod_index("j1");

@@ -195,6 +195,31 @@ impl PodCosts {
             + self.start
             + self.ready
     }
+
+    /// The least time a wired pod (the restart agent as a native sidecar,
+    /// one worker container) can take to run and be Ready again after an
+    /// in-place restart: kill, the agent's image and start, the worker's
+    /// image and start, its first probe. Every pod pays it in parallel, so
+    /// it is also the floor of the whole job's in-place resume, before any
+    /// API latency or the barrier's wait for the slowest pod.
+    pub fn in_place_floor(&self) -> Duration {
+        self.kill + (self.image + self.start) * 2 + self.ready
+    }
+
+    /// The least time `pods` wired pods can take to run and be Ready again
+    /// when they are deleted and recreated: the old pods' stop, the
+    /// scheduler binding the last of them at `schedule_rate` after its
+    /// burst, then that pod's fresh start with the agent as an extra
+    /// container.
+    pub fn recreate_floor(&self, pods: u32) -> Duration {
+        let queued = pods.saturating_sub(self.schedule_burst);
+        let scheduling = if self.schedule_rate > 0.0 {
+            Duration::from_secs_f64(f64::from(queued) / self.schedule_rate)
+        } else {
+            Duration::ZERO
+        };
+        self.stop + scheduling + self.fresh_start(0) + self.image + self.start
+    }
 }
 
 impl fmt::Display for PodCosts {
@@ -253,6 +278,19 @@ mod tests {
         let e = PodCosts::parse("image=soon").unwrap_err().to_string();
         assert!(e.contains("image=soon"), "{e}");
         assert!(PodCosts::parse("schedule=-1").is_err());
+    }
+
+    #[test]
+    fn floors_add_up_the_costs_each_path_pays() {
+        let m = PodCosts::modelled();
+        // kill 0.5 + (image 1 + start 1) × 2 + ready 2
+        assert_eq!(m.in_place_floor(), Duration::from_millis(6_500));
+        // stop 5 + (1,024 - 100) / 50 + devices 1 + sandbox 2 + 2 × (1 + 1) + ready 2
+        assert_eq!(m.recreate_floor(1024), Duration::from_secs_f64(32.48));
+        assert_eq!(m.recreate_floor(10), Duration::from_secs(14));
+        let zero = PodCosts::default();
+        assert_eq!(zero.in_place_floor(), Duration::ZERO);
+        assert_eq!(zero.recreate_floor(1024), Duration::ZERO);
     }
 
     #[test]
