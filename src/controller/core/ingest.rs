@@ -109,6 +109,9 @@ impl Core {
             Change::Delete(PodSeen { info, .. }) => {
                 self.remove_pod(&info.namespace.clone(), &info.name.clone(), now);
             }
+            Change::Relist if self.store.pod_count() == 0 => {
+                self.store.relists.begin_from_nothing(Watched::Pods)
+            }
             Change::Relist => self.store.relists.begin(Watched::Pods),
             Change::Synced => {
                 if let Some(seen) = self.end_relist(Watched::Pods) {
