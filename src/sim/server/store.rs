@@ -47,6 +47,10 @@ pub struct Change {
     pub encoded: Mutex<Vec<(EncodingKey, Bytes)>>,
 }
 
+/// How many of the newest changes keep their encodings (a watcher further
+/// behind, or resuming from older history, encodes again).
+const ENCODINGS_KEPT: usize = 4096;
+
 /// How a watch event was rendered from a change: its type, the version and
 /// resource it is served as, and whether only metadata is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,6 +219,18 @@ impl Inner {
             if let Some(c) = self.history.pop_front() {
                 self.floor = self.floor.max(c.rv);
             }
+        }
+        // Encodings serve the watchers of a change as it happens; kept on
+        // all 50,000 changes of the history they would double its memory.
+        // A watch resuming from further back encodes again.
+        if let Some(old) = self
+            .history
+            .len()
+            .checked_sub(ENCODINGS_KEPT + 1)
+            .and_then(|i| self.history.get(i))
+            && let Ok(mut e) = old.encoded.lock()
+        {
+            e.clear();
         }
         if let Ok(txs) = self.txs.lock()
             && let Some(tx) = txs.get(&change.res)
@@ -471,5 +487,29 @@ mod tests {
         assert_eq!(made, 3, "the second full watcher reused the first encoding");
         assert_eq!((&a[..], &b[..]), (&b"full"[..], &b"full"[..]));
         assert_eq!((&m[..], &d[..]), (&b"meta"[..], &b"added"[..]));
+    }
+
+    #[test]
+    fn only_the_newest_changes_keep_their_encodings() {
+        let store = Store::new(10_000, 16);
+        let res: Arc<str> = Arc::from("batch.volcano.sh/jobs");
+        let mut w = store.write();
+        let mut changes = Vec::new();
+        for i in 0..ENCODINGS_KEPT {
+            let c = w.put(
+                &res,
+                json!({"metadata": {"name": format!("j{i}"), "namespace": "ns"}}),
+            );
+            c.encoded_as(key("ADDED", false), || Bytes::from_static(b"x"));
+            changes.push(c);
+        }
+        let len = |c: &Arc<Change>| c.encoded.lock().map(|e| e.len()).unwrap_or(99);
+        assert_eq!(len(&changes[0]), 1, "within the newest {ENCODINGS_KEPT}");
+        w.put(
+            &res,
+            json!({"metadata": {"name": "last", "namespace": "ns"}}),
+        );
+        assert_eq!(len(&changes[0]), 0, "fell out of the newest: cleared");
+        assert_eq!(len(&changes[1]), 1);
     }
 }
