@@ -67,7 +67,8 @@ impl Drop for WatchThread {
     }
 }
 
-/// Why the watches could not start.
+/// Why the watches of a measurement thread (effects, the resume
+/// tracker's pods) could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum EffectWatchError {
     /// The kubeconfig could not be read or used.
@@ -78,11 +79,11 @@ pub enum EffectWatchError {
         /// What went wrong.
         message: String,
     },
-    /// The first requests failed.
+    /// The client could not be made, or the first requests failed.
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     /// The thread or its runtime could not start.
-    #[error("effect watch thread: {0}")]
+    #[error("watch thread: {0}")]
     Thread(#[from] std::io::Error),
 }
 

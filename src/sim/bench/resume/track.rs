@@ -6,7 +6,7 @@
 //! so the simulated actors' bursts in this process do not delay it.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -144,24 +144,9 @@ impl State {
     }
 }
 
-/// Why the watch could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum TrackError {
-    /// The kubeconfig could not be read or used.
-    #[error("kubeconfig {path}: {message}")]
-    Kubeconfig {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
-    /// The client could not be made.
-    #[error("kubernetes client: {0}")]
-    Kube(#[from] kube::Error),
-    /// The thread or its runtime could not start.
-    #[error("pod watch thread: {0}")]
-    Thread(#[from] std::io::Error),
-}
+/// Why the watch could not start: as for the effect watch, whose thread
+/// and errors it shares.
+pub type TrackError = super::super::effects::EffectWatchError;
 
 /// The running watch of one job's pods; dropping it stops it.
 #[derive(Debug)]
