@@ -150,15 +150,7 @@ async fn start_watches(
     node_prefix: &str,
     seen: Seen,
 ) -> Result<Vec<JoinHandle<()>>, EffectWatchError> {
-    let bad = |message: String| EffectWatchError::Kubeconfig {
-        path: kubeconfig.to_owned(),
-        message,
-    };
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(e.to_string()))?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| bad(e.to_string()))?;
-    let client = Client::try_from(cfg)?;
+    let client = Client::try_from(config_of(kubeconfig).await?)?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let nodes: Api<Node> = Api::all(client);
     let pods_rv = current_rv(&pods).await?;
@@ -177,6 +169,19 @@ async fn start_watches(
         }
     }));
     Ok(vec![pod_task, node_task])
+}
+
+/// The client configuration `kubeconfig` names, for a measurement
+/// thread's own client.
+pub(super) async fn config_of(kubeconfig: &Path) -> Result<kube::Config, EffectWatchError> {
+    let bad = |message: String| EffectWatchError::Kubeconfig {
+        path: kubeconfig.to_owned(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .map_err(|e| bad(e.to_string()))
 }
 
 fn push(seen: &Seen, subject: Subject) {

@@ -163,14 +163,7 @@ impl PodTracker {
         ns: &str,
         selector: &str,
     ) -> Result<PodTracker, TrackError> {
-        let bad = |message: String| TrackError::Kubeconfig {
-            path: kubeconfig.to_owned(),
-            message,
-        };
-        let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| bad(e.to_string()))?;
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .map_err(|e| bad(e.to_string()))?;
+        let cfg = super::super::effects::config_of(kubeconfig).await?;
         let state: Arc<Mutex<State>> = Arc::default();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
