@@ -10,7 +10,12 @@
 //! (`fieldSelector=metadata.name=<job>`, bookmarks on), renewed every
 //! [`RunnerConfig::watch_timeout`] (10 minutes, jittered) with a fresh
 //! `GET`. No lists, ever: a list of a job kind at 10,000 pods would cost the
-//! server far more than every watch together.
+//! server far more than every watch together. The watch also selects on
+//! [`super::STATE_LABEL`], excluding the state last seen
+//! ([`super::watch_selector`]), so the job's own status writes never reach
+//! the agent; when the generation moves, the agent starts a new watch from
+//! that event's resourceVersion with a selector excluding the new state
+//! (one watch request per change seen, no `GET`).
 //!
 //! Resilience: a watch that ends (timeout, a dropped connection, `410
 //! Expired`, an error event, or silence longer than
@@ -33,7 +38,7 @@ use kube::api::{Api, ApiResource, DynamicObject, WatchEvent, WatchParams};
 use kube::core::ObjectMeta;
 use tokio::time::Instant;
 
-use super::{AgentCore, Generation, Verdict};
+use super::{AgentCore, Generation, STATE_LABEL, Verdict, watch_selector};
 
 /// Why the agent's configuration is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -276,6 +281,9 @@ fn jitter(max: Duration) -> Duration {
 enum WatchEnd {
     /// The pod is behind: the run is over.
     Exit(Report),
+    /// The job's state changed from the one the selector excludes: watch
+    /// again, from that event, with a selector excluding the new state.
+    Reselect,
     /// The stream ended or went silent; read the job again.
     Ended,
     /// The watch failed (refused, an error event, a broken stream).
@@ -302,8 +310,11 @@ struct Runner<S> {
     failed_open: bool,
     fail_open_at: Instant,
     last_error: String,
-    /// The resourceVersion of the last GET: the watch starts there.
+    /// The resourceVersion of the last GET, or of the event that ended a
+    /// watch with [`WatchEnd::Reselect`]: the next watch starts there.
     resume_rv: Option<String>,
+    /// The job's [`STATE_LABEL`] at the last observation (`None`: absent).
+    seen_label: Option<String>,
 }
 
 impl<S: FnMut(&Report)> Runner<S> {
@@ -324,6 +335,11 @@ impl<S: FnMut(&Report)> Runner<S> {
     fn observe(&mut self, meta: &ObjectMeta) -> Option<Report> {
         let empty = Default::default();
         let g = Generation::from_annotations(meta.annotations.as_ref().unwrap_or(&empty));
+        self.seen_label = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(STATE_LABEL))
+            .cloned();
         let first = !self.read_once;
         self.read_once = true;
         self.observed = Some(g);
@@ -340,6 +356,18 @@ impl<S: FnMut(&Report)> Runner<S> {
         };
         let r = self.report(v, cause);
         (v == Verdict::Exit).then_some(r)
+    }
+
+    /// The label selector of the next watch: none before the job was read
+    /// (a missing job is watched for its creation, whatever its labels).
+    fn selector(&self) -> Option<String> {
+        if !self.read_once {
+            return None;
+        }
+        watch_selector(
+            self.seen_label.as_deref(),
+            self.observed.unwrap_or_default(),
+        )
     }
 
     fn note_error(&mut self, e: String) {
@@ -407,9 +435,13 @@ impl<S: FnMut(&Report)> Runner<S> {
 
     async fn watch(&mut self, from_current: bool) -> WatchEnd {
         let secs = self.cfg.watch_timeout + jitter(self.cfg.watch_timeout / 10);
-        let wp = WatchParams::default()
+        let selector = if from_current { None } else { self.selector() };
+        let mut wp = WatchParams::default()
             .fields(&format!("metadata.name={}", self.job.name))
             .timeout(secs.as_secs().clamp(1, u64::from(u32::MAX)) as u32);
+        if let Some(s) = &selector {
+            wp = wp.labels(s);
+        }
         // From the GET's resourceVersion: nothing between the GET and the
         // watch is lost. A missing job is watched from "0" (any state the
         // server has, its watch cache on a real one), so its creation
@@ -457,6 +489,10 @@ impl<S: FnMut(&Report)> Runner<S> {
                     if let Some(exit) = self.observe(&m.metadata) {
                         return WatchEnd::Exit(exit);
                     }
+                    if self.selector() != selector {
+                        self.resume_rv = m.metadata.resource_version.clone();
+                        return WatchEnd::Reselect;
+                    }
                 }
                 // The generation of a deleted job cannot move (a job created
                 // again under the name arrives as ADDED); a bookmark only
@@ -498,10 +534,17 @@ where
         fail_open_at: Instant::now() + cfg.fail_open_after,
         last_error: String::new(),
         resume_rv: None,
+        seen_label: None,
     };
     let mut backoff = Backoff::new(cfg);
+    let mut reselect = false;
     loop {
-        let missing = match r.get().await {
+        let read = if std::mem::take(&mut reselect) {
+            Read::Found
+        } else {
+            r.get().await
+        };
+        let missing = match read {
             Read::Exit(report) => return report,
             Read::Found => false,
             Read::Missing => {
@@ -521,6 +564,10 @@ where
         let opened = Instant::now();
         match r.watch(missing).await {
             WatchEnd::Exit(report) => return report,
+            WatchEnd::Reselect => {
+                reselect = true;
+                continue;
+            }
             WatchEnd::Ended => {}
             WatchEnd::Failed(e) => r.note_error(e),
         }
@@ -539,7 +586,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inplace::{GENERATION_ANNOTATION, RELEASED_ANNOTATION};
     use crate::sim::{ApiServer, ApiServerHandle};
     use kube::api::{Patch, PatchParams, PostParams};
     use serde_json::json;
@@ -574,12 +620,12 @@ mod tests {
     }
 
     async fn create_job(s: &ApiServerHandle, current: u64, released: u64) {
+        let mut metadata = Generation { current, released }.metadata_patch();
+        metadata["name"] = json!("train");
+        metadata["namespace"] = json!(NS);
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": "train", "namespace": NS, "annotations": {
-                GENERATION_ANNOTATION: current.to_string(),
-                RELEASED_ANNOTATION: released.to_string(),
-            }},
+            "metadata": metadata,
             "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {
                 "spec": {"containers": [{"name": "pytorch", "image": "x"}]}}}}},
         }))
@@ -591,10 +637,7 @@ mod tests {
     }
 
     async fn set_generation(s: &ApiServerHandle, current: u64, released: u64) {
-        let patch = json!({"metadata": {"annotations": {
-            GENERATION_ANNOTATION: current.to_string(),
-            RELEASED_ANNOTATION: released.to_string(),
-        }}});
+        let patch = json!({"metadata": Generation { current, released }.metadata_patch()});
         api(s)
             .patch("train", &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -804,8 +847,72 @@ mod tests {
         assert_eq!(next(&mut rx).await.verdict, Verdict::Open);
         assert_eq!(
             agent_requests(&s),
-            vec![("get", 404), ("watch", 200)],
-            "the creation arrived on the watch"
+            vec![("get", 404), ("watch", 200), ("watch", 200)],
+            "the creation arrived on the watch; the agent then watches for changes of the state it saw, without a GET"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_jobs_own_writes_never_reach_the_agent_and_each_change_is_one_watch() {
+        let s = server().await;
+        create_job(&s, 4, 3).await;
+        let (mut rx, _task) = start(&s, fast());
+        assert_eq!(next(&mut rx).await.verdict, Verdict::Hold);
+        watching(&s, 1).await;
+        let sent = || s.watch_events_sent("kubeflow.org/pytorchjobs");
+        let before = sent();
+        // The job's operator at work: status and its own metadata.
+        for i in 0..5 {
+            api(&s)
+                .patch_status(
+                    "train",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": {"phase": format!("p{i}")}})),
+                )
+                .await
+                .expect("status write");
+            api(&s)
+                .patch(
+                    "train",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        &json!({"metadata": {"annotations": {"operator/seen": i.to_string()}}}),
+                    ),
+                )
+                .await
+                .expect("metadata write");
+        }
+        set_generation(&s, 4, 4).await;
+        let r = next(&mut rx).await;
+        assert_eq!((r.verdict, r.cause), (Verdict::Open, Cause::Generation));
+        watching(&s, 2).await;
+        assert_eq!(
+            sent() - before,
+            1,
+            "ten writes of the job reached the agent as nothing, the release as one event"
+        );
+        let watches: Vec<String> = s
+            .requests()
+            .into_iter()
+            .filter(|r| r.resource == "pytorchjobs" && r.verb == "watch")
+            .map(|r| r.query)
+            .collect();
+        assert_eq!(watches.len(), 2, "{watches:?}");
+        assert!(
+            watches[0].contains("labelSelector=rebound.dev%2Frestart-state%21%3D4-3"),
+            "{watches:?}"
+        );
+        assert!(
+            watches[1].contains("labelSelector=rebound.dev%2Frestart-state%21%3D4-4"),
+            "{watches:?}"
+        );
+        assert_eq!(
+            agent_requests(&s)
+                .iter()
+                .filter(|(v, _)| *v == "get")
+                .count(),
+            1,
+            "a change seen on the watch needs no GET"
         );
     }
 

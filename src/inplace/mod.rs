@@ -26,6 +26,16 @@ pub const GENERATION_ANNOTATION: &str = "rebound.dev/restart-generation";
 /// Absent means 0. A generation is released once every pod of the job
 /// waits at the barrier (or at once, for a restart that recreates pods).
 pub const RELEASED_ANNOTATION: &str = "rebound.dev/restart-released";
+/// Label on the job: `<generation>-<released>`, written with the two
+/// annotations in the same patch. It exists so the agents can watch for a
+/// change of the generation only: a watch cannot select on annotations, and
+/// without it every status write of the job's operator (about a thousand
+/// during one restart of a 1,024-pod Volcano Job) reached every agent of the
+/// job. Each agent watches with a selector that excludes the state it has
+/// seen ([`watch_selector`]), so the job matches again, and an event is
+/// sent, only when rebound moves the generation. The annotations stay the
+/// truth the agent decides on; the label only filters.
+pub const STATE_LABEL: &str = "rebound.dev/restart-state";
 /// The name of the agent's container (an init container with
 /// `restartPolicy: Always`). The controller recognises wired pods by it and
 /// by its `RestartAllContainers` rule.
@@ -62,6 +72,52 @@ impl Generation {
             current: read(GENERATION_ANNOTATION),
             released: read(RELEASED_ANNOTATION),
         }
+    }
+}
+
+impl Generation {
+    /// The value of [`STATE_LABEL`] for this generation.
+    pub fn label_value(&self) -> String {
+        format!("{}-{}", self.current, self.released)
+    }
+
+    /// The job's metadata as rebound writes it for this generation: both
+    /// annotations and [`STATE_LABEL`], for one merge patch. Every writer
+    /// of the generation (the controller, tests, the simulated cluster)
+    /// uses it, so the label never lags the annotations.
+    pub fn metadata_patch(&self) -> serde_json::Value {
+        serde_json::json!({
+            "annotations": {
+                GENERATION_ANNOTATION: self.current.to_string(),
+                RELEASED_ANNOTATION: self.released.to_string(),
+            },
+            "labels": { STATE_LABEL: self.label_value() },
+        })
+    }
+
+    /// The metadata of the merge patch that lifts the barrier of
+    /// `generation`, the job's current one: [`RELEASED_ANNOTATION`] and the
+    /// label of the state it leaves (`<generation>-<generation>`).
+    pub fn release_patch(generation: u64) -> serde_json::Value {
+        serde_json::json!({
+            "annotations": { RELEASED_ANNOTATION: generation.to_string() },
+            "labels": { STATE_LABEL: format!("{generation}-{generation}") },
+        })
+    }
+}
+
+/// The label selector of an agent's watch once it has seen its job with
+/// [`STATE_LABEL`] `seen` (`None`: absent) and generation `g`: the job
+/// matches, and an event arrives, only when the label differs from what
+/// was seen. A job rebound never restarted has no label and matches once
+/// it gets one. A job with a generation but no label (written by something
+/// other than this version of rebound) is watched unfiltered, which is
+/// costly but never misses a change.
+pub fn watch_selector(seen: Option<&str>, g: Generation) -> Option<String> {
+    match seen {
+        Some(v) => Some(format!("{STATE_LABEL}!={v}")),
+        None if g == Generation::default() => Some(STATE_LABEL.to_owned()),
+        None => None,
     }
 }
 
@@ -227,6 +283,36 @@ mod tests {
         assert_eq!(a.observe(g(1, 0)), Verdict::Open);
         // ...and a newer one restarts it as usual.
         assert_eq!(a.observe(g(2, 1)), Verdict::Exit);
+    }
+
+    #[test]
+    fn the_watch_selector_excludes_exactly_the_state_seen() {
+        use crate::sim::server::selectors::LabelSelector;
+        let matches = |sel: &str, v: Option<&str>| {
+            let job = match v {
+                Some(v) => serde_json::json!({"metadata": {"labels": {STATE_LABEL: v}}}),
+                None => serde_json::json!({"metadata": {}}),
+            };
+            LabelSelector::parse(sel)
+                .expect("selector parses")
+                .matches(&job)
+        };
+        let seen = g(4, 3);
+        let sel = watch_selector(Some(&seen.label_value()), seen).expect("filtered");
+        assert!(!matches(&sel, Some("4-3")), "the state seen sends nothing");
+        assert!(matches(&sel, Some("4-4")), "a release is sent");
+        assert!(matches(&sel, Some("5-3")), "a new generation is sent");
+        let never = watch_selector(None, g(0, 0)).expect("filtered");
+        assert!(
+            !matches(&never, None),
+            "status writes of a job never restarted"
+        );
+        assert!(matches(&never, Some("1-0")), "its first restart");
+        assert_eq!(watch_selector(None, g(2, 2)), None, "no label: unfiltered");
+        assert_eq!(
+            g(2, 1).metadata_patch()["labels"][STATE_LABEL],
+            serde_json::json!("2-1")
+        );
     }
 
     #[test]

@@ -117,9 +117,11 @@ pub fn record_write_patch(seen: &ObjectMeta, w: &RecordWrite, uid: Option<&str>)
         }
         (m, 0)
     };
-    let a = &mut patch["metadata"]["annotations"];
-    a[crate::inplace::GENERATION_ANNOTATION] = json!(w.generation.to_string());
-    a[crate::inplace::RELEASED_ANNOTATION] = json!(w.released.to_string());
+    let g = crate::inplace::Generation {
+        current: w.generation,
+        released: w.released,
+    };
+    merge_into(&mut patch["metadata"], g.metadata_patch());
     if let Some(uid) = uid {
         patch["metadata"]["uid"] = json!(uid);
     }
@@ -131,9 +133,9 @@ pub fn record_write_patch(seen: &ObjectMeta, w: &RecordWrite, uid: Option<&str>)
 pub async fn release(client: &Client, job: &JobRef, generation: u64) -> Result<(), RecoverError> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
-    let mut patch = json!({"metadata": {"annotations": {
-        crate::inplace::RELEASED_ANNOTATION: generation.to_string(),
-    }}});
+    let mut patch = json!({
+        "metadata": crate::inplace::Generation::release_patch(generation),
+    });
     if let Some(uid) = &job.uid {
         patch["metadata"]["uid"] = json!(uid);
     }
@@ -145,6 +147,24 @@ pub async fn release(client: &Client, job: &JobRef, generation: u64) -> Result<(
             "merge-patch the job's restart-released",
             1,
         ))
+}
+
+/// Adds the `annotations` and `labels` of `from` to those of `into` (both
+/// object metadata in a merge patch).
+fn merge_into(into: &mut Value, from: Value) {
+    let Value::Object(from) = from else { return };
+    for (field, entries) in from {
+        let Value::Object(entries) = entries else {
+            continue;
+        };
+        let slot = &mut into[field.as_str()];
+        if !slot.is_object() {
+            *slot = json!({});
+        }
+        for (k, v) in entries {
+            slot[k.as_str()] = v;
+        }
+    }
 }
 
 /// The merge patch that appends `record` to the records in `seen`, and the

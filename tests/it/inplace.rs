@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use rebound::inplace::agent::{self, Cause, JobRef, Report, RunnerConfig};
-use rebound::inplace::{GENERATION_ANNOTATION, RELEASED_ANNOTATION, Verdict};
+use rebound::inplace::{Generation, Verdict};
 use rebound::sim::cluster::{self, JOB_CRDS};
 use rebound::sim::envtest;
 use serde_json::json;
@@ -26,12 +26,12 @@ fn pytorchjobs() -> ApiResource {
 }
 
 fn job_object(ns: &str, name: &str, current: u64, released: u64) -> DynamicObject {
+    let mut metadata = Generation { current, released }.metadata_patch();
+    metadata["name"] = json!(name);
+    metadata["namespace"] = json!(ns);
     serde_json::from_value(json!({
         "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": ns, "annotations": {
-            GENERATION_ANNOTATION: current.to_string(),
-            RELEASED_ANNOTATION: released.to_string(),
-        }},
+        "metadata": metadata,
         "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {
             "spec": {"containers": [{"name": "pytorch", "image": "x"}]}}}}},
     }))
@@ -39,10 +39,7 @@ fn job_object(ns: &str, name: &str, current: u64, released: u64) -> DynamicObjec
 }
 
 async fn set_generation(api: &Api<DynamicObject>, name: &str, current: u64, released: u64) {
-    let patch = json!({"metadata": {"annotations": {
-        GENERATION_ANNOTATION: current.to_string(),
-        RELEASED_ANNOTATION: released.to_string(),
-    }}});
+    let patch = json!({"metadata": Generation { current, released }.metadata_patch()});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("patch job");
@@ -83,6 +80,10 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<Report>) -> Report {
 /// is created only after its agent started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_follows_its_job_on_a_real_api_server() {
+    let _watchdog = crate::watchdog::watch(
+        "inplace::the_agent_follows_its_job_on_a_real_api_server",
+        crate::watchdog::E2E_LIMIT,
+    );
     let cp = match envtest::shared() {
         Ok(cp) => cp,
         Err(why) if envtest::real_server_required() => panic!("no real control plane: {why}"),
@@ -144,8 +145,131 @@ async fn the_agent_follows_its_job_on_a_real_api_server() {
         .expect("create the later job");
     let r = next(&mut rx).await;
     assert_eq!((r.verdict, r.cause), (Verdict::Open, Cause::FirstRead));
+
+    only_generation_changes_reach_the_agents_watch(&api, "later").await;
     let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = ns_api.delete(&ns, &Default::default()).await;
+}
+
+/// What the API server sends to a watch with the selector an agent uses
+/// once it has seen its job ([`watch_selector`]): nothing for the writes of
+/// the job's operator (status, its own labels and annotations), one event
+/// when rebound moves the generation, nothing for writes after that until
+/// the agent watches again excluding the new state. Without the selector
+/// every status write of a 1,024-pod job reached all 1,024 agents.
+async fn only_generation_changes_reach_the_agents_watch(api: &Api<DynamicObject>, name: &str) {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    use rebound::inplace::{STATE_LABEL, watch_selector};
+    let meta = api.get_metadata(name).await.expect("job");
+    let seen = Generation::from_annotations(meta.metadata.annotations.as_ref().expect("annotated"));
+    let label = meta
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(STATE_LABEL))
+        .cloned();
+    let selector = watch_selector(label.as_deref(), seen).expect("a labelled job is filtered");
+    let rv = meta.metadata.resource_version.clone().unwrap_or_default();
+    let wp = WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .labels(&selector)
+        .timeout(60);
+    let events = api.watch_metadata(&wp, &rv).await.expect("watch").boxed();
+    let operator_writes = |i: u32| {
+        (
+            json!({"status": {"lastReconcileTime": format!("2026-12-02T00:00:{i:02}Z")}}),
+            json!({"metadata": {"labels": {"operator/phase": format!("p{i}")},
+                "annotations": {"operator/seen": i.to_string()}}}),
+        )
+    };
+    for i in 0..5 {
+        let (status, meta) = operator_writes(i);
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("status write");
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&meta))
+            .await
+            .expect("metadata write");
+    }
+    set_generation(api, name, seen.current + 1, seen.released).await;
+    let first = received(events).await;
+    let moved = Generation {
+        current: seen.current + 1,
+        released: seen.released,
+    };
+    let Some((g, label, rv)) = first else {
+        panic!("rebound's generation write was not sent to the agent's watch");
+    };
+    assert_eq!(
+        g, moved,
+        "ten writes of the operator were not sent; the first event is rebound's"
+    );
+    // The agent watches again from that event, excluding the new state:
+    // the operator's writes that follow send nothing.
+    let selector = watch_selector(label.as_deref(), g).expect("labelled");
+    let wp = WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .labels(&selector)
+        .timeout(60);
+    let events = api.watch_metadata(&wp, &rv).await.expect("watch").boxed();
+    for i in 5..8 {
+        let (status, meta) = operator_writes(i);
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("status write");
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&meta))
+            .await
+            .expect("metadata write");
+    }
+    let next = received(events).await;
+    assert_eq!(
+        next.map(|(g, _, _)| g),
+        None,
+        "six more writes of the operator: nothing sent"
+    );
+
+    /// The first change event within 2 s of quiet (generation, state label,
+    /// resourceVersion), bookmarks skipped.
+    async fn received(
+        mut events: futures::stream::BoxStream<
+            'static,
+            Result<WatchEvent<kube::core::PartialObjectMeta<DynamicObject>>, kube::Error>,
+        >,
+    ) -> Option<(Generation, Option<String>, String)> {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(2), events.next()).await {
+                Err(_) | Ok(None) => return None,
+                Ok(Some(Ok(WatchEvent::Bookmark(_)))) => {}
+                Ok(Some(Ok(WatchEvent::Added(m) | WatchEvent::Modified(m)))) => {
+                    let a = m.metadata.annotations.unwrap_or_default();
+                    let label = m.metadata.labels.and_then(|l| l.get(STATE_LABEL).cloned());
+                    let rv = m.metadata.resource_version.unwrap_or_default();
+                    return Some((Generation::from_annotations(&a), label, rv));
+                }
+                Ok(Some(other)) => panic!("unexpected on the agent's watch: {other:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn only_generation_changes_reach_the_agents_watch_on_the_embedded_server() {
+    let _watchdog = crate::watchdog::watch(
+        "inplace::only_generation_changes_reach_the_agents_watch_on_the_embedded_server",
+        crate::watchdog::E2E_LIMIT,
+    );
+    let s = rebound::sim::ApiServer::builder()
+        .start()
+        .await
+        .expect("server");
+    s.register_crds_yaml(JOB_CRDS[0]).await.expect("crd");
+    s.ensure_namespace("ml").expect("namespace");
+    let api: Api<DynamicObject> = Api::namespaced_with(s.client(), "ml", &pytorchjobs());
+    api.create(&PostParams::default(), &job_object("ml", "train", 3, 3))
+        .await
+        .expect("create job");
+    only_generation_changes_reach_the_agents_watch(&api, "train").await;
 }
 
 // ---------------------------------------------------------------------
@@ -305,6 +429,10 @@ fn record_pods(c: &SimCluster) -> (Arc<Mutex<Vec<Pod>>>, tokio::task::JoinHandle
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wired_pod_restarts_in_place_waits_at_the_barrier_and_runs_again() {
+    let _watchdog = crate::watchdog::watch(
+        "inplace::a_wired_pod_restarts_in_place_waits_at_the_barrier_and_runs_again",
+        crate::watchdog::E2E_LIMIT,
+    );
     // No start costs, but killing takes a moment, so that the restart's
     // condition is written and seen.
     let costs = PodCosts {
@@ -420,7 +548,9 @@ async fn a_wired_pod_restarts_in_place_waits_at_the_barrier_and_runs_again() {
         assert_eq!(main_status(p).restart_count, 1, "every restartCount + 1");
         assert!(before.iter().any(|b| b.metadata.uid == p.metadata.uid));
     }
-    // Two runs of two agents: four watches of that one job, no lists.
+    // Two agents, each watching that one job only, no lists: one watch per
+    // state of the job it saw, each excluding that state (run 1: before
+    // any restart; run 2: 1-0, then 2-0, 2-1 and 2-2 as they came).
     let reqs = c.api().requests();
     let agent_watches = reqs
         .iter()
@@ -430,7 +560,20 @@ async fn a_wired_pod_restarts_in_place_waits_at_the_barrier_and_runs_again() {
                 && r.query.contains("fieldSelector=metadata.name%3Dtrain")
         })
         .count();
-    assert_eq!(agent_watches, 4, "one watch per run of each agent");
+    let queries: Vec<String> = reqs
+        .iter()
+        .filter(|r| r.verb == "watch" && r.resource == "pytorchjobs")
+        .map(|r| r.query.clone())
+        .collect();
+    assert_eq!(agent_watches, 2 * 5, "{queries:#?}");
+    for state in ["", "%21%3D1-0", "%21%3D2-0", "%21%3D2-1", "%21%3D2-2"] {
+        let sel = format!("labelSelector=rebound.dev%2Frestart-state{state}&");
+        assert_eq!(
+            queries.iter().filter(|q| q.contains(&sel)).count(),
+            2,
+            "{sel}: {queries:#?}"
+        );
+    }
     assert!(
         !reqs
             .iter()
@@ -443,6 +586,10 @@ async fn a_wired_pod_restarts_in_place_waits_at_the_barrier_and_runs_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_that_lost_their_watch_catch_up_and_restart_their_pods() {
+    let _watchdog = crate::watchdog::watch(
+        "inplace::agents_that_lost_their_watch_catch_up_and_restart_their_pods",
+        crate::watchdog::E2E_LIMIT,
+    );
     let c = wired_cluster(PodCosts::default()).await;
     let sel = format!("{JOB_LABEL}=train");
     c.wait_for_pods_running(NS, &sel, 2, WAIT)
@@ -500,6 +647,10 @@ async fn agents_that_lost_their_watch_catch_up_and_restart_their_pods() {
 /// a fresh start pays them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_place_restart_pays_only_kill_init_and_start_again() {
+    let _watchdog = crate::watchdog::watch(
+        "inplace::an_in_place_restart_pays_only_kill_init_and_start_again",
+        crate::watchdog::E2E_LIMIT,
+    );
     let costs = PodCosts::parse(
         "zero,devices=1s,sandbox=3s,image=100ms,start=100ms,init=200ms,ready=200ms,kill=100ms",
     )
@@ -561,6 +712,10 @@ async fn an_in_place_restart_pays_only_kill_init_and_start_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "scale: about a minute in a debug build"]
 async fn scale_1024_wired_pods_restart_in_place() {
+    let _watchdog = crate::watchdog::watch(
+        "inplace::scale_1024_wired_pods_restart_in_place",
+        crate::watchdog::E2E_LIMIT,
+    );
     let c = SimCluster::start(SimConfig {
         nodes: 2000,
         namespaces: vec![NS.into()],

@@ -13,3 +13,4 @@ mod sim_actors;
 mod sim_bench;
 mod sim_server;
 mod trainer;
+mod watchdog;

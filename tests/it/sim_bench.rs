@@ -13,6 +13,10 @@ fn args(flags: &[&str]) -> SimArgs {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_node_faults_are_measured_on_the_server_and_the_client_clock() {
+    let _watchdog = crate::watchdog::watch(
+        "sim_bench::embedded_node_faults_are_measured_on_the_server_and_the_client_clock",
+        crate::watchdog::E2E_LIMIT,
+    );
     let r = measure(&args(&[
         "--nodes",
         "10",
@@ -47,6 +51,10 @@ async fn embedded_node_faults_are_measured_on_the_server_and_the_client_clock() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only() {
+    let _watchdog = crate::watchdog::watch(
+        "sim_bench::a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only",
+        crate::watchdog::E2E_LIMIT,
+    );
     let path = std::env::temp_dir().join(format!(
         "rebound-sim-bench-bare-{}.kubeconfig",
         std::process::id()
@@ -104,6 +112,10 @@ async fn a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_control_plane_is_measured_from_its_audit_log() {
+    let _watchdog = crate::watchdog::watch(
+        "sim_bench::a_real_control_plane_is_measured_from_its_audit_log",
+        crate::watchdog::E2E_LIMIT,
+    );
     if rebound::sim::envtest::ControlPlaneConfig::from_env().is_none() {
         eprintln!(
             "notice: {} unset; the real-control-plane run of rebound sim is not exercised",
@@ -162,6 +174,10 @@ async fn a_real_control_plane_is_measured_from_its_audit_log() {
 /// the faulty node; Recreate replaces every pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_measures_each_tier_on_the_embedded_server() {
+    let _watchdog = crate::watchdog::watch(
+        "sim_bench::resume_measures_each_tier_on_the_embedded_server",
+        crate::watchdog::E2E_LIMIT,
+    );
     use rebound::sim::bench::resume;
     let r = resume::measure(&args(&[
         "--scenario",
@@ -194,6 +210,26 @@ async fn resume_measures_each_tier_on_the_embedded_server() {
     };
     assert_eq!(ip.pods_replaced, 0, "{ip:?}");
     assert!(ip.rebound_recovery_writes <= 2, "{ip:?}");
+    // The agents hear rebound's generation writes only, not every write
+    // of the job: each agent run sees about one event (its exit, or its
+    // release), rebound's and the operator's watches (three at most here)
+    // every write of the job. Unfiltered, each of the job's writes would
+    // reach all 16 agents as well.
+    let job_writes: usize = ip
+        .total_writes_by_verb
+        .iter()
+        .filter(|(k, _)| k.contains(" jobs"))
+        .map(|(_, n)| n)
+        .sum();
+    let events = ip.job_watch_events.expect("the embedded server counts");
+    assert!(
+        job_writes >= 5,
+        "the operator writes the job's status: {ip:?}"
+    );
+    assert!(
+        events <= (3 * job_writes + 4 * 16) as u64,
+        "{events} watch events for {job_writes} writes of the job: {ip:?}"
+    );
     assert!(
         ip.time_to_resume_s < rc.time_to_resume_s,
         "in place {:?} s, recreate {:?} s",

@@ -344,6 +344,15 @@ impl SimEnv {
         })
     }
 
+    /// Watch events the embedded server has sent for `key`
+    /// (`group/plural`); `None` on another server, which does not count them.
+    pub fn watch_events_sent(&self, key: &str) -> Option<u64> {
+        match &self.server {
+            Server::Embedded => Some(self.bed.cluster.api().watch_events_sent(key)),
+            Server::ControlPlane(_) | Server::Kubeconfig => None,
+        }
+    }
+
     /// The name prefix of the simulated nodes.
     pub fn node_prefix(&self) -> String {
         self.bed.cluster.config().node_prefix.clone()

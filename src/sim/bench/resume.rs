@@ -214,6 +214,9 @@ fn is_write(r: &ServerRequest) -> bool {
 
 /// Creates the tier's job, waits for it to run, injects the fault,
 /// measures until the job resumed and rebound settled, removes the job.
+/// The storage key of Volcano Jobs, whose watch events the report counts.
+const JOB_KEY: &str = "batch.volcano.sh/jobs";
+
 async fn run_tier(
     env: &SimEnv,
     tier: &str,
@@ -248,6 +251,7 @@ async fn run_tier(
     let before = tracker.pods();
     let gen_before = generation(&jobs, &name).await?;
     let log = env.server_log_from_now()?;
+    let job_events_before = env.watch_events_sent(JOB_KEY);
     tracker.arm(size);
     let first = format!("{name}-worker-0");
     let (inj, fault, faulty_node) = if tier == "ReplaceFaulty" {
@@ -331,6 +335,10 @@ async fn run_tier(
         t_fault.elapsed().as_secs_f64()
     );
     settle(env, &log).await?;
+    let job_watch_events = env
+        .watch_events_sent(JOB_KEY)
+        .zip(job_events_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let reqs = log.read(env)?.map(|(r, _)| r);
     let after = tracker.pods();
     let gen_after = generation(&jobs, &name).await?;
@@ -417,6 +425,7 @@ async fn run_tier(
         faulty_node,
         faulty_node_pods,
         generation: (gen_before, gen_after),
+        job_watch_events,
     };
     eprintln!(
         "sim resume: {tier}: time-to-resume {:?} s (client {:?} s), rebound writes {}, pods replaced {}; removing {name}",

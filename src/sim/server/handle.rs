@@ -378,6 +378,13 @@ impl ApiServerHandle {
         self.inner.shared.log.clear()
     }
 
+    /// Watch events (not bookmarks) the server has sent for `key`
+    /// (`group/plural`, e.g. `batch.volcano.sh/jobs`; `/pods` for the core
+    /// group): what the watchers of a resource cost it.
+    pub fn watch_events_sent(&self, key: &str) -> u64 {
+        self.inner.shared.watch_events.sent(key)
+    }
+
     /// Number of logged requests per verb.
     pub fn request_counts(&self) -> std::collections::BTreeMap<&'static str, usize> {
         self.inner.shared.log.counts_by_verb()

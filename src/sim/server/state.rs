@@ -68,6 +68,37 @@ pub struct Shared {
     pub opts: ServerOptions,
     /// Work for the emulated kube-controller-manager (`controllers`).
     pub kcm: Arc<super::controllers::Queue>,
+    /// Watch events sent, by storage key (`group/plural`): what a watcher
+    /// fan-out costs, which the request log cannot show.
+    pub watch_events: WatchEventCounts,
+}
+
+/// Watch events sent per storage key. Each watch takes its counter once,
+/// at its start, and adds to it without a lock.
+#[derive(Debug, Default)]
+pub struct WatchEventCounts(Mutex<HashMap<Arc<str>, Arc<std::sync::atomic::AtomicU64>>>);
+
+impl WatchEventCounts {
+    /// The counter of `key`, made on first use.
+    pub fn counter(&self, key: &Arc<str>) -> Arc<std::sync::atomic::AtomicU64> {
+        match self.0.lock() {
+            Ok(mut m) => m.entry(key.clone()).or_default().clone(),
+            Err(_) => Arc::default(),
+        }
+    }
+
+    /// The events sent so far on `key` (`group/plural`; the core group's
+    /// key is `/plural`).
+    pub fn sent(&self, key: &str) -> u64 {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|m| {
+                m.get(key)
+                    .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            })
+            .unwrap_or(0)
+    }
 }
 
 impl Shared {
@@ -82,6 +113,7 @@ impl Shared {
             pod_logs: Mutex::new(HashMap::new()),
             opts,
             kcm: Arc::default(),
+            watch_events: WatchEventCounts::default(),
         })
     }
 

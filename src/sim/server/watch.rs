@@ -181,11 +181,15 @@ async fn pump(
 ) {
     let mut drop_rx = shared.inject.drop_tx.subscribe();
     drop_rx.mark_unchanged();
+    let sent = shared.watch_events.counter(&filter.loc.key);
+    // The initial events of a streaming list end with a bookmark.
+    let initial = first.len() - usize::from(filter.q.send_initial && !first.is_empty());
     for b in first {
         if tx.send(b).await.is_err() {
             return;
         }
     }
+    sent.fetch_add(initial as u64, std::sync::atomic::Ordering::Relaxed);
     let deadline = filter.q.timeout.map(|t| tokio::time::Instant::now() + t);
     let sleep = async {
         match deadline {
@@ -223,10 +227,11 @@ async fn pump(
                         continue;
                     }
                     seen = c.rv;
-                    if let Some(b) = filter.event(&shared, &c)
-                        && tx.send(b).await.is_err()
-                    {
-                        return;
+                    if let Some(b) = filter.event(&shared, &c) {
+                        if tx.send(b).await.is_err() {
+                            return;
+                        }
+                        sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
                 // a reader that fell behind is cut off; it resumes from history

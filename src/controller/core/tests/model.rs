@@ -578,8 +578,9 @@ impl Model {
                 {
                     return Outcome::Gone("uid is immutable".into());
                 }
-                let patch = json!({"metadata": {"annotations": {
-                    crate::inplace::RELEASED_ANNOTATION: generation.to_string()}}});
+                let patch = json!({
+                    "metadata": crate::inplace::Generation::release_patch(*generation),
+                });
                 self.patch_job(&job.name, &patch);
                 Outcome::Ok("released".into())
             }

@@ -61,6 +61,11 @@ pub struct TierResult {
     pub faulty_node_pods: Vec<String>,
     /// The job's restart generation before and after.
     pub generation: (u64, u64),
+    /// Watch events the API server sent for Volcano Jobs in the same
+    /// window, to every watcher (the agents of the job, rebound, the job's
+    /// operator): the fan-out of the job's writes. `null` on a server that
+    /// does not count them (only the embedded one does).
+    pub job_watch_events: Option<u64>,
 }
 
 /// A goal of issue #14, checked on the figures.
@@ -268,6 +273,11 @@ pub fn print_text(r: &ResumeReport) {
             println!(
                 "    the server's writes meanwhile: {}",
                 by_verb(&t.total_writes_by_verb)
+            );
+        }
+        if let Some(n) = t.job_watch_events {
+            println!(
+                "    watch events the server sent for Volcano Jobs meanwhile (agents, rebound, the operator): {n}"
             );
         }
         if let Some(b) = t.barrier_released_s {
