@@ -8,7 +8,7 @@
 //! What it costs the API server, per pod: one metadata-only `GET` of the
 //! job, then one metadata-only watch of that object alone
 //! (`fieldSelector=metadata.name=<job>`, bookmarks on), renewed every
-//! [`RunnerConfig::watch_timeout`] (10 minutes, jittered) with a fresh
+//! [`RunnerConfig::watch_timeout`] (290 s, jittered) with a fresh
 //! `GET`. No lists, ever: a list of a job kind at 10,000 pods would cost the
 //! server far more than every watch together. The watch also selects on
 //! [`super::STATE_LABEL`], excluding the state last seen

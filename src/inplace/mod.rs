@@ -1,5 +1,7 @@
 //! In-place restarts (docs/in-place.md): a job's restart generation lives
-//! in two annotations on the job object; a small agent in every pod of the
+//! in two annotations on the job object (and a label derived from them,
+//! [`STATE_LABEL`], that the agents' watches select on, so that the job's
+//! other writes do not reach them); a small agent in every pod of the
 //! job (`rebound restart-agent`, a native sidecar) follows them, exits with
 //! a code that the pod's `RestartAllContainers` rule matches when its pod
 //! is behind, and holds the worker containers back through its startup

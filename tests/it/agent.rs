@@ -409,6 +409,7 @@ fn hostile_input_never_panics() {
 /// `rebound agent --kmsg-file F --once --dry-run` as a library call.
 #[tokio::test]
 async fn dry_run_reports_folded_faults_from_a_file() {
+    let _watchdog = crate::watchdog::start();
     let dir = std::env::temp_dir().join(format!("rebound-agent-it-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");
     let log = dir.join("kmsg.txt");
@@ -548,6 +549,7 @@ mod kube_mock {
 
     #[tokio::test]
     async fn conditions_and_events_are_written_as_the_controller_reads_them() {
+        let _watchdog = crate::watchdog::start();
         let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(svc, "default");
         let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
@@ -683,6 +685,7 @@ mod kube_mock {
 
     #[tokio::test]
     async fn existing_condition_is_read_back_and_healthy_absent_condition_is_not_written() {
+        let _watchdog = crate::watchdog::start();
         let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(svc, "default");
         let server = tokio::spawn(async move {
@@ -751,6 +754,7 @@ mod kube_mock {
     /// condition, one Event per distinct fault with its count.
     #[tokio::test]
     async fn once_run_writes_condition_then_one_event_per_fault() {
+        let _watchdog = crate::watchdog::start();
         let log = temp_log(
             "once",
             "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 48, DBE\n[ 1.1] NVRM: Xid (PCI:0000:3b:00): 48, DBE\n\
@@ -840,6 +844,7 @@ mod kube_mock {
     /// restored: no Event again, no write when nothing changed.
     #[tokio::test]
     async fn restart_restores_the_condition_without_writes() {
+        let _watchdog = crate::watchdog::start();
         let log = temp_log("restart", "nothing here\n");
         let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(svc, "default");
@@ -870,6 +875,7 @@ mod kube_mock {
 /// again from the top.
 #[tokio::test]
 async fn followed_kmsg_file_picks_up_new_lines_and_truncation() {
+    let _watchdog = crate::watchdog::start();
     use rebound::agent::sources::KmsgSource;
     use std::io::Write;
     let dir = std::env::temp_dir().join(format!("rebound-agent-follow-{}", std::process::id()));
@@ -963,6 +969,7 @@ mod embedded {
 
     #[tokio::test]
     async fn conditions_and_events_on_the_embedded_server() {
+        let _watchdog = crate::watchdog::start();
         let server = ApiServer::builder().start().await.expect("server");
         let client = server.client();
         let nodes: Api<Node> = Api::all(client.clone());
@@ -1141,6 +1148,7 @@ mod embedded {
     /// the condition at once; after the quiet period it clears by itself.
     #[tokio::test]
     async fn follow_loop_raises_then_clears_after_the_quiet_period() {
+        let _watchdog = crate::watchdog::start();
         let server = ApiServer::builder().start().await.expect("server");
         let client = server.client();
         let nodes: Api<Node> = Api::all(client.clone());

@@ -26,10 +26,7 @@ fn load(path: &Path) -> Result<Recording, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_server_answers_as_the_recorded_real_one() {
-    let _watchdog = crate::watchdog::watch(
-        "conformance::embedded_server_answers_as_the_recorded_real_one",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     let shared = conformance::shared_dir();
     if shared.is_none() {
         println!(

@@ -347,6 +347,7 @@ fn pod_of(template: &Value, name: &str, ns: &str, job: &str) -> Value {
 
 #[tokio::test]
 async fn every_manifest_inject_writes_is_accepted_by_a_real_api_server() {
+    let _watchdog = crate::watchdog::start();
     let Some(cp) = plane() else { return };
     let client = admin(cp).await;
     let ns = "inject-accept";
@@ -506,6 +507,7 @@ async fn every_manifest_inject_writes_is_accepted_by_a_real_api_server() {
 
 #[tokio::test]
 async fn what_inject_refuses_the_real_api_server_refuses() {
+    let _watchdog = crate::watchdog::start();
     let Some(cp) = plane() else { return };
     let client = admin(cp).await;
     let ns = "inject-refuse";
@@ -591,6 +593,7 @@ async fn allowed(
 
 #[tokio::test]
 async fn the_restart_agent_role_allows_get_and_watch_of_its_job_and_nothing_else() {
+    let _watchdog = crate::watchdog::start();
     let Some(cp) = plane() else { return };
     let client = admin(cp).await;
     let ns = "inject-rbac";

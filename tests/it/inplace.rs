@@ -80,10 +80,7 @@ async fn next(rx: &mut mpsc::UnboundedReceiver<Report>) -> Report {
 /// is created only after its agent started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_follows_its_job_on_a_real_api_server() {
-    let _watchdog = crate::watchdog::watch(
-        "inplace::the_agent_follows_its_job_on_a_real_api_server",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     let cp = match envtest::shared() {
         Ok(cp) => cp,
         Err(why) if envtest::real_server_required() => panic!("no real control plane: {why}"),
@@ -255,10 +252,7 @@ async fn only_generation_changes_reach_the_agents_watch(api: &Api<DynamicObject>
 
 #[tokio::test]
 async fn only_generation_changes_reach_the_agents_watch_on_the_embedded_server() {
-    let _watchdog = crate::watchdog::watch(
-        "inplace::only_generation_changes_reach_the_agents_watch_on_the_embedded_server",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     let s = rebound::sim::ApiServer::builder()
         .start()
         .await
@@ -429,10 +423,7 @@ fn record_pods(c: &SimCluster) -> (Arc<Mutex<Vec<Pod>>>, tokio::task::JoinHandle
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wired_pod_restarts_in_place_waits_at_the_barrier_and_runs_again() {
-    let _watchdog = crate::watchdog::watch(
-        "inplace::a_wired_pod_restarts_in_place_waits_at_the_barrier_and_runs_again",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     // No start costs, but killing takes a moment, so that the restart's
     // condition is written and seen.
     let costs = PodCosts {
@@ -586,10 +577,7 @@ async fn a_wired_pod_restarts_in_place_waits_at_the_barrier_and_runs_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_that_lost_their_watch_catch_up_and_restart_their_pods() {
-    let _watchdog = crate::watchdog::watch(
-        "inplace::agents_that_lost_their_watch_catch_up_and_restart_their_pods",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     let c = wired_cluster(PodCosts::default()).await;
     let sel = format!("{JOB_LABEL}=train");
     c.wait_for_pods_running(NS, &sel, 2, WAIT)
@@ -647,10 +635,7 @@ async fn agents_that_lost_their_watch_catch_up_and_restart_their_pods() {
 /// a fresh start pays them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_place_restart_pays_only_kill_init_and_start_again() {
-    let _watchdog = crate::watchdog::watch(
-        "inplace::an_in_place_restart_pays_only_kill_init_and_start_again",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     let costs = PodCosts::parse(
         "zero,devices=1s,sandbox=3s,image=100ms,start=100ms,init=200ms,ready=200ms,kill=100ms",
     )
@@ -712,10 +697,7 @@ async fn an_in_place_restart_pays_only_kill_init_and_start_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "scale: about a minute in a debug build"]
 async fn scale_1024_wired_pods_restart_in_place() {
-    let _watchdog = crate::watchdog::watch(
-        "inplace::scale_1024_wired_pods_restart_in_place",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     let c = SimCluster::start(SimConfig {
         nodes: 2000,
         namespaces: vec![NS.into()],

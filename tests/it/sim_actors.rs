@@ -38,6 +38,7 @@ async fn pod(c: &SimCluster, name: &str) -> Option<Pod> {
 
 #[tokio::test]
 async fn pytorchjob_pods_are_created_scheduled_running_and_recreated() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(4).await;
     c.create_pytorchjob(NS, "train", 3, &[("kcover.io/cascading-recovery", "true")])
         .await
@@ -155,6 +156,7 @@ async fn pytorchjob(c: &SimCluster, name: &str) -> DynamicObject {
 
 #[tokio::test]
 async fn restart_policy_never_leaves_a_failed_pod_failed_and_fails_the_job() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(3).await;
     let opts = JobOptions::labels(&[]).restart_policy("Never");
     c.create_pytorchjob_with(NS, "nv", 1, &opts)
@@ -199,6 +201,7 @@ async fn restart_policy_never_leaves_a_failed_pod_failed_and_fails_the_job() {
 
 #[tokio::test]
 async fn restart_policy_on_failure_restarts_the_container_in_place() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(2).await;
     let opts = JobOptions::labels(&[]).restart_policy("OnFailure");
     c.create_pytorchjob_with(NS, "of", 1, &opts)
@@ -257,6 +260,7 @@ async fn restart_policy_on_failure_restarts_the_container_in_place() {
 
 #[tokio::test]
 async fn volcano_command_restart_job_restarts_it_and_disappears() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(3).await;
     let job = c
         .create_volcano_job(NS, "vj", 2, &[("kcover.io/cascading-recovery", "true")])
@@ -348,6 +352,7 @@ async fn volcano_command_restart_job_restarts_it_and_disappears() {
 
 #[tokio::test]
 async fn jobset_makes_child_jobs_that_make_pods() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(4).await;
     c.create_jobset(
         NS,
@@ -421,6 +426,7 @@ async fn jobset_makes_child_jobs_that_make_pods() {
 
 #[tokio::test]
 async fn batch_job_pods_are_recreated_while_active() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(2).await;
     let job = c
         .create_batch_job(NS, "bj", 2, &[("app", "bj")])
@@ -479,6 +485,7 @@ async fn batch_job_pods_are_recreated_while_active() {
 
 #[tokio::test]
 async fn cordoned_and_not_ready_nodes_receive_no_new_pods() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(3).await;
     c.set_node_unschedulable("node-0000", true)
         .await
@@ -530,6 +537,7 @@ async fn cordoned_and_not_ready_nodes_receive_no_new_pods() {
 
 #[tokio::test]
 async fn ascend_configmap_carries_the_fault_code() {
+    let _watchdog = crate::watchdog::start();
     let c = SimCluster::start(SimConfig {
         nodes: 2,
         accelerator: Accelerator::Ascend,
@@ -597,6 +605,7 @@ async fn ascend_configmap_carries_the_fault_code() {
 /// ones: the objects the helpers and operators write must pass them.
 #[tokio::test]
 async fn jobs_validate_against_the_real_crds() {
+    let _watchdog = crate::watchdog::start();
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/crds");
     let files = [
         "kubeflow-training-v1/kubeflow.org_pytorchjobs.yaml",
@@ -662,6 +671,7 @@ async fn jobs_validate_against_the_real_crds() {
 /// 200 nodes, 2,000 pods: everything Running in bounded time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smoke_200_nodes_2000_pods() {
+    let _watchdog = crate::watchdog::start();
     let t0 = Instant::now();
     let c = SimCluster::start(SimConfig {
         nodes: 200,
@@ -773,6 +783,7 @@ async fn bulk_run(nodes: usize, jobs: usize, limit: Duration) {
 /// The bulk setup path: 200 nodes and 2,000 pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_setup_200_nodes_2000_pods() {
+    let _watchdog = crate::watchdog::start();
     bulk_run(200, 200, Duration::from_secs(180)).await;
 }
 
@@ -781,6 +792,7 @@ async fn bulk_setup_200_nodes_2000_pods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "scale: 2,000 nodes and 20,000 pods take minutes in a debug build; the same path runs at 200 nodes in CI"]
 async fn bulk_setup_2000_nodes_20000_pods() {
+    let _watchdog = crate::watchdog::start();
     bulk_run(2000, 2000, Duration::from_secs(600)).await;
 }
 
@@ -796,6 +808,7 @@ fn ready_condition(p: &Pod) -> Option<String> {
 
 #[tokio::test]
 async fn a_node_going_not_ready_marks_its_pods_not_ready() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(1).await;
     c.create_pytorchjob(NS, "nr", 1, &[]).await.expect("create");
     let sel = format!("{}=nr", kf::JOB_NAME_LABEL);
@@ -829,6 +842,7 @@ async fn a_node_going_not_ready_marks_its_pods_not_ready() {
 
 #[tokio::test]
 async fn kubelets_finish_graceful_deletions() {
+    let _watchdog = crate::watchdog::start();
     let c = SimCluster::start(SimConfig {
         nodes: 2,
         namespaces: vec![NS.into()],
@@ -865,6 +879,7 @@ async fn kubelets_finish_graceful_deletions() {
 
 #[tokio::test]
 async fn volcano_pods_deleted_without_a_command_are_recreated() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(2).await;
     c.create_volcano_job(NS, "vd", 2, &[])
         .await
@@ -916,6 +931,7 @@ async fn volcano_pods_deleted_without_a_command_are_recreated() {
 /// one request per wait, not a storm, and the pod comes up in the end.
 #[tokio::test]
 async fn refused_pod_creates_are_retried_after_a_growing_backoff() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(1).await;
     c.api().clear_requests();
     c.api()
@@ -953,6 +969,7 @@ async fn refused_pod_creates_are_retried_after_a_growing_backoff() {
 /// failed in about one run in four at 20,000 pods.
 #[tokio::test]
 async fn bulk_setup_accepts_pods_that_exist_already() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster(2).await;
     let api: Api<Pod> = Api::namespaced(c.client(), NS);
     for name in ["race-0-master-0", "race-0-worker-1"] {

@@ -13,10 +13,7 @@ fn args(flags: &[&str]) -> SimArgs {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_node_faults_are_measured_on_the_server_and_the_client_clock() {
-    let _watchdog = crate::watchdog::watch(
-        "sim_bench::embedded_node_faults_are_measured_on_the_server_and_the_client_clock",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     let r = measure(&args(&[
         "--nodes",
         "10",
@@ -51,10 +48,7 @@ async fn embedded_node_faults_are_measured_on_the_server_and_the_client_clock() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only() {
-    let _watchdog = crate::watchdog::watch(
-        "sim_bench::a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     let path = std::env::temp_dir().join(format!(
         "rebound-sim-bench-bare-{}.kubeconfig",
         std::process::id()
@@ -112,10 +106,7 @@ async fn a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_control_plane_is_measured_from_its_audit_log() {
-    let _watchdog = crate::watchdog::watch(
-        "sim_bench::a_real_control_plane_is_measured_from_its_audit_log",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     if rebound::sim::envtest::ControlPlaneConfig::from_env().is_none() {
         eprintln!(
             "notice: {} unset; the real-control-plane run of rebound sim is not exercised",
@@ -174,10 +165,7 @@ async fn a_real_control_plane_is_measured_from_its_audit_log() {
 /// the faulty node; Recreate replaces every pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_measures_each_tier_on_the_embedded_server() {
-    let _watchdog = crate::watchdog::watch(
-        "sim_bench::resume_measures_each_tier_on_the_embedded_server",
-        crate::watchdog::E2E_LIMIT,
-    );
+    let _watchdog = crate::watchdog::start();
     use rebound::sim::bench::resume;
     let r = resume::measure(&args(&[
         "--scenario",

@@ -207,6 +207,7 @@ fn widget(name: &str, size: i64) -> DynamicObject {
 
 #[tokio::test]
 async fn discovery_finds_builtins_and_registered_crd() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     assert_eq!(
         h.register_crds_yaml(SMALL_CRD).await?,
@@ -253,6 +254,7 @@ async fn discovery_finds_builtins_and_registered_crd() -> TestResult {
 
 #[tokio::test]
 async fn create_get_list_and_generate_name() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     let created = api.create(&PostParams::default(), &cm("one", &[])).await?;
@@ -293,6 +295,7 @@ async fn create_get_list_and_generate_name() -> TestResult {
 
 #[tokio::test]
 async fn list_paging_pins_resource_version() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     for i in 0..25 {
@@ -328,6 +331,7 @@ async fn list_paging_pins_resource_version() -> TestResult {
 
 #[tokio::test]
 async fn label_and_field_selectors() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     api.create(
@@ -422,6 +426,7 @@ async fn label_and_field_selectors() -> TestResult {
 
 #[tokio::test]
 async fn watch_resumes_from_resource_version() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     let first = api.create(&PostParams::default(), &cm("w0", &[])).await?;
@@ -456,6 +461,7 @@ async fn watch_resumes_from_resource_version() -> TestResult {
 
 #[tokio::test]
 async fn too_old_resource_version_gives_410_and_watcher_recovers() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     let c = api.create(&PostParams::default(), &cm("old", &[])).await?;
@@ -519,6 +525,7 @@ async fn too_old_resource_version_gives_410_and_watcher_recovers() -> TestResult
 
 #[tokio::test]
 async fn streaming_lists_send_initial_events_and_bookmark() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     api.create(&PostParams::default(), &cm("s1", &[])).await?;
@@ -568,6 +575,7 @@ async fn streaming_lists_send_initial_events_and_bookmark() -> TestResult {
 
 #[tokio::test]
 async fn selector_watch_sends_deleted_when_object_stops_matching() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     api.create(&PostParams::default(), &cm("m", &[("sel", "yes")]))
@@ -631,6 +639,7 @@ fn pod(name: &str) -> Pod {
 
 #[tokio::test]
 async fn patch_types_merge_json_strategic() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let pods: Api<Pod> = Api::namespaced(h.client(), "default");
     pods.create(&PostParams::default(), &pod("p")).await?;
@@ -728,6 +737,7 @@ async fn patch_types_merge_json_strategic() -> TestResult {
 
 #[tokio::test]
 async fn server_side_apply_managers_and_conflicts() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     let a = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"shared": "a", "mine": "a"}});
@@ -798,6 +808,7 @@ async fn server_side_apply_managers_and_conflicts() -> TestResult {
 
 #[tokio::test]
 async fn stale_update_conflicts_and_put_without_rv_rules() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     let c = api.create(&PostParams::default(), &cm("u", &[])).await?;
@@ -849,6 +860,7 @@ async fn stale_update_conflicts_and_put_without_rv_rules() -> TestResult {
 
 #[tokio::test]
 async fn status_subresource_isolation_and_generation() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     h.register_crds_yaml(SMALL_CRD).await?;
     let w = widgets(&h);
@@ -937,6 +949,7 @@ async fn status_subresource_isolation_and_generation() -> TestResult {
 
 #[tokio::test]
 async fn finalizers_defer_deletion_until_removed() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     let mut c = cm("f", &[]);
@@ -993,6 +1006,7 @@ async fn finalizers_defer_deletion_until_removed() -> TestResult {
 
 #[tokio::test]
 async fn garbage_collection_background_and_orphan() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     for owner in ["o1", "o2"] {
@@ -1039,6 +1053,7 @@ async fn garbage_collection_background_and_orphan() -> TestResult {
 
 #[tokio::test]
 async fn delete_collection_with_selector() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     for (n, l) in [("d1", "x"), ("d2", "x"), ("d3", "y")] {
@@ -1071,6 +1086,7 @@ async fn delete_collection_with_selector() -> TestResult {
 
 #[tokio::test]
 async fn error_shapes_match_real_server() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let r = raw(
         &h,
@@ -1163,6 +1179,7 @@ async fn error_shapes_match_real_server() -> TestResult {
 
 #[tokio::test]
 async fn micro_time_fields_need_six_fraction_digits() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let leases: Api<Lease> = Api::namespaced(h.client(), "default");
     let bad: Lease = serde_json::from_value(
@@ -1203,6 +1220,7 @@ fn crd_file(rel: &str) -> Option<String> {
 
 #[tokio::test]
 async fn real_job_crds_register_and_accept_upstream_examples() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let files = [
         "kubeflow-training-v1/kubeflow.org_pytorchjobs.yaml",
@@ -1327,6 +1345,7 @@ async fn real_job_crds_register_and_accept_upstream_examples() -> TestResult {
 
 #[tokio::test]
 async fn injected_failures_and_restart_keep_data() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     api.create(&PostParams::default(), &cm("keep", &[])).await?;
@@ -1392,6 +1411,7 @@ async fn injected_failures_and_restart_keep_data() -> TestResult {
 
 #[tokio::test]
 async fn request_log_counts_and_notifies() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let mut rx = h.subscribe_requests();
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
@@ -1423,6 +1443,7 @@ async fn request_log_counts_and_notifies() -> TestResult {
 
 #[tokio::test]
 async fn pod_logs_binding_and_unscheduled_204() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let pods: Api<Pod> = Api::namespaced(h.client(), "default");
     let mut p = pod("l");
@@ -1455,6 +1476,7 @@ async fn pod_logs_binding_and_unscheduled_204() -> TestResult {
 
 #[tokio::test]
 async fn scale_smoke_2000_nodes_20000_pods() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let t = Instant::now();
     for n in 0..2000 {
@@ -1551,6 +1573,7 @@ async fn scale_smoke_2000_nodes_20000_pods() -> TestResult {
 
 #[tokio::test]
 async fn kubectl_reads_the_server() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let Ok(kubectl) = which_kubectl() else {
         println!("NOTICE: kubectl not on PATH; kubectl test not run");
         return Ok(());
@@ -1652,6 +1675,7 @@ fn which_kubectl() -> Result<std::path::PathBuf, ()> {
 
 #[tokio::test]
 async fn recorder_events_share_storage_with_core_events() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
     use k8s_openapi::api::events::v1::Event as V1Event;
     use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -1705,6 +1729,7 @@ async fn recorder_events_share_storage_with_core_events() -> TestResult {
 
 #[tokio::test]
 async fn metadata_only_reads_and_watches() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     use kube::core::PartialObjectMeta;
     use kube::runtime::WatchStreamExt;
     let h = server().await;
@@ -1747,6 +1772,7 @@ async fn metadata_only_reads_and_watches() -> TestResult {
 
 #[tokio::test]
 async fn held_pod_deletion_waits_for_grace_zero() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = ApiServer::builder().hold_pod_deletion(true).start().await?;
     let pods: Api<Pod> = Api::namespaced(h.client(), "default");
     let mut p = pod("held");
@@ -1784,6 +1810,7 @@ async fn held_pod_deletion_waits_for_grace_zero() -> TestResult {
 
 #[tokio::test]
 async fn cascades_of_namespaces_crds_and_foreground() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     h.ensure_namespace("team")?;
     let team: Api<ConfigMap> = Api::namespaced(h.client(), "team");
@@ -1857,6 +1884,7 @@ async fn cascades_of_namespaces_crds_and_foreground() -> TestResult {
 
 #[tokio::test]
 async fn invalid_labels_are_refused() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     let e = api
@@ -1882,6 +1910,7 @@ async fn invalid_labels_are_refused() -> TestResult {
 
 #[tokio::test]
 async fn periodic_bookmarks_carry_the_global_resource_version() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = ApiServer::builder()
         .bookmark_interval(Duration::from_millis(100))
         .start()
@@ -1921,6 +1950,7 @@ async fn periodic_bookmarks_carry_the_global_resource_version() -> TestResult {
 
 #[tokio::test]
 async fn exact_list_rebuilds_an_older_resource_version() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let api: Api<ConfigMap> = Api::namespaced(h.client(), "default");
     api.create(&PostParams::default(), &cm("a", &[])).await?;
@@ -1980,6 +2010,7 @@ async fn exact_list_rebuilds_an_older_resource_version() -> TestResult {
 
 #[tokio::test]
 async fn crd_registration_errors_name_the_document() -> TestResult {
+    let _watchdog = crate::watchdog::start();
     let h = server().await;
     let two = format!(
         "{SMALL_CRD}\n---\n# nothing here\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\n"

@@ -37,6 +37,7 @@ fn condition(o: &DynamicObject, t: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_trainjob_runs_as_a_jobset_of_its_name_owned_by_it() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster().await;
     let tj = c
         .create_trainjob(NS, "llm", 3, &[("kcover.io/cascading-recovery", "true")])
@@ -101,6 +102,7 @@ async fn a_trainjob_runs_as_a_jobset_of_its_name_owned_by_it() {
 
 #[tokio::test]
 async fn a_trainjob_waits_for_its_runtime() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster().await;
     let tjs: Api<DynamicObject> =
         Api::namespaced_with(c.client(), NS, &trainer::trainjob_resource());
@@ -235,6 +237,7 @@ async fn wired_trainjob_agents(c: &SimCluster, job: &str) -> Vec<Value> {
 /// keep it; tests/it/inject.rs shows the latter on a real control plane).
 #[tokio::test]
 async fn injected_runtimes_wire_trainjob_pods() {
+    let _watchdog = crate::watchdog::start();
     let c = cluster().await;
     let agents = wired_trainjob_agents(&c, "llm").await;
     assert_eq!(agents.len(), 2);
@@ -258,6 +261,7 @@ async fn injected_runtimes_wire_trainjob_pods() {
 /// as a real server does: the pods get the agent without it.
 #[tokio::test]
 async fn under_the_real_trainer_crds_the_rule_is_pruned() {
+    let _watchdog = crate::watchdog::start();
     // `../shared` beside the project, or two levels up in a git worktree.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let near = root.join("../shared");

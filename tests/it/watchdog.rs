@@ -8,18 +8,28 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How long one end-to-end test may take, the wait for the real bed's turn
-/// included. The slowest takes well under a minute; a test that runs far
+/// How long one test may take (an end-to-end test: the wait for the real bed's turn
+/// included). The slowest takes about a minute; a test that runs far
 /// beyond this is stuck.
-pub const E2E_LIMIT: Duration = Duration::from_secs(8 * 60);
+pub const TEST_LIMIT: Duration = Duration::from_secs(8 * 60);
 
 /// Cancels the watchdog when dropped (the test returned or panicked).
 pub struct Guard {
     _done: mpsc::Sender<()>,
 }
 
+/// Starts the watchdog of the running test, named by its thread (libtest
+/// names each test's thread after the test), with [`TEST_LIMIT`].
+pub fn start() -> Guard {
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("a test on the main thread")
+        .to_owned();
+    watch(&name, TEST_LIMIT)
+}
+
 /// Starts the watchdog of `test`.
-pub fn watch(test: &str, limit: Duration) -> Guard {
+fn watch(test: &str, limit: Duration) -> Guard {
     let (tx, rx) = mpsc::channel::<()>();
     let name = test.to_owned();
     let started = Instant::now();

@@ -26,12 +26,50 @@ use crate::sim::actors::kubeflow::JOB_NAME_LABEL;
 /// Effects seen, with when they reached this process.
 type Seen = Arc<Mutex<Vec<(SystemTime, Subject)>>>;
 
+/// How one of the watches fared: what a report says when the client clock
+/// saw fewer effects than the server's log shows.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WatchHealth {
+    /// Watch requests started (the first, and every resumption).
+    pub starts: u64,
+    /// Watch requests that failed to start.
+    pub refused: u64,
+    /// Events received (bookmarks included).
+    pub events: u64,
+    /// The last error: a failed start, an error event or a broken stream.
+    pub last_error: Option<String>,
+}
+
+impl std::fmt::Display for WatchHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} watches started ({} refused), {} events",
+            self.starts, self.refused, self.events
+        )?;
+        if let Some(e) = &self.last_error {
+            write!(f, ", last error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+type Health = Arc<Mutex<WatchHealth>>;
+
+fn note(h: &Health, f: impl FnOnce(&mut WatchHealth)) {
+    if let Ok(mut h) = h.lock() {
+        f(&mut h);
+    }
+}
+
 /// The running watches, on a thread and runtime of their own so that the
 /// simulated actors' bursts in this process do not delay reading them (a
 /// separate client would not see those); dropping it stops them.
 #[derive(Debug)]
 pub struct EffectWatch {
     seen: Seen,
+    pods: Health,
+    nodes: Health,
     _thread: WatchThread,
 }
 
@@ -96,6 +134,8 @@ impl EffectWatch {
         node_prefix: &str,
     ) -> Result<EffectWatch, EffectWatchError> {
         let seen: Seen = Arc::default();
+        let (pods, nodes): (Health, Health) = Default::default();
+        let health = (pods.clone(), nodes.clone());
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -111,7 +151,7 @@ impl EffectWatch {
             .name("sim-effect-watch".into())
             .spawn(move || {
                 rt.block_on(async move {
-                    match start_watches(&path, &ns, &prefix, s).await {
+                    match start_watches(&path, &ns, &prefix, s, health).await {
                         Ok(tasks) => {
                             let _ = ready_tx.send(Ok(()));
                             let _ = stop_rx.await;
@@ -132,9 +172,17 @@ impl EffectWatch {
         });
         let watch = EffectWatch {
             seen,
+            pods,
+            nodes,
             _thread: WatchThread::new(stop_tx, thread),
         };
         started.map(|()| watch)
+    }
+
+    /// How the pod and the node watch fared so far.
+    pub fn health(&self) -> (WatchHealth, WatchHealth) {
+        let read = |h: &Health| h.lock().map(|h| h.clone()).unwrap_or_default();
+        (read(&self.pods), read(&self.nodes))
     }
 
     /// Every effect seen so far, in the order seen.
@@ -149,6 +197,7 @@ async fn start_watches(
     ns: &str,
     node_prefix: &str,
     seen: Seen,
+    (pod_health, node_health): (Health, Health),
 ) -> Result<Vec<JoinHandle<()>>, EffectWatchError> {
     let client = Client::try_from(config_of(kubeconfig).await?)?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -157,13 +206,13 @@ async fn start_watches(
     let nodes_rv = current_rv(&nodes).await?;
     let mut pod_state = PodEffects::default();
     let s = seen.clone();
-    let pod_task = tokio::spawn(watch_from(pods, pods_rv, move |ev| {
+    let pod_task = tokio::spawn(watch_from(pods, pods_rv, pod_health, move |ev| {
         if let Some(e) = pod_state.on_event(ev) {
             push(&s, e);
         }
     }));
     let mut node_state = NodeEffects::new(node_prefix);
-    let node_task = tokio::spawn(watch_from(nodes, nodes_rv, move |ev| {
+    let node_task = tokio::spawn(watch_from(nodes, nodes_rv, node_health, move |ev| {
         if let Some(e) = node_state.on_event(ev) {
             push(&seen, e);
         }
@@ -202,16 +251,30 @@ where
 
 /// Watches `api` from `rv` until aborted, handing each event to `on`;
 /// resumes from the last version seen when the stream ends or fails.
-async fn watch_from<K>(api: Api<K>, mut rv: String, mut on: impl FnMut(&WatchEvent<K>) + Send)
-where
+async fn watch_from<K>(
+    api: Api<K>,
+    mut rv: String,
+    health: Health,
+    mut on: impl FnMut(&WatchEvent<K>) + Send,
+) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     let wp = WatchParams::default().timeout(290);
     loop {
+        note(&health, |h| h.starts += 1);
         match api.watch(&wp, &rv).await {
             Ok(stream) => {
                 let mut stream = stream.boxed();
-                while let Ok(Some(ev)) = stream.try_next().await {
+                loop {
+                    let ev = match stream.try_next().await {
+                        Ok(Some(ev)) => ev,
+                        Ok(None) => break,
+                        Err(e) => {
+                            note(&health, |h| h.last_error = Some(format!("stream: {e}")));
+                            break;
+                        }
+                    };
+                    note(&health, |h| h.events += 1);
                     match &ev {
                         WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
                             if let Some(v) = o.resource_version() {
@@ -221,13 +284,30 @@ where
                         WatchEvent::Bookmark(b) => rv = b.metadata.resource_version.clone(),
                         WatchEvent::Error(e) => {
                             tracing::debug!(error = %e.message, "sim effect watch error");
+                            let why = format!("error event {}: {}", e.code, e.message);
+                            note(&health, |h| h.last_error = Some(why));
+                            // Expired: the version cannot be resumed from;
+                            // go on from the collection's current one (the
+                            // effects in between are lost, and the report
+                            // says how the watch fared).
+                            if e.code == 410
+                                && let Ok(now) = current_rv(&api).await
+                            {
+                                rv = now;
+                            }
                             break;
                         }
                     }
                     on(&ev);
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "sim effect watch"),
+            Err(e) => {
+                tracing::debug!(error = %e, "sim effect watch");
+                note(&health, |h| {
+                    h.refused += 1;
+                    h.last_error = Some(format!("start: {e}"));
+                });
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -273,8 +273,17 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
 
     let server = log.read(&env)?;
     let effects = watch.effects();
+    let (pod_watch, node_watch) = watch.health();
     drop(watch);
     let client = analyse::client_reactions(&injected, &effects);
+    if client.from_injection.count < injected.len() {
+        notes.push(format!(
+            "client clock: the effects of {} of {} faults were seen ({} effects in all); pod watch: {pod_watch}; node watch: {node_watch}",
+            client.from_injection.count,
+            injected.len(),
+            effects.len()
+        ));
+    }
     let (rss, metrics) = match ctl {
         Ctl::Child(mut child, pid, port) => {
             let rss = peak_rss_mib(pid);
@@ -605,14 +614,22 @@ async fn readyz(port: u16) -> bool {
 /// answered 200.
 async fn http_get(port: u16, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+    // Bounded: a controller that accepts but never answers must not stall
+    // the measurement (the settle loop asks every second).
+    let read = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf).await;
+        Some(buf)
+    };
+    let buf = tokio::time::timeout(Duration::from_secs(10), read)
         .await
-        .ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf).await;
+        .ok()??;
     let text = String::from_utf8_lossy(&buf);
     if !(text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200")) {
         return None;

@@ -17,10 +17,7 @@ macro_rules! e2e {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn embedded() {
-                let _watchdog = $crate::watchdog::watch(
-                    concat!(module_path!(), "::embedded"),
-                    $crate::watchdog::E2E_LIMIT,
-                );
+                let _watchdog = $crate::watchdog::start();
                 let t = std::time::Instant::now();
                 super::$name(rebound::sim::testbed::Server::Embedded).await;
                 eprintln!("{}::embedded took {:?}", module_path!(), t.elapsed());
@@ -28,10 +25,7 @@ macro_rules! e2e {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn real() {
-                let _watchdog = $crate::watchdog::watch(
-                    concat!(module_path!(), "::real"),
-                    $crate::watchdog::E2E_LIMIT,
-                );
+                let _watchdog = $crate::watchdog::start();
                 if $crate::e2e::real_server_or_skip(module_path!()) {
                     let t = std::time::Instant::now();
                     super::$name(rebound::sim::testbed::Server::Real).await;
