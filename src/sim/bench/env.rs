@@ -199,7 +199,13 @@ impl SimEnv {
             return Self::finish(bed, Server::Kubeconfig, path.clone(), description).await;
         }
         let bed = Testbed::start(cfg).await?;
-        let dir = std::env::temp_dir().join(format!("rebound-sim-{}", std::process::id()));
+        // One directory per environment, not per process: two measurements
+        // in one process (the tests run them side by side) would otherwise
+        // share a kubeconfig, and the second would point the first one's
+        // watches at its own server.
+        static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("rebound-sim-{}-{run}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|source| EnvError::Io {
             what: format!("create {}", dir.display()),
             source,
@@ -366,7 +372,13 @@ impl SimEnv {
     /// first (a failure is reported on stderr; the figures are out).
     pub async fn finish_run(self, keep_audit: Option<&Path>) {
         match self.server {
-            Server::Embedded => self.bed.cluster.shutdown().await,
+            Server::Embedded => {
+                self.bed.cluster.shutdown().await;
+                // The kubeconfig this run wrote for its embedded server.
+                if let Some(dir) = self.kubeconfig.parent() {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
             Server::Kubeconfig => self.bed.cleanup().await,
             Server::ControlPlane(cp) => {
                 if let (Some(to), Some(from)) = (keep_audit, cp.audit_log_path())
@@ -426,5 +438,39 @@ impl ServerLog {
             }
             ServerLog::None => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two embedded environments of one process (the tests measure side by
+    /// side) each get a kubeconfig of their own, naming their own server;
+    /// a shared one pointed the first run's watches at the second's server.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_embedded_environment_has_its_own_kubeconfig() {
+        let args = SimArgs::from_flags(&["--nodes", "2", "--in-process"]).expect("flags");
+        let cfg = || SimConfig {
+            nodes: 2,
+            ..SimConfig::default()
+        };
+        let a = SimEnv::start(&args, cfg()).await.expect("first");
+        let b = SimEnv::start(&args, cfg()).await.expect("second");
+        assert_ne!(a.kubeconfig, b.kubeconfig);
+        for env in [&a, &b] {
+            let text = std::fs::read_to_string(&env.kubeconfig).expect("kubeconfig");
+            assert!(
+                text.contains(&env.bed.cluster.api().url()),
+                "{} names its own server {}: {text}",
+                env.kubeconfig.display(),
+                env.bed.cluster.api().url()
+            );
+        }
+        let dir = a.kubeconfig.parent().map(Path::to_owned).expect("dir");
+        a.finish_run(None).await;
+        assert!(!dir.exists(), "removed with its run");
+        assert!(b.kubeconfig.exists(), "the other run's stays");
+        b.finish_run(None).await;
     }
 }
