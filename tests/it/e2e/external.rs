@@ -10,6 +10,7 @@ use rebound::sim::cluster::SharedCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cleans_up() {
+    let _watchdog = crate::watchdog::start();
     let path = std::env::temp_dir().join(format!(
         "rebound-e2e-bare-{}.kubeconfig",
         std::process::id()
