@@ -166,29 +166,9 @@ async fn only_generation_changes_reach_the_agents_watch(api: &Api<DynamicObject>
         .as_ref()
         .and_then(|l| l.get(STATE_LABEL))
         .cloned();
-    let selector = watch_selector(label.as_deref(), seen).expect("a labelled job is filtered");
     let rv = meta.metadata.resource_version.clone().unwrap_or_default();
-    let wp = WatchParams::default()
-        .fields(&format!("metadata.name={name}"))
-        .labels(&selector)
-        .timeout(60);
-    let events = api.watch_metadata(&wp, &rv).await.expect("watch").boxed();
-    let operator_writes = |i: u32| {
-        (
-            json!({"status": {"lastReconcileTime": format!("2026-12-02T00:00:{i:02}Z")}}),
-            json!({"metadata": {"labels": {"operator/phase": format!("p{i}")},
-                "annotations": {"operator/seen": i.to_string()}}}),
-        )
-    };
-    for i in 0..5 {
-        let (status, meta) = operator_writes(i);
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("status write");
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&meta))
-            .await
-            .expect("metadata write");
-    }
+    let events = agent_watch(api, name, label.as_deref(), seen, &rv).await;
+    operator_writes(api, name, 0..5).await;
     set_generation(api, name, seen.current + 1, seen.released).await;
     let first = received(events).await;
     let moved = Generation {
@@ -204,27 +184,50 @@ async fn only_generation_changes_reach_the_agents_watch(api: &Api<DynamicObject>
     );
     // The agent watches again from that event, excluding the new state:
     // the operator's writes that follow send nothing.
-    let selector = watch_selector(label.as_deref(), g).expect("labelled");
-    let wp = WatchParams::default()
-        .fields(&format!("metadata.name={name}"))
-        .labels(&selector)
-        .timeout(60);
-    let events = api.watch_metadata(&wp, &rv).await.expect("watch").boxed();
-    for i in 5..8 {
-        let (status, meta) = operator_writes(i);
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("status write");
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&meta))
-            .await
-            .expect("metadata write");
-    }
+    let events = agent_watch(api, name, label.as_deref(), g, &rv).await;
+    operator_writes(api, name, 5..8).await;
     let next = received(events).await;
     assert_eq!(
         next.map(|(g, _, _)| g),
         None,
         "six more writes of the operator: nothing sent"
     );
+
+    /// The watch an agent makes after seeing `label` and `g` at `rv`.
+    async fn agent_watch(
+        api: &Api<DynamicObject>,
+        name: &str,
+        label: Option<&str>,
+        g: Generation,
+        rv: &str,
+    ) -> futures::stream::BoxStream<
+        'static,
+        Result<WatchEvent<kube::core::PartialObjectMeta<DynamicObject>>, kube::Error>,
+    > {
+        let selector = watch_selector(label, g).expect("a labelled job is filtered");
+        let wp = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .labels(&selector)
+            .timeout(60);
+        api.watch_metadata(&wp, rv).await.expect("watch").boxed()
+    }
+
+    /// What the job's operator writes: its status, its own label and
+    /// annotation, once per `i`.
+    async fn operator_writes(api: &Api<DynamicObject>, name: &str, range: std::ops::Range<u32>) {
+        for i in range {
+            let status =
+                json!({"status": {"lastReconcileTime": format!("2026-12-02T00:00:{i:02}Z")}});
+            let meta = json!({"metadata": {"labels": {"operator/phase": format!("p{i}")},
+                "annotations": {"operator/seen": i.to_string()}}});
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .expect("status write");
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&meta))
+                .await
+                .expect("metadata write");
+        }
+    }
 
     /// The first change event within 2 s of quiet (generation, state label,
     /// resourceVersion), bookmarks skipped.
