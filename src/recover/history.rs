@@ -121,7 +121,9 @@ pub fn record_write_patch(seen: &ObjectMeta, w: &RecordWrite, uid: Option<&str>)
         current: w.generation,
         released: w.released,
     };
-    merge_into(&mut patch["metadata"], g.metadata_patch());
+    // A merge patch of the patch's own metadata: the generation's
+    // annotations and label join the record's (no nulls among them).
+    json_patch::merge(&mut patch["metadata"], &g.metadata_patch());
     if let Some(uid) = uid {
         patch["metadata"]["uid"] = json!(uid);
     }
@@ -147,24 +149,6 @@ pub async fn release(client: &Client, job: &JobRef, generation: u64) -> Result<(
             "merge-patch the job's restart-released",
             1,
         ))
-}
-
-/// Adds the `annotations` and `labels` of `from` to those of `into` (both
-/// object metadata in a merge patch).
-fn merge_into(into: &mut Value, from: Value) {
-    let Value::Object(from) = from else { return };
-    for (field, entries) in from {
-        let Value::Object(entries) = entries else {
-            continue;
-        };
-        let slot = &mut into[field.as_str()];
-        if !slot.is_object() {
-            *slot = json!({});
-        }
-        for (k, v) in entries {
-            slot[k.as_str()] = v;
-        }
-    }
 }
 
 /// The merge patch that appends `record` to the records in `seen`, and the
@@ -315,6 +299,47 @@ mod tests {
         assert_eq!(h.len(), 2);
         assert!(h[0].at < h[1].at, "sorted oldest first");
         assert!(h[1].pod_only);
+    }
+
+    #[test]
+    fn a_record_write_carries_the_generation_and_its_label_with_the_record() {
+        use crate::inplace::{GENERATION_ANNOTATION, RELEASED_ANNOTATION, STATE_LABEL};
+        let meta = ObjectMeta {
+            resource_version: Some("9".into()),
+            ..ObjectMeta::default()
+        };
+        let w = RecordWrite {
+            record: at(1000),
+            root_cause: None,
+            generation: 3,
+            released: 2,
+            append: true,
+        };
+        let (patch, count) = record_write_patch(&meta, &w, Some("uid-1"));
+        assert_eq!(count, 1);
+        let m = &patch["metadata"];
+        assert_eq!(m["annotations"][GENERATION_ANNOTATION], "3");
+        assert_eq!(m["annotations"][RELEASED_ANNOTATION], "2");
+        assert_eq!(m["annotations"][RESTART_COUNT_ANNOTATION], "1");
+        assert_eq!(
+            m["annotations"].get(ROOT_CAUSE_ANNOTATION),
+            Some(&Value::Null),
+            "no root cause: the merge patch clears an old one"
+        );
+        assert_eq!(m["labels"][STATE_LABEL], "3-2", "the agents' watch key");
+        assert_eq!(
+            (&m["uid"], &m["resourceVersion"]),
+            (&"uid-1".into(), &"9".into())
+        );
+        // A fallback within the same restart: no record, the new state.
+        let w = RecordWrite {
+            released: 3,
+            append: false,
+            ..w
+        };
+        let (patch, _) = record_write_patch(&meta, &w, None);
+        assert_eq!(patch["metadata"]["labels"][STATE_LABEL], "3-3");
+        assert!(patch["metadata"]["annotations"][RESTART_COUNT_ANNOTATION].is_null());
     }
 
     #[test]
