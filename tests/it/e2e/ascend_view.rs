@@ -326,7 +326,20 @@ async fn a_burst_of_faults_is_written_in_few_rate_limited_batches(server: Server
             .then_some(())
     })
     .await;
-    let writes = view_writes(&bed, VIEW_NS);
+    // The node view can show all eight before the device shard's write of
+    // the same batch, 200 ms behind it, has gone out: wait until the writes
+    // stop (1 s without one; the limiter spaces them 200 ms apart).
+    let mut writes = view_writes(&bed, VIEW_NS);
+    let mut quiet = std::time::Instant::now();
+    let settled = std::time::Instant::now();
+    while quiet.elapsed() < Duration::from_secs(1) && settled.elapsed() < T {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = view_writes(&bed, VIEW_NS);
+        if now.len() != writes.len() {
+            writes = now;
+            quiet = std::time::Instant::now();
+        }
+    }
     let burst = writes.len() - before;
     // One write per fault per ConfigMap would be 16 (a device shard and the
     // node view for each of 8 faults); batching makes it a few.
