@@ -33,6 +33,9 @@ pub struct Executor {
 /// another one now (404, a failed uid or resourceVersion precondition on
 /// a delete, an immutable uid on a patch), or the request failed.
 fn failed(e: RecoverError) -> Outcome {
+    if matches!(e, RecoverError::Superseded { .. }) {
+        return Outcome::Gone(e.to_string());
+    }
     match e.status_code() {
         Some(404) => Outcome::Gone(e.to_string()),
         Some(422) if e.to_string().contains("uid") => Outcome::Gone(e.to_string()),
@@ -107,12 +110,13 @@ impl Executor {
 
     /// Take an action token, then check leadership: the last thing before
     /// a request.
-    async fn may_act(&self) -> bool {
+    async fn may_act(&self, term: u64) -> bool {
         self.throttle.acquire().await;
-        self.leader.is_leader()
+        self.leader.leads_in(term)
     }
 
     async fn carry_out(&self, e: Effect) -> Outcome {
+        let term = e.term;
         let observe = |ex: &Executor| {
             if let Some(r) = e.received {
                 ex.metrics.reaction.observe(r.elapsed().as_secs_f64());
@@ -120,7 +124,7 @@ impl Executor {
         };
         match e.kind {
             EffectKind::RestartJob { job, how } => {
-                if !self.may_act().await {
+                if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
                 observe(self);
@@ -147,7 +151,7 @@ impl Executor {
                 let mut deleted = 0;
                 let mut gone = 0;
                 for (i, p) in pods.iter().enumerate() {
-                    if !self.may_act().await {
+                    if !self.may_act(term).await {
                         return Outcome::NotLeader;
                     }
                     if i == 0 {
@@ -184,7 +188,7 @@ impl Executor {
                 if job.kind == WorkloadKind::Pod && write.generation == write.released {
                     return Outcome::Ok("no record for a bare pod".into());
                 }
-                if !self.may_act().await {
+                if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
                 observe(self);
@@ -199,7 +203,7 @@ impl Executor {
                 }
             }
             EffectKind::Release { job, generation } => {
-                if !self.may_act().await {
+                if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
                 let r = recover::release(&self.client, &job, generation).await;
@@ -210,7 +214,7 @@ impl Executor {
                 }
             }
             EffectKind::MarkBudgetExhausted { job } => {
-                if !self.may_act().await {
+                if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
                 let api: Api<kube::api::DynamicObject> =
@@ -271,7 +275,7 @@ impl Executor {
                 reason,
                 sticky,
             } => {
-                if !self.may_act().await {
+                if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
                 observe(self);
@@ -300,7 +304,7 @@ impl Executor {
                 snapshot,
                 taint_key,
             } => {
-                if !self.may_act().await {
+                if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
                 let r = recover::uncordon(&self.client, &node, Some(&taint_key), &snapshot).await;

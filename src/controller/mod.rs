@@ -258,18 +258,19 @@ impl Loop {
         // Leadership changes.
         let mut lead_rx = self.leadership.subscribe();
         let ltx = self.tx.clone();
-        let leading_now = self.leadership.is_leader();
+        let leadership = self.leadership.clone();
         tasks.push(tokio::spawn(async move {
-            if ltx
-                .send((Input::Leader(leading_now), Instant::now()))
-                .await
-                .is_err()
-            {
+            // The term is read with each change: a lapse and a renew that
+            // the channel folded into one `true` still shows as a new term.
+            let leading_now = (leadership.is_leader(), leadership.term());
+            let input = Input::Leader(leading_now.0, leading_now.1);
+            if ltx.send((input, Instant::now())).await.is_err() {
                 return;
             }
             while lead_rx.changed().await.is_ok() {
-                let l = *lead_rx.borrow();
-                if ltx.send((Input::Leader(l), Instant::now())).await.is_err() {
+                let l = *lead_rx.borrow_and_update();
+                let input = Input::Leader(l, leadership.term());
+                if ltx.send((input, Instant::now())).await.is_err() {
                     return;
                 }
             }

@@ -16,7 +16,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, watch};
 
@@ -47,6 +47,10 @@ struct Inner {
     tx: watch::Sender<bool>,
     always: bool,
     revoked: AtomicBool,
+    /// The leadership term: raised each time this replica starts leading
+    /// (a first acquire, or a renew after its deadline had lapsed), so an
+    /// action decided in one term is never carried out in another.
+    term: AtomicU64,
 }
 
 impl Leadership {
@@ -60,6 +64,7 @@ impl Leadership {
                 tx,
                 always: true,
                 revoked: AtomicBool::new(false),
+                term: AtomicU64::new(1),
             }),
         }
     }
@@ -73,6 +78,7 @@ impl Leadership {
                 tx,
                 always: false,
                 revoked: AtomicBool::new(false),
+                term: AtomicU64::new(0),
             }),
         }
     }
@@ -119,13 +125,36 @@ impl Leadership {
         self.inner.tx.subscribe()
     }
 
+    /// The current leadership term (see [`Inner::term`]): the core tags
+    /// its effects with the term it decided them in, and the executor
+    /// carries one out only while that term lasts.
+    pub fn term(&self) -> u64 {
+        self.inner.term.load(Ordering::Acquire)
+    }
+
+    /// Whether this replica leads in `term`: leads now and has not lost
+    /// and regained leadership since `term` began.
+    pub fn leads_in(&self, term: u64) -> bool {
+        self.is_leader() && self.term() == term
+    }
+
     async fn set(&self, deadline: Option<Instant>) {
         let deadline = deadline.filter(|_| !self.is_revoked());
-        *self.inner.deadline.lock().await = deadline;
+        let mut held = self.inner.deadline.lock().await;
+        // A lapse (the deadline passed without a renew) ends a term even
+        // when no one was told: a renew after it starts a new one.
+        let was_leading =
+            self.inner.fast.load(Ordering::Acquire) && held.is_some_and(|d| Instant::now() < d);
         let leading = deadline.is_some();
+        let new_term = leading && !was_leading;
+        if new_term {
+            self.inner.term.fetch_add(1, Ordering::AcqRel);
+        }
+        *held = deadline;
+        drop(held);
         self.inner.fast.store(leading, Ordering::Release);
         self.inner.tx.send_if_modified(|v| {
-            let changed = *v != leading;
+            let changed = *v != leading || new_term;
             *v = leading;
             changed
         });

@@ -24,15 +24,24 @@ pub enum RecoverError {
         attempts: u32,
         requests: u32,
     },
+    /// The object moved on from what the action was decided for (a newer
+    /// restart generation): carrying it out would undo a later decision.
+    #[error("{target}: {request}: {why}")]
+    Superseded {
+        target: String,
+        request: String,
+        why: String,
+        requests: u32,
+    },
 }
 
 impl RecoverError {
     /// API requests made by the failed action.
     pub fn requests(&self) -> u32 {
         match self {
-            RecoverError::Api { requests, .. } | RecoverError::Conflict { requests, .. } => {
-                *requests
-            }
+            RecoverError::Api { requests, .. }
+            | RecoverError::Conflict { requests, .. }
+            | RecoverError::Superseded { requests, .. } => *requests,
         }
     }
 
@@ -40,7 +49,7 @@ impl RecoverError {
     pub fn status_code(&self) -> Option<u16> {
         match self {
             RecoverError::Api { source, .. } => api_code(source),
-            RecoverError::Conflict { .. } => Some(409),
+            RecoverError::Conflict { .. } | RecoverError::Superseded { .. } => Some(409),
         }
     }
 }

@@ -130,14 +130,70 @@ pub fn record_write_patch(seen: &ObjectMeta, w: &RecordWrite, uid: Option<&str>)
     (patch, restart_count)
 }
 
-/// Lift the in-place barrier of `generation`: one merge patch of the job's
-/// `rebound.dev/restart-released`, with the job's uid as precondition.
+/// Lift the in-place barrier of `generation`, only while it is the job's
+/// current generation: a release decided for an older generation (a
+/// retry, a replica of an earlier leadership term) must never lower
+/// `restart-released` below a newer one, nor release a newer restart's
+/// barrier before its pods wait at it.
+///
+/// One JSON patch that tests the job's uid and generation annotation, then
+/// sets the released annotation and the state label. When it is refused
+/// (422: a test failed, or the job has no labels to add to), the job is
+/// read: another generation is [`RecoverError::Superseded`], otherwise one
+/// merge patch with the read resourceVersion as precondition.
 pub async fn release(client: &Client, job: &JobRef, generation: u64) -> Result<(), RecoverError> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
+    let what = "json-patch the job's restart-released (tested against its generation)";
+    let patch = release_json_patch(job.uid.as_deref(), generation);
+    let first = api
+        .patch(
+            &job.name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await;
+    match first {
+        Ok(_) => return Ok(()),
+        Err(e) if api_code(&e) != Some(422) => return Err(api_error(&job.id(), what, 1)(e)),
+        Err(_) => {}
+    }
+    let seen = api.get(&job.name).await.map_err(api_error(
+        &job.id(),
+        "get the job to release its barrier",
+        2,
+    ))?;
+    if let (Some(want), Some(have)) = (&job.uid, &seen.metadata.uid)
+        && want != have
+    {
+        return Err(RecoverError::Superseded {
+            target: job.id(),
+            request: "release".into(),
+            why: format!("the job was recreated (uid {have}, decided for {want})"),
+            requests: 2,
+        });
+    }
+    let g = crate::inplace::Generation::from_annotations(
+        seen.metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&BTreeMap::new()),
+    );
+    if g.current != generation {
+        return Err(RecoverError::Superseded {
+            target: job.id(),
+            request: "release".into(),
+            why: format!("generation {generation} superseded by {}", g.current),
+            requests: 2,
+        });
+    }
+    if g.released >= generation {
+        return Ok(());
+    }
     let mut patch = json!({
         "metadata": crate::inplace::Generation::release_patch(generation),
     });
+    patch["metadata"]["resourceVersion"] = json!(seen.metadata.resource_version);
     if let Some(uid) = &job.uid {
         patch["metadata"]["uid"] = json!(uid);
     }
@@ -146,9 +202,30 @@ pub async fn release(client: &Client, job: &JobRef, generation: u64) -> Result<(
         .map(|_| ())
         .map_err(api_error(
             &job.id(),
-            "merge-patch the job's restart-released",
-            1,
+            "merge-patch the job's restart-released (resourceVersion precondition)",
+            3,
         ))
+}
+
+/// The JSON patch of [`release`]: tests of the uid and the generation,
+/// then the released annotation and the state label.
+pub fn release_json_patch(uid: Option<&str>, generation: u64) -> json_patch::Patch {
+    let esc = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    let g = generation.to_string();
+    let mut ops = Vec::new();
+    if let Some(uid) = uid {
+        ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+    }
+    ops.push(json!({"op": "test",
+        "path": format!("/metadata/annotations/{}", esc(crate::inplace::GENERATION_ANNOTATION)),
+        "value": g}));
+    ops.push(json!({"op": "add",
+        "path": format!("/metadata/annotations/{}", esc(crate::inplace::RELEASED_ANNOTATION)),
+        "value": g}));
+    ops.push(json!({"op": "add",
+        "path": format!("/metadata/labels/{}", esc(crate::inplace::STATE_LABEL)),
+        "value": format!("{generation}-{generation}")}));
+    serde_json::from_value(Value::Array(ops)).unwrap_or_else(|_| json_patch::Patch(Vec::new()))
 }
 
 /// The merge patch that appends `record` to the records in `seen`, and the

@@ -106,7 +106,13 @@ impl Core {
             .engine
             .classifier
             .reclassify(occ.fault.clone(), view.as_ref(), now.wall);
-        if !self.acting() {
+        let kind = match &occ.scope {
+            Scope::Pod(j) => Some(j.kind),
+            Scope::Node | Scope::NodeEvent => None,
+        };
+        // Not leading, not synced, or a relist of what this decision reads
+        // is under way: decided when that ends (the tick picks it up).
+        if !self.acting() || self.relisting_for(kind) {
             if self.ledger.needs_decision(id, c.level) {
                 self.ledger.set(id, c.level, Fate::Pending { until: None });
             }

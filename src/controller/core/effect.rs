@@ -19,6 +19,11 @@ pub struct Effect {
     pub id: EffectId,
     pub kind: EffectKind,
     pub received: Option<Instant>,
+    /// The leadership term it was decided in: the executor carries out a
+    /// destructive effect only while that term lasts, so a replica that
+    /// lost and regained leadership never acts on a decision of the
+    /// earlier term (another replica may have acted in between).
+    pub term: u64,
 }
 
 /// How a job's pods are deleted all at once.

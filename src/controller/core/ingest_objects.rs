@@ -159,6 +159,7 @@ impl Core {
         if let Some(before) = self.kinds.clone() {
             for gone in before.difference(&now) {
                 self.synced.remove(&Watched::Jobs(*gone));
+                self.store.relists.cancel(Watched::Jobs(*gone));
                 let keys: Vec<_> = self
                     .store
                     .jobs

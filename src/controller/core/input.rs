@@ -16,7 +16,7 @@ use std::time::Duration;
 /// A watch change of one kind, with reflector semantics: a relist
 /// (`Relist`, then `Apply` for every current object, then `Synced`)
 /// replaces what the core holds of that kind.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Change<K> {
     Apply(K),
     Delete(K),
@@ -44,7 +44,7 @@ impl<K> Change<K> {
 /// as large as its largest input, and during the initial list of 20,000
 /// pods thousands of slots wait (a `Node` is 1.5 KiB, a `PodSeen` a sixth
 /// of it).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Input {
     Pod(Change<PodSeen>),
     Node(Change<Box<Node>>),
@@ -60,8 +60,11 @@ pub enum Input {
     WatchError(&'static str),
     /// An effect finished.
     Done(EffectId, Outcome),
-    /// This replica's leadership changed.
-    Leader(bool),
+    /// This replica's leadership changed: whether it leads, and its term
+    /// ([`crate::k8s::leader::Leadership::term`]). A new term while leading
+    /// (leadership lapsed and came back, perhaps unnoticed) is a new
+    /// leadership: what was decided in the old one is dropped.
+    Leader(bool, u64),
     /// Periodic work: timers, resyncs, status flushes.
     Tick,
 }
@@ -69,7 +72,7 @@ pub enum Input {
 /// A pod as the core needs it, read in its watch task: the full object
 /// never waits in the core's queue (memory during the initial list of
 /// 20,000 pods), and parsing runs beside the core, not in it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct PodSeen {
     pub info: PodInfo,
     /// Its faults (none for a pod being deleted), younger than the

@@ -106,6 +106,8 @@ pub enum Scope {
 #[derive(Clone, Debug)]
 enum Waiting {
     Job(JobKey),
+    /// A release no recovery follows ([`jobs::Releasing`]).
+    Release(JobKey),
     Node(String),
     Status(effect::StatusTarget, String),
 }
@@ -123,7 +125,13 @@ pub struct Core {
     /// Installed job kinds; `None` until discovery answered once.
     kinds: Option<BTreeSet<crate::api::WorkloadKind>>,
     leading: bool,
+    /// The leadership term of `leading` (see [`Input::Leader`]).
+    term: u64,
     recoveries: HashMap<JobKey, jobs::Recovery>,
+    /// Releases of a generation no recovery follows any more (the
+    /// recovery ended by a fallback, a give-up or an error): each job's
+    /// generation, the release in flight and when to retry a failed one.
+    releasing: HashMap<JobKey, jobs::Releasing>,
     /// Restart records this process wrote that the jobs' annotations do
     /// not show yet (and bare pods', which keep none), for cooldowns.
     recorded: HashMap<JobKey, Vec<crate::policy::RestartRecord>>,
@@ -177,7 +185,9 @@ impl Core {
             synced: HashSet::new(),
             kinds: None,
             leading: false,
+            term: 0,
             recoveries: HashMap::new(),
+            releasing: HashMap::new(),
             recorded: HashMap::new(),
             written_gen: HashMap::new(),
             nodes: nodes::NodeBook::default(),
@@ -208,8 +218,10 @@ impl Core {
         self.decisions = Some(tx);
     }
 
-    /// Whether every watch the decisions read has delivered its list (job
-    /// kinds included) and no relist is under way.
+    /// Whether every watch the decisions read has delivered its first list
+    /// (job kinds included). A later relist (after a 410, a restarted
+    /// watch) pauses only what reads its kind ([`Self::relisting_for`]):
+    /// a cluster-wide Events relist must not hold every recovery.
     pub fn ready(&self) -> bool {
         const BASE: [Watched; 7] = [
             Watched::Pods,
@@ -227,7 +239,27 @@ impl Core {
             && kinds
                 .iter()
                 .all(|k| self.synced.contains(&Watched::Jobs(*k)))
-            && !self.store.relists.any_open()
+    }
+
+    /// Whether a relist is under way of a kind that a decision about a job
+    /// of `kind` (any kind: `None`) reads: its pods, the nodes, the
+    /// policies and classifications, and the job objects. Events and
+    /// device-plugin ConfigMaps only carry faults: their relists pause
+    /// nothing.
+    pub(super) fn relisting_for(&self, kind: Option<crate::api::WorkloadKind>) -> bool {
+        let r = &self.store.relists;
+        [
+            Watched::Pods,
+            Watched::Nodes,
+            Watched::Policies,
+            Watched::Classifications,
+        ]
+        .iter()
+        .any(|w| r.is_open(*w))
+            || match kind {
+                Some(k) => r.is_open(Watched::Jobs(k)),
+                None => r.any_jobs_open(),
+            }
     }
 
     /// Whether this replica leads (as last told).
@@ -260,6 +292,7 @@ impl Core {
         self.clock = now.wall;
         let was_ready = self.ready();
         let was_acting = self.acting();
+        let mut retake = false;
         match input {
             Input::Pod(c) => self.on_pod(c, now),
             Input::Node(c) => self.on_node(c, now),
@@ -278,9 +311,16 @@ impl Core {
                     .inc();
             }
             Input::Done(id, outcome) => self.on_done(id, outcome, now),
-            Input::Leader(l) => {
+            Input::Leader(l, term) => {
+                let new_term = l && term != self.term;
+                if self.leading && (!l || new_term) {
+                    self.end_term(now);
+                }
                 self.leading = l;
+                self.term = term;
                 self.metrics.leader.set(i64::from(l));
+                // Leading still, in a new term: take over afresh below.
+                retake = new_term && was_acting;
             }
             Input::Tick => self.on_tick(now),
         }
@@ -291,7 +331,7 @@ impl Core {
             );
             self.engine.breaker.total_nodes = self.store.nodes.len() as u32;
         }
-        if !was_acting && self.acting() {
+        if (!was_acting || retake) && self.acting() {
             self.take_over(now);
         }
         self.reconcile_dirty(now);
@@ -314,10 +354,53 @@ impl Core {
         }
     }
 
+    /// Leadership ended or lapsed: what was decided under it is dropped
+    /// and rebuilt from the cluster's records when leadership returns
+    /// ([`Self::take_over`]), since another replica may have acted in
+    /// between. Outcomes of its effects are ignored; the occurrences its
+    /// recoveries acted on or absorbed are decided again then (a restart
+    /// in the job's history after them makes them handled).
+    fn end_term(&mut self, now: Now) {
+        if !self.recoveries.is_empty() {
+            tracing::info!(
+                recoveries = self.recoveries.len(),
+                "leadership ended: dropping the recoveries of this term"
+            );
+        }
+        for (_, rec) in std::mem::take(&mut self.recoveries) {
+            if let Some(v) = &self.clusterd {
+                v.job_done(&rec.job);
+            }
+        }
+        self.releasing.clear();
+        self.inflight
+            .retain(|_, (w, _)| matches!(w, Waiting::Status(..)));
+        self.nodes.end_term();
+        let ids: Vec<OccurrenceId> = self.current.keys().copied().collect();
+        for id in ids {
+            if let Some(e) = self.ledger.get(id)
+                && matches!(
+                    e.fate,
+                    occurrence::Fate::Acted { .. } | occurrence::Fate::Absorbed
+                )
+            {
+                let level = e.level;
+                self.ledger
+                    .set(id, level, occurrence::Fate::Pending { until: None });
+            }
+        }
+        let _ = now;
+    }
+
     fn effect(&mut self, kind: EffectKind, received: Option<Instant>) -> EffectId {
         let id = self.next_id;
         self.next_id += 1;
-        self.out.push(Effect { id, kind, received });
+        self.out.push(Effect {
+            id,
+            kind,
+            received,
+            term: self.term,
+        });
         id
     }
 
@@ -335,6 +418,7 @@ impl Core {
         self.metrics.request("action", outcome.is_ok());
         match w {
             Waiting::Job(key) => self.job_done(&key, id, outcome, now),
+            Waiting::Release(key) => self.release_done(&key, id, outcome, now),
             Waiting::Node(name) => self.node_done(&name, id, outcome, now),
             Waiting::Status(target, text) => self.status.written(&target, text, outcome.is_ok()),
         }
@@ -395,6 +479,8 @@ impl Core {
             .map(|(k, _)| k.clone())
             .collect();
         self.dirty_jobs.extend(due);
+        let releases = self.releases_due(now.wall);
+        self.dirty_jobs.extend(releases);
         let interval = self.cfg.status_interval;
         if self.leading && every(&mut self.last_status, interval) {
             self.flush_status(now);

@@ -73,6 +73,15 @@ impl NodeBook {
         self.held.len()
     }
 
+    /// A leadership term ended: node actions in flight are no longer
+    /// followed (their outcomes are ignored); the next term reconciles
+    /// every node from what the cluster shows. What was sent stays counted
+    /// by the breaker.
+    pub fn end_term(&mut self) {
+        self.inflight.clear();
+        self.retry_at.clear();
+    }
+
     /// Forget a node that is gone.
     pub fn forget(&mut self, node: &str) {
         self.inflight.remove(node);

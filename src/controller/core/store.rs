@@ -186,9 +186,20 @@ impl Relists {
         self.open.remove(&w).flatten()
     }
 
-    /// Whether any relist is open (decisions wait for it to end).
+    /// Whether any relist is open.
     pub fn any_open(&self) -> bool {
         !self.open.is_empty()
+    }
+
+    /// Whether a relist of any job kind is open.
+    pub fn any_jobs_open(&self) -> bool {
+        self.open.keys().any(|w| matches!(w, Watched::Jobs(_)))
+    }
+
+    /// Forget an open relist of `w` (its kind was removed: no list of it
+    /// will ever end).
+    pub fn cancel(&mut self, w: Watched) {
+        self.open.remove(&w);
     }
 
     /// Whether the relist of `w` is open.

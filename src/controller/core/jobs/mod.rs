@@ -12,9 +12,12 @@
 //! [`steps`] carries a recovery through its phases, [`tiers`] handles its
 //! deadlines and end, [`resume`] picks recoveries up from the cluster.
 
+mod release;
 mod resume;
 mod steps;
 mod tiers;
+
+pub use release::Releasing;
 
 use super::effect::{DeleteAll, EffectKind, PodTarget};
 use super::occurrence::OccurrenceId;
@@ -221,7 +224,10 @@ impl Core {
         };
         let phase = Phase::Act;
         let acted = tier == Tier::InPlace;
-        let give_up = later(now.wall, cfg.fallback_after.max(Duration::from_secs(600)));
+        // After the fallback deadline (in-place tiers), never at it: a
+        // give-up checked first would skip the fallback.
+        let wait = cfg.fallback_after.max(Duration::from_secs(600));
+        let give_up = later(now.wall, cfg.fallback_after.saturating_add(wait));
         let rec = Recovery {
             job: job.clone(),
             generation,

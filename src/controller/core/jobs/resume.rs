@@ -91,7 +91,11 @@ impl Core {
                 phase,
                 started: last.at,
                 deadline,
-                give_up: later(last.at, cfg.fallback_after.max(Duration::from_secs(600))),
+                give_up: later(
+                    last.at,
+                    cfg.fallback_after
+                        .saturating_add(cfg.fallback_after.max(Duration::from_secs(600))),
+                ),
                 expected: last.pods.map(|p| p as usize).unwrap_or(0),
                 cause: Cause {
                     occurrence: 0,

@@ -3,7 +3,7 @@
 
 use super::super::effect::{EffectKind, JobRecord, Outcome, PodTarget};
 use super::super::pods::AgentPhase;
-use super::super::store::JobKey;
+use super::super::store::{JobKey, Watched};
 use super::super::{Core, Now, Waiting};
 use super::*;
 use crate::policy::RestartRecord;
@@ -18,12 +18,22 @@ impl Core {
             return;
         }
         let Some(rec) = self.recoveries.get(key) else {
+            self.ensure_released(key, now);
             return;
         };
         if rec.retry_at.is_some_and(|t| t > now.wall) {
             return;
         }
-        if rec.give_up <= now.wall {
+        // A tier whose deadline passed falls back before anything gives
+        // up (the next tier gets its own time), and a barrier every pod
+        // waits at is released whatever the time: giving up is for a
+        // recovery with nowhere left to go.
+        let deadline_due = rec.deadline.is_some_and(|d| d <= now.wall)
+            && matches!(rec.phase, Phase::Barrier | Phase::Resume)
+            && rec.acting.is_none();
+        let releasable =
+            rec.phase == Phase::Barrier && rec.acting.is_none() && self.at_barrier(key);
+        if rec.give_up <= now.wall && !deadline_due && !releasable {
             let what = format!(
                 "the job is not running again {} after its restart; rebound stops following this recovery",
                 crate::api::duration::format(Duration::from_secs(
@@ -271,6 +281,10 @@ impl Core {
         let Some(rec) = self.recoveries.get(key) else {
             return false;
         };
+        // Pods being relisted may be gone or replaced: wait for the list.
+        if self.store.relists.is_open(Watched::Pods) {
+            return false;
+        }
         let pods: Vec<_> = self
             .store
             .job_pods(key)
@@ -289,6 +303,9 @@ impl Core {
         let Some(rec) = self.recoveries.get(key) else {
             return false;
         };
+        if self.store.relists.is_open(Watched::Pods) {
+            return false;
+        }
         let pods: Vec<_> = self
             .store
             .job_pods(key)

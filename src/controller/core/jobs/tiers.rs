@@ -79,6 +79,8 @@ impl Core {
             r.deadline = None;
             r.attempts = 0;
             r.retry_at = None;
+            // The next tier's own time to bring the job back.
+            r.give_up = later(now.wall, r.cfg.fallback_after.max(Duration::from_secs(600)));
         }
         self.advance(key, now);
     }
@@ -282,5 +284,8 @@ impl Core {
             self.ledger.set(id, level, Fate::Pending { until: None });
             self.decide_current(id, now);
         }
+        // However it ended, its barrier does not stay closed (unless a
+        // new recovery of the job, decided just above, follows it).
+        self.ensure_released(key, now);
     }
 }

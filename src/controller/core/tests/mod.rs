@@ -5,7 +5,9 @@
 //! real world produces (relists, dropped and duplicated events, failed
 //! actions, leadership changes, controller restarts) can be generated.
 
+mod endings;
 mod model;
 mod property;
 mod regressions;
 mod trainjob;
+mod wiring;

@@ -141,6 +141,16 @@ impl Model {
         format!("00000000-0000-0000-0000-{:012}", self.uids)
     }
 
+    /// A new resourceVersion (the wiring module's changes).
+    pub fn bump_rv(&mut self) -> String {
+        self.bump()
+    }
+
+    /// Queue a watch change (the wiring module's changes).
+    pub fn queue_change(&mut self, k: Kind, p: Pending) {
+        self.queue(k, p)
+    }
+
     fn bump(&mut self) -> String {
         self.rv += 1;
         self.rv.to_string()

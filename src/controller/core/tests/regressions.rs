@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 pub(super) struct Bed {
     pub(super) m: Model,
     pub(super) core: Core,
-    queue: Vec<Effect>,
+    pub(super) queue: Vec<Effect>,
     pub(super) log: Vec<Effect>,
 }
 
@@ -31,7 +31,7 @@ impl Bed {
             log: Vec::new(),
         };
         let mut ins = b.m.startup();
-        ins.push(Input::Leader(true));
+        ins.push(Input::Leader(true, 1));
         b.feed(ins);
         b
     }
@@ -81,7 +81,7 @@ impl Bed {
     }
 
     /// Effects emitted so far matching `f`.
-    fn count(&self, f: impl Fn(&EffectKind) -> bool) -> usize {
+    pub(super) fn count(&self, f: impl Fn(&EffectKind) -> bool) -> usize {
         self.log.iter().filter(|e| f(&e.kind)).count()
     }
 
@@ -234,7 +234,7 @@ fn faults_present_at_start_up_wait_for_the_jobs_and_their_recorded_cooldown() {
             out.extend(core.step(i, m.now()));
         }
     };
-    feed(&mut core, vec![Input::Leader(true)], &mut emitted);
+    feed(&mut core, vec![Input::Leader(true, 1)], &mut emitted);
     feed(&mut core, rest, &mut emitted);
     assert!(!core.ready(), "the job kind's watch has not synced");
     assert!(
@@ -302,7 +302,7 @@ fn job_kinds_not_yet_discovered_hold_every_decision_until_they_are() {
     let all = m.startup();
     let mut core = model::core();
     let now = m.now();
-    core.step(Input::Leader(true), now);
+    core.step(Input::Leader(true, 1), now);
     for i in all {
         if matches!(i, Input::JobKinds(_) | Input::Job(..)) {
             continue;
@@ -389,13 +389,13 @@ fn a_fault_held_for_its_cooldown_is_acted_on_when_the_cooldown_ends() {
 #[test]
 fn faults_seen_by_a_standby_are_acted_on_when_it_takes_over() {
     let mut b = Bed::new(None);
-    b.feed(vec![Input::Leader(false)]);
+    b.feed(vec![Input::Leader(false, 1)]);
     let i = b.pod_index("j1");
     b.m.fail_pod(i);
     b.m.node_fault("n2", "79");
     b.pump();
     assert_eq!(b.restarts() + b.cordons(), 0, "a standby acts on nothing");
-    b.feed(vec![Input::Leader(true)]);
+    b.feed(vec![Input::Leader(true, 1)]);
     b.pump();
     assert!(b.restarts() >= 1, "the pod's fault, on take-over");
     assert_eq!(b.cordons(), 1, "the node's fault, on take-over");
@@ -412,7 +412,7 @@ fn the_breaker_window_and_sticky_cordons_live_in_the_cluster() {
     // in the window, so a third node's fault is held.
     b.core = model::core();
     let mut ins = b.m.startup();
-    ins.push(Input::Leader(true));
+    ins.push(Input::Leader(true, 1));
     b.feed(ins);
     b.m.node_fault("n2", "79");
     b.pump();
@@ -425,7 +425,7 @@ fn the_breaker_window_and_sticky_cordons_live_in_the_cluster() {
     b.m.node_clear("n0");
     b.core = model::core();
     let mut ins = b.m.startup();
-    ins.push(Input::Leader(true));
+    ins.push(Input::Leader(true, 1));
     b.feed(ins);
     b.pump();
     assert_ne!(

@@ -1,0 +1,242 @@
+//! Every recovery ends released, leadership is a term, relists pause only
+//! what reads their kind (issue #22): driven through the core's inputs
+//! against the model cluster with in-place wiring.
+
+use super::super::effect::EffectKind;
+use super::super::input::{Change, Input};
+use super::model::{self, KINDS};
+use super::regressions::Bed;
+use crate::api::WorkloadKind;
+use serde_json::{Value, json};
+
+/// The root policy with in-place restarts: `tiers` and `fallback`.
+fn in_place(tiers: &[&str], fallback: &str) -> Value {
+    let mut p = model::default_policy_spec();
+    p["restart"] = json!({"tiers": tiers, "fallbackAfter": fallback});
+    p
+}
+
+/// A bed whose pods are wired, its agents past the barrier.
+fn wired(spec: Value) -> Bed {
+    let mut b = Bed::new(Some(spec));
+    b.m.wire_all();
+    b.pump();
+    b
+}
+
+fn releases(b: &Bed) -> usize {
+    b.count(|k| matches!(k, EffectKind::Release { .. }))
+}
+
+/// Fail a pod of j0 and let the in-place restart raise the generation.
+fn restart_in_place(b: &mut Bed) {
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    let (current, released) = b.m.released("j0");
+    assert!(
+        current > released,
+        "the generation is raised and held: {current}/{released}"
+    );
+    assert_eq!(b.restarts(), 0, "in place, no recreate");
+}
+
+#[test]
+fn an_in_place_restart_whose_agents_reach_the_barrier_is_released() {
+    // The success path, with the agents doing their part: released once.
+    let mut b = wired(in_place(&["InPlace", "Recreate"], "2m"));
+    restart_in_place(&mut b);
+    b.m.agents(true);
+    b.pump();
+    let (current, released) = b.m.released("j0");
+    assert_eq!(current, released, "released");
+    assert_eq!(releases(&b), 1);
+    b.m.agents(true);
+    b.pass(5);
+    assert_eq!(
+        b.core.recoveries(),
+        0,
+        "the recovery ended when the job ran again"
+    );
+    assert_eq!(releases(&b), 1, "released once");
+}
+
+#[test]
+fn a_long_fallback_time_still_falls_back_before_giving_up() {
+    // fallbackAfter 15m: the give-up time used to equal the fallback
+    // deadline and was checked first, so no fallback happened at all.
+    let mut b = wired(in_place(&["InPlace", "Recreate"], "15m"));
+    restart_in_place(&mut b);
+    b.m.agents(false);
+    b.pump();
+    b.pass(15 * 60 + 2);
+    assert_eq!(b.restarts(), 1, "fell back to Recreate");
+    let (current, released) = b.m.released("j0");
+    assert_eq!(
+        current, released,
+        "the recreate's record releases the generation"
+    );
+}
+
+#[test]
+fn a_tier_list_without_recreate_ends_released() {
+    let mut b = wired(in_place(&["InPlace"], "1m"));
+    restart_in_place(&mut b);
+    b.m.agents(false);
+    b.pump();
+    b.pass(60 + 2);
+    assert_eq!(b.restarts(), 0, "no further tier: nothing recreated");
+    assert_eq!(b.core.recoveries(), 0, "the recovery ended");
+    let (current, released) = b.m.released("j0");
+    assert_eq!(current, released, "its barrier does not stay closed");
+    assert_eq!(releases(&b), 1);
+    // And a later fault of the same job restarts it afresh, in place.
+    b.pass(61);
+    b.m.agents(true);
+    b.pump();
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    let (again, _) = b.m.released("j0");
+    assert_eq!(again, current + 1, "a new restart after the one that ended");
+}
+
+#[test]
+fn a_controller_down_past_the_fallback_time_releases_or_falls_back_on_restart() {
+    for (tiers, recreated) in [(&["InPlace"][..], 0), (&["InPlace", "Recreate"][..], 1)] {
+        let mut b = wired(in_place(tiers, "1m"));
+        restart_in_place(&mut b);
+        b.m.agents(false);
+        // The controller dies before the release and is down 20 minutes.
+        b.queue.clear();
+        b.m.t += 20 * 60;
+        b.core = model::core();
+        let mut ins = b.m.startup();
+        ins.push(Input::Leader(true, 2));
+        b.feed(ins);
+        b.pump();
+        b.pass(3);
+        assert_eq!(b.restarts(), recreated, "tiers {tiers:?}");
+        let (current, released) = b.m.released("j0");
+        assert_eq!(
+            current, released,
+            "tiers {tiers:?}: the barrier is not left closed"
+        );
+    }
+}
+
+#[test]
+fn leadership_lost_and_regained_drops_the_recoveries_of_the_old_term() {
+    let mut b = Bed::new(None);
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    for k in KINDS {
+        let ins = b.m.deliver(k, 10_000);
+        b.feed(ins);
+    }
+    assert_eq!(b.restarts(), 1, "the restart left");
+    // Its answer comes back NotLeader: leadership lapsed meanwhile; another
+    // replica restarts the job (the same decision) and records it.
+    let sent = std::mem::take(&mut b.queue);
+    b.feed(vec![Input::Leader(false, 1)]);
+    for e in &sent {
+        let _ = b.m.apply(e);
+    }
+    for e in &sent {
+        b.feed(vec![Input::Done(
+            e.id,
+            super::super::effect::Outcome::NotLeader,
+        )]);
+    }
+    b.pump();
+    // This replica leads again, in a new term: nothing of the old term
+    // is acted on again; the restart in the job's history covers the
+    // fault.
+    b.feed(vec![Input::Leader(true, 2)]);
+    b.pump();
+    b.pass(5);
+    assert_eq!(b.restarts(), 1, "no second restart of the same fault");
+    assert!(
+        b.log
+            .iter()
+            .all(|e| e.term == 1 || !matches!(e.kind, EffectKind::RestartJob { .. })),
+        "no restart in the new term"
+    );
+}
+
+#[test]
+fn a_lapse_noticed_only_as_a_new_term_drops_the_old_recoveries_too() {
+    // The leadership channel folded a lapse and a renew into one `true`:
+    // the new term alone says leadership was lost.
+    let mut b = Bed::new(None);
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    for k in KINDS {
+        let ins = b.m.deliver(k, 10_000);
+        b.feed(ins);
+    }
+    assert_eq!(b.core.recoveries(), 1);
+    let sent = std::mem::take(&mut b.queue);
+    b.feed(vec![Input::Leader(true, 2)]);
+    assert_eq!(b.core.recoveries(), 1, "rebuilt at once in the new term");
+    for e in &sent {
+        b.feed(vec![Input::Done(
+            e.id,
+            super::super::effect::Outcome::NotLeader,
+        )]);
+    }
+    b.pump();
+    assert_eq!(
+        b.restarts(),
+        2,
+        "the new term decided the restart again, once"
+    );
+    assert!(
+        b.log
+            .iter()
+            .any(|e| e.term == 2 && matches!(e.kind, EffectKind::RestartJob { .. }))
+    );
+    b.pass(5);
+    assert_eq!(b.restarts(), 2, "and only once");
+}
+
+#[test]
+fn an_events_relist_does_not_hold_a_recovery() {
+    let mut b = Bed::new(None);
+    // A cluster-wide Events relist (after a 410) is under way.
+    b.feed(vec![Input::Event(Change::Relist)]);
+    assert!(b.core.ready());
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    assert_eq!(b.restarts(), 1, "restarted during the Events relist");
+    // A pods relist holds new decisions until it ends, then they go on.
+    b.feed(vec![Input::Pod(Change::Relist)]);
+    let i = b.pod_index("j1");
+    b.m.fail_pod(i);
+    let ins = b.m.deliver(model::Kind::Pods, 10_000);
+    b.feed(ins);
+    assert_eq!(b.restarts(), 1, "held while pods are relisted");
+    b.feed(vec![Input::Pod(Change::Synced)]);
+    b.pass(2);
+    assert_eq!(b.restarts(), 2, "decided once the relist ended");
+}
+
+#[test]
+fn a_removed_job_kind_leaves_the_core_ready() {
+    let mut b = Bed::new(None);
+    // The JobSet CRD is deleted while its watch relists: the relist never
+    // ends, discovery reports the kind gone.
+    b.feed(vec![Input::Job(WorkloadKind::JobSet, Change::Relist)]);
+    b.feed(vec![Input::JobKinds(Vec::new())]);
+    assert!(b.core.ready(), "a removed kind leaves the core ready");
+    // And when the kind comes back, it is waited for again until listed.
+    b.feed(vec![Input::JobKinds(vec![(
+        WorkloadKind::JobSet,
+        model::jobset_resource(),
+    )])]);
+    assert!(!b.core.ready(), "a kind installed again is listed first");
+    let ins = b.m.relist(model::Kind::Jobs);
+    b.feed(ins);
+    assert!(b.core.ready());
+}
