@@ -30,17 +30,17 @@ spec:
 /// The job kinds whose operators keep the agent's restart rule under
 /// their real CRDs (Kubeflow's v1.9 CRDs prune it: docs/in-place.md).
 #[derive(Clone, Copy, Debug)]
-enum Kind {
+pub(super) enum Kind {
     Volcano,
     JobSet,
     Batch,
 }
 
 /// Every test's job is named `j`.
-const JOB: &str = "j";
+pub(super) const JOB: &str = "j";
 
 impl Kind {
-    fn selector(self) -> &'static str {
+    pub(super) fn selector(self) -> &'static str {
         match self {
             Kind::Volcano => "volcano.sh/job-name=j",
             Kind::JobSet => "jobset.sigs.k8s.io/jobset-name=j",
@@ -48,7 +48,7 @@ impl Kind {
         }
     }
 
-    fn resource(self) -> kube::api::ApiResource {
+    pub(super) fn resource(self) -> kube::api::ApiResource {
         match self {
             Kind::Volcano => volcano::job_resource(),
             Kind::JobSet => jobset::api_resource(),
@@ -56,7 +56,7 @@ impl Kind {
         }
     }
 
-    async fn create(self, bed: &Testbed, ns: &str, n: u32, opts: &JobOptions) {
+    pub(super) async fn create(self, bed: &Testbed, ns: &str, n: u32, opts: &JobOptions) {
         let c = &bed.cluster;
         match self {
             Kind::Volcano => c
@@ -73,7 +73,11 @@ impl Kind {
     }
 }
 
-async fn job_annotations(bed: &Testbed, ns: &str, kind: Kind) -> BTreeMap<String, String> {
+pub(super) async fn job_annotations(
+    bed: &Testbed,
+    ns: &str,
+    kind: Kind,
+) -> BTreeMap<String, String> {
     Api::<DynamicObject>::namespaced_with(bed.client(), ns, &kind.resource())
         .get(JOB)
         .await
@@ -101,12 +105,18 @@ fn ready(p: &Pod) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-fn uid(p: &Pod) -> String {
+pub(super) fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().unwrap_or_default()
 }
 
 /// A job of `n` pods (wired or not), running; its pods.
-async fn running_job(bed: &Testbed, ns: &str, kind: Kind, n: u32, wired: bool) -> Vec<Pod> {
+pub(super) async fn running_job(
+    bed: &Testbed,
+    ns: &str,
+    kind: Kind,
+    n: u32,
+    wired: bool,
+) -> Vec<Pod> {
     let mut opts = JobOptions::labels(&[OPT_IN]);
     if wired {
         opts = opts.wired();
