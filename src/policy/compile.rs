@@ -208,6 +208,19 @@ impl CompiledPolicy {
             .restart_budget
             .as_ref()
             .map(|b| -> Result<Budget, InvalidObject> {
+                // The budget counts the restarts kept on the job: one above
+                // what is kept could never be used up.
+                if b.max_restarts as usize > super::KEPT_RESTARTS {
+                    return Err(InvalidObject {
+                        field: "spec.restartBudget.maxRestarts".into(),
+                        reason: "InvalidBudget",
+                        message: format!(
+                            "{} is more than the {} restarts rebound keeps on a job (its restart-history annotation): such a budget could never be used up",
+                            b.max_restarts,
+                            super::KEPT_RESTARTS
+                        ),
+                    });
+                }
                 Ok(Budget {
                     max_restarts: b.max_restarts,
                     window: b

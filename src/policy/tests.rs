@@ -582,3 +582,37 @@ fn node_actions_need_trust_respect_the_breaker_and_are_idempotent() {
     let d = e.decide(fault("a", true), Some(&done), None, &[], now());
     assert_eq!(d.node.unwrap().skip, Some(Skip::AlreadyApplied));
 }
+
+#[test]
+fn a_budget_larger_than_the_kept_history_is_refused() {
+    let budget = |n: u32| {
+        policy(
+            "team-a",
+            &format!("budget-{n}"),
+            RecoveryPolicySpec {
+                restart_budget: Some(RestartBudget {
+                    max_restarts: n,
+                    window: None,
+                    count_infrastructure: false,
+                }),
+                ..Default::default()
+            },
+        )
+    };
+    let mut s = PolicySet::new(ROOT);
+    // The most the history can show is accepted...
+    assert!(s.upsert(&budget(KEPT_RESTARTS as u32)).is_ok());
+    // ...one more could never be used up: refused with the reason.
+    let e = s.upsert(&budget(KEPT_RESTARTS as u32 + 1)).unwrap_err();
+    assert_eq!(
+        (e.field.as_str(), e.reason),
+        ("spec.restartBudget.maxRestarts", "InvalidBudget")
+    );
+    assert!(e.message.contains("never be used up"), "{}", e.message);
+    // And the CRD's schema says the same to kubectl.
+    let schema = serde_json::to_value(schemars::schema_for!(RestartBudget)).unwrap_or_default();
+    assert_eq!(
+        schema["properties"]["maxRestarts"]["maximum"],
+        serde_json::json!(KEPT_RESTARTS)
+    );
+}

@@ -19,9 +19,9 @@ pub const LAST_RESTART_ANNOTATION: &str = "rebound.dev/last-restart";
 pub const RESTART_HISTORY_ANNOTATION: &str = "rebound.dev/restart-history";
 /// The pod named as root cause of the last restart (absent when unknown).
 pub const ROOT_CAUSE_ANNOTATION: &str = "rebound.dev/root-cause";
-/// How many restarts the history keeps: enough for any budget window in
-/// practice, small enough for the 256 KiB annotation limit.
-pub const HISTORY_LEN: usize = 20;
+/// How many restarts the history keeps (the policy's own bound, which
+/// budgets are checked against).
+pub const HISTORY_LEN: usize = crate::policy::KEPT_RESTARTS;
 
 /// Attempts of the resourceVersion-guarded patch before giving up (a job
 /// operator rewriting the job's status during its restart conflicts often).

@@ -152,6 +152,12 @@ impl Core {
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {
             let key = job_key(&r);
+            // Restarted for this very occurrence already (another job
+            // concerned by it was held, so it is decided again).
+            if self.acted_for.get(&id).is_some_and(|s| s.contains(&key)) {
+                fates.push(Fate::Handled);
+                continue;
+            }
             if let Some(r) = self.recoveries.get_mut(&key) {
                 // Restarting every process, and none started again yet:
                 // this restart covers a software fault seen now.
@@ -371,6 +377,7 @@ impl Core {
         if jref.uid.is_none() {
             jref.uid = self.store.jobs.get(&key).and_then(|i| i.uid.clone());
         }
+        let acted_key = key.clone();
         let generation = self.start_recovery(
             key,
             jref,
@@ -382,6 +389,7 @@ impl Core {
             occ.received,
             now,
         );
+        self.acted_for.entry(id).or_default().insert(acted_key);
         Fate::Acted { generation }
     }
 
@@ -466,9 +474,10 @@ fn aggregate(fates: Vec<Fate>) -> Fate {
     if fates.is_empty() {
         return Fate::Skipped("NoAffectedJob");
     }
-    if let Some(f) = fates.iter().find(|f| matches!(f, Fate::Acted { .. })) {
-        return f.clone();
-    }
+    // A job held for its cooldown keeps the occurrence pending even when
+    // another job was acted on: decided again when the cooldown ends, the
+    // acted job is then recognised (its recovery absorbs it, or its
+    // history shows the restart) and the held one restarts.
     let until = fates
         .iter()
         .filter_map(|f| match f {
@@ -478,6 +487,9 @@ fn aggregate(fates: Vec<Fate>) -> Fate {
         .min();
     if let Some(until) = until {
         return Fate::Pending { until };
+    }
+    if let Some(f) = fates.iter().find(|f| matches!(f, Fate::Acted { .. })) {
+        return f.clone();
     }
     for want in [Fate::Absorbed, Fate::Handled] {
         if fates.contains(&want) {

@@ -36,6 +36,7 @@ impl Core {
         };
         for id in old.iter().filter(|id| !new_ids.contains(id)) {
             self.current.remove(id);
+            self.acted_for.remove(id);
             if let Some(e) = self.ledger.get(*id)
                 && matches!(e.fate, occurrence::Fate::Pending { .. })
             {

@@ -121,6 +121,11 @@ pub struct Core {
     /// Occurrences whose carrier is present, and the carriers' occurrences.
     current: HashMap<OccurrenceId, Occurrence>,
     carriers: HashMap<String, Vec<OccurrenceId>>,
+    /// The jobs this term restarted for each current occurrence: when the
+    /// occurrence is decided again (another job it concerns was held for
+    /// its cooldown), these are handled, whatever the timestamps' second
+    /// resolution says.
+    acted_for: HashMap<OccurrenceId, BTreeSet<JobKey>>,
     synced: HashSet<Watched>,
     /// Installed job kinds; `None` until discovery answered once.
     kinds: Option<BTreeSet<crate::api::WorkloadKind>>,
@@ -182,6 +187,7 @@ impl Core {
             ledger: Ledger::default(),
             current: HashMap::new(),
             carriers: HashMap::new(),
+            acted_for: HashMap::new(),
             synced: HashSet::new(),
             kinds: None,
             leading: false,
@@ -373,6 +379,7 @@ impl Core {
             }
         }
         self.releasing.clear();
+        self.acted_for.clear();
         self.inflight
             .retain(|_, (w, _)| matches!(w, Waiting::Status(..)));
         self.nodes.end_term();

@@ -7,6 +7,7 @@
 
 mod endings;
 mod model;
+mod node_faults;
 mod property;
 mod regressions;
 mod trainjob;

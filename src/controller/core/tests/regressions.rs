@@ -20,7 +20,11 @@ impl Bed {
     /// A cluster of 4 nodes and 2 JobSets of 2 pods, the root policy
     /// `spec` (the model's default when `None`), a leading core.
     pub(super) fn new(spec: Option<Value>) -> Bed {
-        let mut m = Model::new(4, 2, 2);
+        Bed::on(Model::new(4, 2, 2), spec)
+    }
+
+    /// [`Bed::new`] on the model cluster `m`.
+    pub(super) fn on(mut m: Model, spec: Option<Value>) -> Bed {
         if let Some(s) = spec {
             m.policy = s;
         }
