@@ -16,6 +16,17 @@ pub enum RecoverError {
         #[source]
         source: kube::Error,
     },
+    /// An object of the name rebound chose for one of its own exists and
+    /// is not rebound's (a Volcano Command of that name for another job):
+    /// acting as if it were ours could skip a restart.
+    #[error("{target}: {request}: {name} exists and is not ours: {why}")]
+    NotOurs {
+        target: String,
+        request: String,
+        name: String,
+        why: String,
+        requests: u32,
+    },
     /// An optimistic-concurrency write kept losing to other writers.
     #[error("{target}: {request}: still conflicting after {attempts} attempts")]
     Conflict {
@@ -30,9 +41,9 @@ impl RecoverError {
     /// API requests made by the failed action.
     pub fn requests(&self) -> u32 {
         match self {
-            RecoverError::Api { requests, .. } | RecoverError::Conflict { requests, .. } => {
-                *requests
-            }
+            RecoverError::Api { requests, .. }
+            | RecoverError::Conflict { requests, .. }
+            | RecoverError::NotOurs { requests, .. } => *requests,
         }
     }
 
@@ -41,6 +52,7 @@ impl RecoverError {
         match self {
             RecoverError::Api { source, .. } => api_code(source),
             RecoverError::Conflict { .. } => Some(409),
+            RecoverError::NotOurs { .. } => None,
         }
     }
 }

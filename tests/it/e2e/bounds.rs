@@ -5,6 +5,7 @@
 use super::*;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use kube::api::{ObjectMeta, PostParams};
+use rebound::sim::cluster::SimConfig;
 use std::collections::BTreeMap;
 
 /// This process's resident memory in MiB (the controller runs in it).
@@ -117,3 +118,114 @@ async fn a_tenant_event_with_a_huge_count_changes_nothing_outside_its_namespace(
 }
 
 e2e!(a_tenant_event_with_a_huge_count_changes_nothing_outside_its_namespace);
+
+/// The Volcano Jobs of `ns`.
+async fn volcano_job(bed: &Testbed, ns: &str, name: &str) -> DynamicObject {
+    Api::<DynamicObject>::namespaced_with(
+        bed.client(),
+        ns,
+        &rebound::sim::actors::volcano::job_resource(),
+    )
+    .get(name)
+    .await
+    .expect("the Volcano job")
+}
+
+/// The Volcano Commands of `ns`.
+async fn commands(bed: &Testbed, ns: &str) -> Vec<DynamicObject> {
+    Api::<DynamicObject>::namespaced_with(
+        bed.client(),
+        ns,
+        &rebound::sim::actors::volcano::command_resource(),
+    )
+    .list(&ListParams::default())
+    .await
+    .map(|l| l.items)
+    .unwrap_or_default()
+}
+
+async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
+    // Volcano's controller runs as a task of the test, so that it can be
+    // down while the restart is retried: a lost answer restarts twice only
+    // when the retry comes before Volcano takes the first Command, as
+    // behind a busy or restarting Volcano controller.
+    let cfg = SimConfig {
+        nodes: 4,
+        operators: rebound::sim::cluster::Operators {
+            volcano: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (bed, ctl) = bed_with(server, 4, "", Some(cfg)).await;
+    let ml = bed.ns("ml");
+    let volcano = tokio::spawn(rebound::sim::actors::volcano::run(bed.client()));
+    bed.cluster
+        .create_volcano_job(&ml, "vc", 2, &[OPT_IN])
+        .await
+        .expect("create the Volcano job");
+    let sel = "volcano.sh/job-name=vc";
+    wait("vc running", T, || async {
+        (running(&bed, &ml, sel).await.len() >= 2).then_some(())
+    })
+    .await;
+    volcano.abort();
+    let _ = volcano.await;
+
+    bed.inject()
+        .lose_next_answers(1, 504, Some("create"), Some("commands"));
+    let pod = running(&bed, &ml, sel).await[0].clone();
+    let pname = pod.metadata.name.clone().expect("name");
+    let cname = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers[0].name.clone())
+        .expect("a container");
+    bed.cluster
+        .fail_container(&ml, &pname, &cname, 1, "Error")
+        .await
+        .expect("fail");
+    let tries = || {
+        bed.requests()
+            .into_iter()
+            .filter(|r| by_controller(r) && r.verb == "create" && r.resource == "commands")
+            .map(|r| r.status)
+            .collect::<Vec<_>>()
+    };
+    // The first create is carried out and answered 504; the retry (after
+    // the core's back-off) meets that Command.
+    let statuses = wait("the controller retried the Command", T, || async {
+        let s = tries();
+        (s.len() >= 2).then_some(s)
+    })
+    .await;
+    assert_eq!(statuses[0], 504, "{statuses:?}");
+    assert_eq!(
+        statuses[1], 409,
+        "the retry met its own Command: {statuses:?}"
+    );
+    let cmds = commands(&bed, &ml).await;
+    assert_eq!(cmds.len(), 1, "one Command for one restart");
+
+    // Volcano comes back and runs what it finds: one restart.
+    let volcano = tokio::spawn(rebound::sim::actors::volcano::run(bed.client()));
+    wait("vc restarted and running again", T, || async {
+        let job = volcano_job(&bed, &ml, "vc").await;
+        let again = job.data["status"]["version"].as_i64() >= Some(1)
+            && commands(&bed, &ml).await.is_empty()
+            && running(&bed, &ml, sel).await.len() >= 2;
+        again.then_some(())
+    })
+    .await;
+    let job = volcano_job(&bed, &ml, "vc").await;
+    assert_eq!(
+        job.data["status"]["retryCount"], 1,
+        "{}",
+        job.data["status"]
+    );
+    assert_eq!(tries().len(), 2, "no further Command");
+    volcano.abort();
+    ctl.shutdown().await;
+}
+
+e2e!(a_volcano_restart_whose_answer_is_lost_is_one_command);
