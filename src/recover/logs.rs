@@ -373,6 +373,33 @@ fn config_map_name(job: &str, now: DateTime<Utc>) -> String {
     format!("rebound-logs-{}{suffix}", job.trim_end_matches(['-', '.']))
 }
 
+/// Most bytes of the [`NODES_ANNOTATION`]: an object's annotations hold
+/// at most 256 KiB together, and a job of thousands of pods would exceed
+/// them (the ConfigMap, logs and all, refused).
+pub const NODES_ANNOTATION_MAX: usize = 64 * 1024;
+
+/// The pod → node JSON map, as many pods (in name order) as fit in
+/// [`NODES_ANNOTATION_MAX`].
+fn nodes_annotation(pods: &[PodLogTarget]) -> String {
+    let mut nodes: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut size = 2;
+    let mut sorted: Vec<(&str, &str)> = pods
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.node.as_deref()?)))
+        .collect();
+    sorted.sort_unstable();
+    for (pod, node) in sorted {
+        // `"pod":"node",` with room for JSON escapes.
+        let entry = 2 * (pod.len() + node.len()) + 6;
+        if size + entry > NODES_ANNOTATION_MAX {
+            break;
+        }
+        size += entry;
+        nodes.insert(pod, node);
+    }
+    serde_json::to_string(&nodes).unwrap_or_default()
+}
+
 fn log_config_map_meta(job: &JobRef, name: &str, pods: &[PodLogTarget]) -> ObjectMeta {
     let mut labels = BTreeMap::from([
         (
@@ -385,16 +412,9 @@ fn log_config_map_meta(job: &JobRef, name: &str, pods: &[PodLogTarget]) -> Objec
     if job.name.len() <= 63 {
         labels.insert(JOB_LABEL.to_string(), job.name.clone());
     }
-    let nodes: BTreeMap<&str, &str> = pods
-        .iter()
-        .filter_map(|p| Some((p.name.as_str(), p.node.as_deref()?)))
-        .collect();
     let annotations = BTreeMap::from([
         (JOB_LABEL.to_string(), job.id()),
-        (
-            NODES_ANNOTATION.to_string(),
-            serde_json::to_string(&nodes).unwrap_or_default(),
-        ),
+        (NODES_ANNOTATION.to_string(), nodes_annotation(pods)),
     ]);
     let owner = match job.kind {
         WorkloadKind::Pod => None,
@@ -540,6 +560,22 @@ mod tests {
             CONFIG_MAP_LIMIT - CONFIG_MAP_HEADROOM - 1000
         );
         assert_eq!(data_budget(u32::MAX, usize::MAX), 0);
+    }
+
+    #[test]
+    fn the_nodes_annotation_of_a_huge_job_stays_bounded() {
+        let pods: Vec<PodLogTarget> = (0..20_000)
+            .map(|i| PodLogTarget {
+                name: format!("pt-worker-{i}"),
+                node: Some(format!("node-{i:05}")),
+                ..PodLogTarget::default()
+            })
+            .collect();
+        let a = nodes_annotation(&pods);
+        assert!(a.len() <= NODES_ANNOTATION_MAX, "{}", a.len());
+        let map: BTreeMap<String, String> = serde_json::from_str(&a).expect("json");
+        assert!(map.len() > 1000, "{}", map.len());
+        assert_eq!(nodes_annotation(&pods[..2]).matches(':').count(), 2);
     }
 
     #[test]
