@@ -233,7 +233,8 @@ impl FoldState {
                 e.event != EventState::Restored
             };
             if new && fault.counts_repeats() {
-                e.count = e.count.saturating_add(1);
+                // Capped where every reader clamps it anyway.
+                e.count = (e.count + 1).min(u64::from(crate::fault::wire::MAX_COUNT));
             }
             e.last_seen = e.last_seen.max(at);
             e.fault = fault;
@@ -285,7 +286,7 @@ impl FoldState {
                     .unwrap_or(now)
                     .min(now)
                     .max(first_seen.min(now)),
-                count: count.max(1),
+                count: u64::from(crate::fault::wire::clamp_count(count)),
                 sticky,
                 event: EventState::Restored,
                 seq,

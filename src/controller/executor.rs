@@ -128,7 +128,11 @@ impl Executor {
                     return Outcome::NotLeader;
                 }
                 observe(self);
-                let r = recover::restart_job(&self.client, &job).await;
+                let generation = match &how {
+                    DeleteAll::VolcanoCommand { generation } => Some(*generation),
+                    DeleteAll::Selector(_) => None,
+                };
+                let r = recover::restart_job(&self.client, &job, generation).await;
                 self.metrics.request("delete", r.is_ok());
                 match r {
                     Ok(o) => Outcome::Ok(match (o.path, how) {

@@ -54,11 +54,12 @@ impl ControllerHandle {
         self.decisions.subscribe()
     }
 
-    /// Stop gracefully: finish the actions in flight, then release the
+    /// Stop gracefully: act on nothing new, finish the actions in flight
+    /// (at most [`SHUTDOWN_DRAIN`]), clear leadership, then release the
     /// Lease.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        let _ = tokio::time::timeout(SHUTDOWN_DRAIN + Duration::from_secs(5), self.task).await;
     }
 
     /// Stop at once, as if the process were killed (no Lease release).
@@ -332,9 +333,33 @@ impl Loop {
             self.leadership.revoke();
             let _ = self.fatal.send(Some(why));
         } else {
-            // Let the actions in flight finish before giving up the Lease:
-            // the next leader must see their results, not race them.
-            self.executor.drain(Duration::from_secs(5)).await;
+            // The shutdown order: no new effects, the ones in flight
+            // finished, then the Lease given up. The core leads no more
+            // (what it asks for now is not carried out); the actions in
+            // flight may take as long as any effect may (the Lease is
+            // still renewed meanwhile), so the next leader sees their
+            // results rather than racing them; then the Lease loop clears
+            // leadership and only then releases the Lease.
+            let now = Now {
+                wall: chrono::Utc::now(),
+                mono: Instant::now(),
+            };
+            let dropped = self
+                .core
+                .step(Input::Leader(false, self.leadership.term()), now);
+            if !dropped.is_empty() {
+                tracing::debug!(
+                    effects = dropped.len(),
+                    "shutting down: effects not carried out"
+                );
+            }
+            self.executor.drain(SHUTDOWN_DRAIN).await;
+            if self.executor.in_flight() > 0 {
+                tracing::warn!(
+                    in_flight = self.executor.in_flight(),
+                    "shutting down with effects still in flight after {SHUTDOWN_DRAIN:?}"
+                );
+            }
         }
         let _ = self.lease_stop.send(true);
         if let Some(t) = self.lease_task {
@@ -343,6 +368,12 @@ impl Loop {
         self.http_task.abort();
     }
 }
+
+/// Longest a graceful shutdown waits for the effects in flight: as long
+/// as any one effect may take ([`executor::EFFECT_TIMEOUT`]), and a second
+/// for its outcome. The Deployment's `terminationGracePeriodSeconds`
+/// leaves room for it.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(executor::EFFECT_TIMEOUT.as_secs() + 1);
 
 /// The User-Agent of the controller's requests (`rebound-controller/0.1.0`):
 /// the API server's default field manager, and what audit logs show.

@@ -132,7 +132,7 @@ fn structured(
         f.last_seen = t;
     }
     if let Some(n) = wf.count {
-        f.count = f.count.max(u32::try_from(n).unwrap_or(u32::MAX));
+        f.count = f.count.max(wire::clamp_count(n));
     }
     f.message = wf.message.or_else(|| ev.message.clone());
     Ok(f)
@@ -192,7 +192,8 @@ fn base(ev: &Event, code: &str, root_namespace: &str, now: DateTime<Utc>) -> Fau
         .and_then(|s| s.count)
         .or(ev.count)
         .unwrap_or(1);
-    f.count = u32::try_from(count).unwrap_or(1).max(1);
+    // A tenant writes this number: clamped before anything counts it.
+    f.count = wire::clamp_count(u64::try_from(count).unwrap_or(1));
     let obj = &ev.involved_object;
     if obj.kind.as_deref() == Some("Pod") {
         f.pod = obj.name.clone();
@@ -274,6 +275,23 @@ mod tests {
             "2026-01-01T11:00:00Z".parse::<DateTime<Utc>>().unwrap()
         );
         assert!(!f.trusted);
+    }
+
+    #[test]
+    fn a_tenant_count_is_clamped() {
+        let ev = event(
+            "team-a",
+            json!({"kcover.io/need-recovery": "true"}),
+            json!({"lastTimestamp": "2026-01-01T11:00:00Z", "count": i32::MAX}),
+        );
+        let f = event_fault(&ev, ROOT, now()).unwrap().unwrap();
+        assert_eq!(f.count, wire::MAX_COUNT);
+        let ev = event(
+            "team-a",
+            json!({"kcover.io/need-recovery": "true"}),
+            json!({"count": -5}),
+        );
+        assert_eq!(event_fault(&ev, ROOT, now()).unwrap().unwrap().count, 1);
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<F
                             f.last_seen = t;
                         }
                         if let Some(n) = count {
-                            f.count = u32::try_from(n).unwrap_or(u32::MAX).max(1);
+                            f.count = wire::clamp_count(n);
                         }
                         f
                     }

@@ -7,6 +7,20 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The largest repeat count any reader keeps (`n=`, the annotation's
+/// `count`, an Event's `count` or `series.count`); larger ones are read as
+/// this. A count only feeds escalations (`times` within a window) and CEL's
+/// `fault.count`, and no sane threshold comes near a million, while a
+/// tenant or a broken reporter can write up to `u64::MAX`: clamped at the
+/// parse, the number is harmless wherever it travels.
+pub const MAX_COUNT: u32 = 1_000_000;
+
+/// `n` clamped to `1..=MAX_COUNT` (a count of 0 is one sighting: the
+/// carrier exists).
+pub fn clamp_count(n: u64) -> u32 {
+    u32::try_from(n.clamp(1, u64::from(MAX_COUNT))).unwrap_or(MAX_COUNT)
+}
+
 /// Event annotation carrying one structured fault as JSON ([`WireFault`]).
 pub const FAULT_ANNOTATION: &str = "rebound.dev/fault";
 /// kcover's Event annotation (`"true"`): kept so kcover users migrate unchanged.
@@ -41,7 +55,8 @@ pub struct WireFault {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<String>,
     /// How many times the reporter saw it since `at` (folded repeats): each
-    /// is an occurrence of its own, counted once.
+    /// is an occurrence of its own, counted once. Readers clamp it to
+    /// [`MAX_COUNT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
 }
@@ -72,8 +87,12 @@ pub enum WireError {
 }
 
 /// Parse the `rebound.dev/fault` annotation value.
+///
+/// The count is clamped to [`MAX_COUNT`] here, before anything trusts it.
 pub fn parse_annotation(value: &str) -> Result<WireFault, WireError> {
-    Ok(serde_json::from_str(value)?)
+    let mut f: WireFault = serde_json::from_str(value)?;
+    f.count = f.count.map(|n| u64::from(clamp_count(n)));
+    Ok(f)
 }
 
 /// Render the `rebound.dev/fault` annotation value.
@@ -143,7 +162,9 @@ fn parse_condition_line(line: &str) -> Result<WireFault, WireError> {
                 "device" => f.device = Some(v.to_string()),
                 "node" => f.node = Some(v.to_string()),
                 "at" => f.at = Some(v.to_string()),
-                "n" => f.count = v.parse().ok(),
+                // Clamped at the parse: the agent restores its counts from
+                // these lines, and the controller names occurrences by them.
+                "n" => f.count = v.parse::<u64>().ok().map(|n| u64::from(clamp_count(n))),
                 _ => {}
             }
         }
@@ -224,6 +245,26 @@ mod tests {
             .remove(0)
             .unwrap();
         assert_eq!((old.at, old.count), (None, None));
+    }
+
+    #[test]
+    fn counts_are_clamped_where_they_are_read() {
+        let line = format!("source=NvidiaXid code=13 n={}", u64::MAX);
+        let f = parse_condition_message(&line).remove(0).unwrap();
+        assert_eq!(f.count, Some(u64::from(MAX_COUNT)));
+        let f = parse_condition_message("source=NvidiaXid code=13 n=0")
+            .remove(0)
+            .unwrap();
+        assert_eq!(f.count, Some(1));
+        let ann = format!(
+            r#"{{"source":"NvidiaXid","code":"13","count":{}}}"#,
+            u64::MAX
+        );
+        assert_eq!(
+            parse_annotation(&ann).unwrap().count,
+            Some(u64::from(MAX_COUNT))
+        );
+        assert_eq!(clamp_count(7), 7);
     }
 
     #[test]

@@ -67,15 +67,13 @@ impl Default for InjectOptions {
 }
 
 impl InjectOptions {
-    /// Refuse settings a pod cannot work with: an exit code outside 1-255
-    /// can never be seen (0 is a clean exit), port 0 is refused by the API
-    /// server, and an empty image by the kubelet.
+    /// Refuse settings a pod cannot work with: an exit code the agent can
+    /// also end with when it fails, or that is never seen
+    /// ([`super::exit_code_conflict`]), port 0 (refused by the API server),
+    /// and an empty image (refused by the kubelet).
     pub fn validate(&self) -> Result<(), String> {
-        if !(1..=255).contains(&self.exit_code) {
-            return Err(format!(
-                "--exit-code {}: must be 1-255 (a process exit status; 0 is a clean exit)",
-                self.exit_code
-            ));
+        if let Some(why) = super::exit_code_conflict(self.exit_code) {
+            return Err(format!("--exit-code {}: {why}", self.exit_code));
         }
         if self.probe_port == 0 {
             return Err("--probe-port 0: must be 1-65535".into());
@@ -631,6 +629,22 @@ mod tests {
             },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        // The agent's own failure exits would restart the whole pod.
+        for code in [1, 2, 101, 126, 127, 134, 137, 139, 143, 255] {
+            let bad = InjectOptions {
+                exit_code: code,
+                ..ok.clone()
+            };
+            let err = bad.validate().expect_err("a failure exit");
+            assert!(err.contains(&format!("--exit-code {code}")), "{err}");
+        }
+        for code in [DEFAULT_EXIT_CODE, 42, 90, 200] {
+            let good = InjectOptions {
+                exit_code: code,
+                ..ok.clone()
+            };
+            assert!(good.validate().is_ok(), "{code}");
         }
     }
 

@@ -36,7 +36,8 @@ pub struct InjectArgs {
     #[arg(long, default_value = DEFAULT_IMAGE, env = "REBOUND_INJECT_IMAGE")]
     pub image: String,
     /// Exit code of the agent that the pods' `RestartAllContainers` rule
-    /// matches (1-255; the controller reads it from the rule).
+    /// matches (1-255, none the agent can fail with: not 1, 2, 101,
+    /// 126-192 or 255; the controller reads it from the rule).
     #[arg(long, default_value_t = DEFAULT_EXIT_CODE)]
     pub exit_code: i32,
     /// Port of the agent's `/barrier` startup probe (must be free in the

@@ -45,7 +45,47 @@ pub const AGENT_CONTAINER: &str = "rebound-restart-agent";
 /// The agent's exit code that the pod's restart rule matches, unless
 /// `rebound inject --exit-code` chose another one (the controller reads the
 /// code from the rule, never assumes it).
+///
+/// 87 is none of the codes the agent's container can end with when it
+/// fails ([`exit_code_conflict`]): a failing agent must never be read as
+/// "restart every container of the pod".
 pub const DEFAULT_EXIT_CODE: i32 = 87;
+
+/// Why `code` cannot be the agent's restart exit code, if it cannot: the
+/// `RestartAllContainers` rule matches the code alone, so a code the agent
+/// also ends with when it fails would turn a crash, a kill or a bad flag
+/// into a restart of the whole pod (and of its job's ranks). Refused: 0
+/// and out of 1-255 (never seen), 1 (an error returned from `main`), 2
+/// (a command-line error), 101 (a Rust panic), 126-127 (the shell's "not
+/// executable" and "not found"), 128-192 (killed by a signal, 128 + its
+/// number: 137 SIGKILL, 143 SIGTERM, 139 SIGSEGV, real-time signals up to
+/// 64) and 255 (`exit(-1)`).
+pub fn exit_code_conflict(code: i32) -> Option<&'static str> {
+    match code {
+        i32::MIN..=0 | 256..=i32::MAX => {
+            Some("not a process exit status that restarts (1-255; 0 is a clean exit)")
+        }
+        1 => Some("the agent's own error exit"),
+        2 => Some("the agent's command-line error exit"),
+        101 => Some("a Rust panic's exit"),
+        126 | 127 => Some("the shell's exit for a command not executable or not found"),
+        128..=192 => Some("the exit of a process killed by a signal (128 + the signal)"),
+        255 => Some("the exit of exit(-1)"),
+        _ => None,
+    }
+}
+
+/// Parse an exit code for the agent's rule, refusing [`exit_code_conflict`]s.
+pub fn parse_exit_code(s: &str) -> Result<i32, String> {
+    let code: i32 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not an exit code: {e}"))?;
+    match exit_code_conflict(code) {
+        Some(why) => Err(format!("{code} cannot be the restart exit code: {why}")),
+        None => Ok(code),
+    }
+}
 /// The port of the agent's startup probe (`GET /barrier`).
 pub const DEFAULT_PROBE_PORT: u16 = 9079;
 /// The path of the agent's startup probe: 200 once the barrier is lifted,

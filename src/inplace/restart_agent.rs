@@ -57,7 +57,7 @@ pub struct RestartAgentArgs {
     /// Exit code when the pod is behind its job's generation: the code the
     /// pod's `RestartAllContainers` rule matches.
     #[arg(long, env = ENV_EXIT_CODE, default_value_t = DEFAULT_EXIT_CODE,
-          value_parser = clap::value_parser!(i32).range(1..=255))]
+          value_parser = super::parse_exit_code)]
     pub exit_code: i32,
     /// Port of the startup probe (`GET /barrier`) and `/healthz`.
     #[arg(long, env = ENV_PROBE_PORT, default_value_t = DEFAULT_PROBE_PORT)]
@@ -225,6 +225,24 @@ mod tests {
         v.iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn an_exit_code_the_agent_fails_with_is_refused() {
+        let args = |code: &str| {
+            let e = env(&[
+                (ENV_JOB_API, "kubeflow.org/v1/pytorchjobs"),
+                (ENV_JOB_NAME, "train"),
+                (ENV_NAMESPACE, "ml"),
+                (ENV_EXIT_CODE, code),
+            ]);
+            RestartAgentArgs::from_container(&s(&["rebound", "restart-agent"]), &e)
+        };
+        assert_eq!(args("87").map(|a| a.exit_code), Ok(87));
+        for code in ["1", "101", "137", "143"] {
+            let err = args(code).expect_err("a failure exit");
+            assert!(err.contains("cannot be the restart exit code"), "{err}");
+        }
     }
 
     #[test]

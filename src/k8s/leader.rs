@@ -230,10 +230,13 @@ pub fn start(
             tokio::select! {
                 _ = tokio::time::sleep(cfg.retry) => {}
                 _ = shutdown.changed() => {
-                    if l2.is_leader() {
+                    // Leadership cleared first: nothing acts once the
+                    // Lease is free for another replica.
+                    let held = l2.is_leader();
+                    l2.set(None).await;
+                    if held {
                         release(&api, &cfg).await;
                     }
-                    l2.set(None).await;
                     return;
                 }
             }
@@ -332,5 +335,93 @@ async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
                 tracing::info!("released lease");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::client::Body;
+    use serde_json::{Value, json};
+
+    /// A scripted API server holding one Lease; records, for every write
+    /// that frees it (no holder), whether this replica still led then.
+    async fn serve(
+        mut handle: tower_test::mock::Handle<http::Request<Body>, http::Response<Body>>,
+        lead: Leadership,
+        frees: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+    ) {
+        let mut lease: Option<Value> = None;
+        let mut rv = 0u64;
+        while let Some((req, send)) = handle.next_request().await {
+            let method = req.method().clone();
+            let body = req.into_body().collect_bytes().await.unwrap_or_default();
+            let answer = |code: u16, v: &Value| {
+                http::Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(v).unwrap_or_default()))
+                    .expect("response")
+            };
+            let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                   "code": 404, "reason": "NotFound", "message": "not found"});
+            let response = match method {
+                http::Method::GET => match &lease {
+                    Some(l) => answer(200, l),
+                    None => answer(404, &not_found),
+                },
+                _ => {
+                    let mut l: Value = serde_json::from_slice(&body).unwrap_or_default();
+                    if l["spec"]["holderIdentity"].is_null()
+                        && let Ok(mut f) = frees.lock()
+                    {
+                        f.push(lead.is_leader());
+                    }
+                    rv += 1;
+                    l["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    lease = Some(l.clone());
+                    answer(
+                        if method == http::Method::POST {
+                            201
+                        } else {
+                            200
+                        },
+                        &l,
+                    )
+                }
+            };
+            send.send_response(response);
+        }
+    }
+
+    #[tokio::test]
+    async fn leadership_is_cleared_before_the_lease_is_released() {
+        let (svc, handle) = tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
+        let client = kube::Client::new(svc, "ns");
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let cfg = LeaseConfig {
+            namespace: "ns".into(),
+            name: "rebound".into(),
+            identity: "me".into(),
+            duration: Duration::from_secs(10),
+            retry: Duration::from_millis(100),
+            grace: Duration::from_secs(1),
+        };
+        let (lead, task) = start(client, cfg, stop_rx);
+        let frees = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let server = tokio::spawn(serve(handle, lead.clone(), frees.clone()));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !lead.is_leader() {
+            assert!(Instant::now() < deadline, "never led");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = stop_tx.send(true);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the Lease loop ends")
+            .expect("no panic");
+        server.abort();
+        let frees = frees.lock().map(|f| f.clone()).unwrap_or_default();
+        assert_eq!(frees, vec![false], "released once, after leading ended");
+        assert!(!lead.is_leader());
     }
 }

@@ -16,6 +16,17 @@ pub enum RecoverError {
         #[source]
         source: kube::Error,
     },
+    /// An object of the name rebound chose for one of its own exists and
+    /// is not rebound's (a Volcano Command of that name for another job):
+    /// acting as if it were ours could skip a restart.
+    #[error("{target}: {request}: {name} exists and is not ours: {why}")]
+    NotOurs {
+        target: String,
+        request: String,
+        name: String,
+        why: String,
+        requests: u32,
+    },
     /// An optimistic-concurrency write kept losing to other writers.
     #[error("{target}: {request}: still conflicting after {attempts} attempts")]
     Conflict {
@@ -41,7 +52,8 @@ impl RecoverError {
         match self {
             RecoverError::Api { requests, .. }
             | RecoverError::Conflict { requests, .. }
-            | RecoverError::Superseded { requests, .. } => *requests,
+            | RecoverError::Superseded { requests, .. }
+            | RecoverError::NotOurs { requests, .. } => *requests,
         }
     }
 
@@ -50,6 +62,7 @@ impl RecoverError {
         match self {
             RecoverError::Api { source, .. } => api_code(source),
             RecoverError::Conflict { .. } | RecoverError::Superseded { .. } => Some(409),
+            RecoverError::NotOurs { .. } => None,
         }
     }
 }

@@ -6,7 +6,7 @@ use super::error::{RecoverError, api_code, api_error};
 use crate::api::policy::WorkloadKind;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use futures::{AsyncReadExt, StreamExt};
+use futures::AsyncReadExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
@@ -20,8 +20,20 @@ pub const LOG_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest wait for all log reads together: what saving logs can add to a
 /// restart, however many pods the job has.
 pub const LOGS_TOTAL_TIMEOUT: Duration = Duration::from_secs(5);
-/// Log reads in flight at once.
-pub const LOG_READ_CONCURRENCY: usize = 8;
+/// What the API server accepts in one ConfigMap's data, keys and values
+/// together (`MaxSecretSize`, 1 MiB, applies to ConfigMaps too).
+pub const CONFIG_MAP_LIMIT: usize = 1024 * 1024;
+/// Kept free below [`CONFIG_MAP_LIMIT`]: text made valid UTF-8 may grow,
+/// and a limit hit exactly loses every log of the save.
+pub const CONFIG_MAP_HEADROOM: usize = 64 * 1024;
+/// Log saves (of different jobs) in flight at once: each holds at most one
+/// container's bounded log plus its ConfigMap (under 1 MiB), so the
+/// controller's memory for saved logs is bounded by this many MiB (times
+/// two) whatever the tenants' `preserveLogs` say.
+pub const LOG_SAVES_AT_ONCE: usize = 2;
+
+/// The gate behind [`LOG_SAVES_AT_ONCE`].
+static LOG_SAVES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LOG_SAVES_AT_ONCE);
 
 /// ConfigMap key of the read failures and truncations (pod names cannot
 /// start with `_`, so it collides with no `<pod>.<container>` key).
@@ -86,11 +98,20 @@ pub struct LogsOutcome {
 /// `rebound-logs-<job>-<unix time>` in the job's namespace, one key per log
 /// (`<pod>.<container>` and `<pod>.<container>.previous`).
 ///
-/// Bounded: the values total at most `max_bytes` (each log keeps its tail;
-/// short logs leave their share to long ones); each read waits at most
-/// `LOG_READ_TIMEOUT`, all reads together `LOGS_TOTAL_TIMEOUT`. A read that
-/// fails or times out is noted under `_notes` and the rest is saved: only
-/// the ConfigMap create can fail the call, and the caller restarts anyway.
+/// Bounded in memory whatever a tenant asks (`tailLines`, `maxBytes`, a
+/// job of many pods): the logs are read one at a time, each with a
+/// `limitBytes` of its share on the request (the server sends no more, and
+/// the reader keeps no more if it did); the values total at most
+/// `max_bytes`, and never more than [`CONFIG_MAP_LIMIT`] less
+/// [`CONFIG_MAP_HEADROOM`] and the keys. Logs shorter than their share
+/// leave the rest to the following ones. A log longer than its share is
+/// read a second time with as many `tailLines` as fit in the share by the
+/// first read's lines, so what is kept is its tail; the truncation is
+/// noted. At most [`LOG_SAVES_AT_ONCE`] saves run at once. Each read waits
+/// at most `LOG_READ_TIMEOUT`, all together `LOGS_TOTAL_TIMEOUT`. A read
+/// that fails or times out is noted under `_notes` and the rest is saved:
+/// only the ConfigMap create can fail the call, and the caller restarts
+/// anyway.
 ///
 /// Owned by the job when its uid is known (garbage-collected with it), but
 /// never by a single-pod job: the restart deletes that pod, which would take
@@ -106,9 +127,11 @@ pub async fn save_logs(
     max_bytes: u32,
     now: DateTime<Utc>,
 ) -> Result<LogsOutcome, RecoverError> {
+    // Closed never: the semaphore is a static that nothing closes.
+    let _turn = LOG_SAVES.acquire().await.ok();
     let api: Api<Pod> = Api::namespaced(client.clone(), &job.namespace);
     let deadline = Instant::now() + LOGS_TOTAL_TIMEOUT;
-    let reads: Vec<(String, String, LogParams)> = pods
+    let reads: Vec<(String, &str, &str, bool)> = pods
         .iter()
         .flat_map(|p| {
             let current = p.containers.iter().map(move |c| (p, c, false));
@@ -121,46 +144,59 @@ pub async fn save_logs(
             } else {
                 format!("{}.{c}", p.name)
             };
-            let lp = LogParams {
-                container: Some(c.clone()),
-                tail_lines: Some(i64::from(tail_lines)),
-                previous,
-                ..LogParams::default()
-            };
-            (key, p.name.clone(), lp)
+            (key, p.name.as_str(), c.as_str(), previous)
         })
         .collect();
-    let requests = reads.len() as u32;
-    let cap = max_bytes as usize;
-    let results: Vec<(String, LogRead)> = futures::stream::iter(reads)
-        .map(|(key, pod, lp)| {
-            let api = &api;
-            async move {
-                let limit = deadline.min(Instant::now() + LOG_READ_TIMEOUT);
-                let read = read_log(api, &pod, &lp, cap);
-                let result = match tokio::time::timeout_at(limit, read).await {
-                    Ok(r) => r,
-                    Err(_) => LogRead::Failed("timed out".to_string()),
-                };
-                (key, result)
-            }
-        })
-        .buffer_unordered(LOG_READ_CONCURRENCY)
-        .collect()
-        .await;
-
-    let mut logs = Vec::new();
+    let keys: usize = reads.iter().map(|r| r.0.len()).sum::<usize>() + NOTES_KEY.len();
+    let cap = data_budget(max_bytes, keys);
+    let mut left = cap.saturating_sub(notes_room(reads.len(), cap));
+    let mut requests = 0u32;
+    let mut data = BTreeMap::new();
     let mut notes = Vec::new();
-    for (key, result) in results {
+    let mut failures = 0;
+    let mut truncated = 0;
+    let total = reads.len();
+    for (i, (key, pod, container, previous)) in reads.into_iter().enumerate() {
+        let share = left / (total - i);
+        if Instant::now() >= deadline {
+            failures += 1;
+            notes.push(format!(
+                "{key}: not saved: {LOGS_TOTAL_TIMEOUT:?} for all logs spent"
+            ));
+            continue;
+        }
+        let lp = LogParams {
+            container: Some(container.to_string()),
+            tail_lines: Some(i64::from(tail_lines)),
+            previous,
+            ..LogParams::default()
+        };
+        let limit = deadline.min(Instant::now() + LOG_READ_TIMEOUT);
+        let read = read_tail(&api, pod, lp, share, &mut requests);
+        let result = match tokio::time::timeout_at(limit, read).await {
+            Ok(r) => r,
+            Err(_) => LogRead::Failed("timed out".to_string()),
+        };
         match result {
-            LogRead::Text(bytes) => logs.push((key, bytes)),
+            LogRead::Text { bytes, cut } => {
+                let text = keep_tail(&bytes, share);
+                if cut || text.len() < bytes.len() {
+                    truncated += 1;
+                    notes.push(format!(
+                        "{key}: longer than its share: kept {} bytes",
+                        text.len()
+                    ));
+                }
+                left = left.saturating_sub(text.len());
+                data.insert(key, text);
+            }
             LogRead::NoPrevious => {}
-            LogRead::Failed(e) => notes.push(format!("{key}: not saved: {e}")),
+            LogRead::Failed(e) => {
+                failures += 1;
+                notes.push(format!("{key}: not saved: {e}"));
+            }
         }
     }
-    let failures = notes.len();
-    let (data, truncated) = fit(logs, cap, &mut notes);
-    let mut data = data;
     if !notes.is_empty() {
         notes.sort();
         let mut text = notes.join("\n");
@@ -196,74 +232,117 @@ pub async fn save_logs(
     })
 }
 
+/// What the values of a log ConfigMap may total: `max_bytes`, within what
+/// the API server accepts less headroom and the `keys`.
+fn data_budget(max_bytes: u32, keys: usize) -> usize {
+    (max_bytes as usize).min(
+        CONFIG_MAP_LIMIT
+            .saturating_sub(CONFIG_MAP_HEADROOM)
+            .saturating_sub(keys),
+    )
+}
+
 /// The result of one log read.
 enum LogRead {
-    Text(Vec<u8>),
+    /// At most the share; `cut` when the log had more.
+    Text {
+        bytes: Vec<u8>,
+        cut: bool,
+    },
     /// No previous instance (the API server's 400 for `previous=true`).
     NoPrevious,
     Failed(String),
 }
 
-/// One log, keeping at most about `cap` bytes of its tail in memory.
-async fn read_log(api: &Api<Pod>, pod: &str, lp: &LogParams, cap: usize) -> LogRead {
+/// The tail of one log within `share` bytes. The API's `limitBytes` keeps
+/// the head of what `tailLines` selects, so a log that fills its share is
+/// read once more with only as many lines as fitted the first time: its
+/// tail, when its lines are alike in length. Never holds more than `share`
+/// bytes plus one chunk.
+async fn read_tail(
+    api: &Api<Pod>,
+    pod: &str,
+    mut lp: LogParams,
+    share: usize,
+    requests: &mut u32,
+) -> LogRead {
+    if share == 0 {
+        return LogRead::Text {
+            bytes: Vec::new(),
+            cut: true,
+        };
+    }
+    lp.limit_bytes = Some(i64::try_from(share).unwrap_or(i64::MAX));
+    *requests += 1;
+    let (first, cut) = match read_log(api, pod, &lp, share).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if !cut {
+        return LogRead::Text {
+            bytes: first,
+            cut: false,
+        };
+    }
+    let lines = first.iter().filter(|&&b| b == b'\n').count();
+    let asked = lp.tail_lines.unwrap_or(i64::MAX);
+    let fit = i64::try_from(lines).unwrap_or(i64::MAX);
+    if fit == 0 || fit >= asked {
+        return LogRead::Text {
+            bytes: first,
+            cut: true,
+        };
+    }
+    drop(first);
+    lp.tail_lines = Some(fit);
+    *requests += 1;
+    match read_log(api, pod, &lp, share).await {
+        // Fewer lines than asked for, in any case.
+        Ok((bytes, _)) => LogRead::Text { bytes, cut: true },
+        Err(r) => r,
+    }
+}
+
+/// One log read, keeping at most `cap` bytes (the head, as `limitBytes`
+/// does): the bytes and whether there were more.
+async fn read_log(
+    api: &Api<Pod>,
+    pod: &str,
+    lp: &LogParams,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), LogRead> {
     let mut stream = match api.log_stream(pod, lp).await {
         Ok(s) => s,
-        Err(e) if lp.previous && api_code(&e) == Some(400) => return LogRead::NoPrevious,
-        Err(e) => return LogRead::Failed(e.to_string()),
+        Err(e) if lp.previous && api_code(&e) == Some(400) => return Err(LogRead::NoPrevious),
+        Err(e) => return Err(LogRead::Failed(e.to_string())),
     };
     let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
+    let mut chunk = vec![0u8; (64 * 1024).min(cap + 1)];
     loop {
         let n = match stream.read(&mut chunk).await {
             Ok(n) => n,
-            Err(e) => return LogRead::Failed(e.to_string()),
+            Err(e) => return Err(LogRead::Failed(e.to_string())),
         };
         if n == 0 {
             break;
         }
+        let room = cap - buf.len();
+        if n > room {
+            // More than the share: the server ignored limitBytes, or the
+            // log is exactly as long. Stop reading either way.
+            buf.extend_from_slice(&chunk[..room]);
+            return Ok((buf, true));
+        }
         buf.extend_from_slice(&chunk[..n]);
-        if buf.len() > 2 * cap.max(1) {
-            buf.drain(..buf.len() - cap);
-        }
     }
-    LogRead::Text(buf)
+    let cut = buf.len() >= cap;
+    Ok((buf, cut))
 }
 
-/// Share `cap` bytes among the logs, each keeping its tail: logs shorter
-/// than an equal share keep all, the rest split what remains. Truncations
-/// are noted. Notes get their room from what the logs leave.
-fn fit(
-    mut logs: Vec<(String, Vec<u8>)>,
-    cap: usize,
-    notes: &mut Vec<String>,
-) -> (BTreeMap<String, String>, usize) {
-    logs.sort_by_key(|(_, b)| b.len());
-    let mut left = cap.saturating_sub(notes_room(notes.len(), logs.len(), cap));
-    let mut count = logs.len();
-    let mut data = BTreeMap::new();
-    let mut truncated = 0;
-    for (key, bytes) in logs {
-        let share = left / count.max(1);
-        count -= 1;
-        let text = keep_tail(&bytes, share);
-        if text.len() < bytes.len() {
-            truncated += 1;
-            notes.push(format!(
-                "{key}: kept the last {} of {} bytes",
-                text.len(),
-                bytes.len()
-            ));
-        }
-        left -= text.len();
-        data.insert(key, text);
-    }
-    (data, truncated)
-}
-
-/// Bytes held back for the notes: a line per failure and per log that may
-/// be truncated, at most an eighth of the budget.
-fn notes_room(failures: usize, logs: usize, cap: usize) -> usize {
-    ((failures + logs) * 96).min(cap / 8)
+/// Bytes held back for the notes: a line per log (failed or truncated),
+/// at most an eighth of the budget.
+fn notes_room(logs: usize, cap: usize) -> usize {
+    (logs * 96).min(cap / 8)
 }
 
 /// The last at most `max` bytes of a log as text, cut at a line start when
@@ -294,6 +373,33 @@ fn config_map_name(job: &str, now: DateTime<Utc>) -> String {
     format!("rebound-logs-{}{suffix}", job.trim_end_matches(['-', '.']))
 }
 
+/// Most bytes of the [`NODES_ANNOTATION`]: an object's annotations hold
+/// at most 256 KiB together, and a job of thousands of pods would exceed
+/// them (the ConfigMap, logs and all, refused).
+pub const NODES_ANNOTATION_MAX: usize = 64 * 1024;
+
+/// The pod → node JSON map, as many pods (in name order) as fit in
+/// [`NODES_ANNOTATION_MAX`].
+fn nodes_annotation(pods: &[PodLogTarget]) -> String {
+    let mut nodes: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut size = 2;
+    let mut sorted: Vec<(&str, &str)> = pods
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.node.as_deref()?)))
+        .collect();
+    sorted.sort_unstable();
+    for (pod, node) in sorted {
+        // `"pod":"node",` with room for JSON escapes.
+        let entry = 2 * (pod.len() + node.len()) + 6;
+        if size + entry > NODES_ANNOTATION_MAX {
+            break;
+        }
+        size += entry;
+        nodes.insert(pod, node);
+    }
+    serde_json::to_string(&nodes).unwrap_or_default()
+}
+
 fn log_config_map_meta(job: &JobRef, name: &str, pods: &[PodLogTarget]) -> ObjectMeta {
     let mut labels = BTreeMap::from([
         (
@@ -306,16 +412,9 @@ fn log_config_map_meta(job: &JobRef, name: &str, pods: &[PodLogTarget]) -> Objec
     if job.name.len() <= 63 {
         labels.insert(JOB_LABEL.to_string(), job.name.clone());
     }
-    let nodes: BTreeMap<&str, &str> = pods
-        .iter()
-        .filter_map(|p| Some((p.name.as_str(), p.node.as_deref()?)))
-        .collect();
     let annotations = BTreeMap::from([
         (JOB_LABEL.to_string(), job.id()),
-        (
-            NODES_ANNOTATION.to_string(),
-            serde_json::to_string(&nodes).unwrap_or_default(),
-        ),
+        (NODES_ANNOTATION.to_string(), nodes_annotation(pods)),
     ]);
     let owner = match job.kind {
         WorkloadKind::Pod => None,
@@ -334,6 +433,7 @@ fn log_config_map_meta(job: &JobRef, name: &str, pods: &[PodLogTarget]) -> Objec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::client::Body;
 
     #[test]
     fn keep_tail_cuts_at_a_line_and_a_char_boundary() {
@@ -345,23 +445,137 @@ mod tests {
         assert!(keep_tail(&[0xff; 10], 4).len() <= 4);
     }
 
+    /// A scripted API server: every container's log is `LINES` lines of
+    /// 16 bytes; `tailLines` and `limitBytes` are honoured as the kubelet
+    /// does (the last lines, then the head of those). A request without
+    /// `limitBytes` gets 16 MiB. Answers the ConfigMap create with itself.
+    /// Returns the log queries and the ConfigMap created.
+    async fn serve_logs(
+        mut handle: tower_test::mock::Handle<http::Request<Body>, http::Response<Body>>,
+    ) -> (Vec<String>, serde_json::Value) {
+        const LINES: u64 = 2_000_000;
+        let mut queries = Vec::new();
+        loop {
+            let Some((req, send)) = handle.next_request().await else {
+                panic!("no ConfigMap created");
+            };
+            let query = req.uri().query().unwrap_or("").to_string();
+            if req.method() == http::Method::POST {
+                let body = req.into_body().collect_bytes().await.expect("body");
+                let cm: serde_json::Value = serde_json::from_slice(&body).expect("json");
+                send.send_response(
+                    http::Response::builder()
+                        .status(201)
+                        .body(Body::from(body.to_vec()))
+                        .expect("response"),
+                );
+                return (queries, cm);
+            }
+            let param = |k: &str| {
+                query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            let tail = param("tailLines").unwrap_or(LINES).min(LINES);
+            let limit = param("limitBytes").unwrap_or(16 << 20);
+            let mut body = Vec::new();
+            for i in LINES - tail..LINES {
+                if body.len() as u64 >= limit {
+                    break;
+                }
+                body.extend_from_slice(format!("line {i:010}\n").as_bytes());
+            }
+            body.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+            queries.push(query);
+            send.send_response(
+                http::Response::builder()
+                    .status(200)
+                    .body(Body::from(body))
+                    .expect("response"),
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_huge_tail_is_read_one_bounded_log_at_a_time_into_one_configmap() {
+        let (svc, handle) = tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
+        let client = Client::new(svc, "ml");
+        let server = tokio::spawn(serve_logs(handle));
+        let pods: Vec<PodLogTarget> = (0..20)
+            .map(|i| PodLogTarget {
+                name: format!("pt-worker-{i}"),
+                containers: vec!["pytorch".into(), "sidecar".into()],
+                previous: Vec::new(),
+                node: Some("n".into()),
+            })
+            .collect();
+        let job = JobRef::new(WorkloadKind::PyTorchJob, "ml", "pt", Some("u".into()));
+        let now = DateTime::from_timestamp(1_764_500_000, 0).expect("time");
+        let out = save_logs(&client, &job, &pods, u32::MAX, u32::MAX, now)
+            .await
+            .expect("saved");
+        let (queries, cm) = server.await.expect("server");
+        // Every read asked for no more than its share of the ConfigMap.
+        assert!(queries.len() >= 40, "{}", queries.len());
+        for q in &queries {
+            let limit = q
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("limitBytes="))
+                .and_then(|v| v.parse::<usize>().ok());
+            assert!(
+                limit.is_some_and(|l| l <= CONFIG_MAP_LIMIT / 40),
+                "unbounded read: {q}"
+            );
+        }
+        let data = cm["data"].as_object().expect("data");
+        let size: usize = data
+            .iter()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        assert!(size <= CONFIG_MAP_LIMIT - CONFIG_MAP_HEADROOM, "{size}");
+        assert!(size > CONFIG_MAP_LIMIT / 2, "the budget is used: {size}");
+        // What is kept of each log is its tail: the last line is there.
+        let log = data["pt-worker-19.sidecar"].as_str().expect("log");
+        assert!(
+            log.ends_with("line 0001999999\n"),
+            "{}",
+            &log[log.len() - 40..]
+        );
+        assert!(log.starts_with("line "), "cut at a line");
+        assert!(
+            data[NOTES_KEY]
+                .as_str()
+                .is_some_and(|n| n.contains("longer than its share"))
+        );
+        assert_eq!(out.failures, 0);
+        assert_eq!(out.requests as usize, queries.len() + 1);
+    }
+
     #[test]
-    fn fit_shares_the_budget_and_keeps_short_logs_whole() {
-        let mut notes = Vec::new();
-        let logs = vec![
-            ("big".to_string(), vec![b'x'; 10_000]),
-            ("small".to_string(), b"ok\n".to_vec()),
-            ("mid".to_string(), vec![b'y'; 700]),
-        ];
-        let (data, truncated) = fit(logs, 2000, &mut notes);
-        let total: usize = data.values().map(String::len).sum();
-        assert!(total <= 2000, "{total}");
-        assert_eq!(data["small"], "ok\n");
-        assert_eq!(data["mid"].len(), 700);
-        assert!(data["big"].len() > 900, "the long log gets the rest");
-        assert_eq!(truncated, 1);
-        assert_eq!(notes.len(), 1);
-        assert!(notes[0].starts_with("big: kept the last"));
+    fn the_data_budget_stays_under_what_the_api_server_accepts() {
+        assert_eq!(data_budget(4096, 100), 4096);
+        assert_eq!(
+            data_budget(u32::MAX, 1000),
+            CONFIG_MAP_LIMIT - CONFIG_MAP_HEADROOM - 1000
+        );
+        assert_eq!(data_budget(u32::MAX, usize::MAX), 0);
+    }
+
+    #[test]
+    fn the_nodes_annotation_of_a_huge_job_stays_bounded() {
+        let pods: Vec<PodLogTarget> = (0..20_000)
+            .map(|i| PodLogTarget {
+                name: format!("pt-worker-{i}"),
+                node: Some(format!("node-{i:05}")),
+                ..PodLogTarget::default()
+            })
+            .collect();
+        let a = nodes_annotation(&pods);
+        assert!(a.len() <= NODES_ANNOTATION_MAX, "{}", a.len());
+        let map: BTreeMap<String, String> = serde_json::from_str(&a).expect("json");
+        assert!(map.len() > 1000, "{}", map.len());
+        assert_eq!(nodes_annotation(&pods[..2]).matches(':').count(), 2);
     }
 
     #[test]

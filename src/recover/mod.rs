@@ -23,8 +23,8 @@ pub use history::{
     record_write_patch, release, write_record,
 };
 pub use logs::{
-    LOG_READ_CONCURRENCY, LOG_READ_TIMEOUT, LOGS_TOTAL_TIMEOUT, LogsOutcome, PodLogTarget,
-    save_logs,
+    CONFIG_MAP_HEADROOM, CONFIG_MAP_LIMIT, LOG_READ_TIMEOUT, LOG_SAVES_AT_ONCE, LOGS_TOTAL_TIMEOUT,
+    LogsOutcome, PodLogTarget, save_logs,
 };
 pub use node::{
     CORDON_REASON_ANNOTATION, CORDON_STICKY_ANNOTATION, CORDONED_ANNOTATION, NodeOutcome,

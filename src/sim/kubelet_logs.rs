@@ -200,6 +200,22 @@ async fn accept_loop(
     }
 }
 
+/// The first `n` bytes of `text` (all of it for `None`), as the kubelet's
+/// `limitBytes` cuts what `tailLines` selected (here at the character
+/// boundary at or below `n`, since the text is a `String`).
+pub fn limit_bytes(mut text: String, n: Option<usize>) -> String {
+    if let Some(n) = n
+        && n < text.len()
+    {
+        let mut cut = n;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}
+
 /// The last `n` lines of `text` (all of it for `None`), each ending in a
 /// newline, as the kubelet's `tailLines` gives them.
 pub fn tail_lines(text: &str, n: Option<usize>) -> String {
@@ -232,7 +248,10 @@ fn answer<B>(logs: &Logs, req: &Request<B>) -> Response<Body> {
                 .get(&((*ns).into(), (*pod).into(), (*container).into()))
                 .cloned()
                 .unwrap_or_default();
-            (StatusCode::OK, tail_lines(&text, tail))
+            let limit = req.uri().query().and_then(|q| {
+                super::proxy::route::query_param(q, "limitBytes").and_then(|t| t.parse().ok())
+            });
+            (StatusCode::OK, limit_bytes(tail_lines(&text, tail), limit))
         }
         _ => (StatusCode::NOT_FOUND, "404 page not found\n".to_string()),
     };
@@ -248,6 +267,13 @@ fn answer<B>(logs: &Logs, req: &Request<B>) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limit_bytes_keeps_the_head() {
+        assert_eq!(limit_bytes("abcdef".into(), Some(4)), "abcd");
+        assert_eq!(limit_bytes("abc".into(), None), "abc");
+        assert_eq!(limit_bytes("aé".into(), Some(2)), "a");
+    }
 
     #[test]
     fn tail_keeps_the_last_lines() {

@@ -11,6 +11,9 @@ pub const KUBEFLOW_REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
 /// `pytorchjob-controller`. Part of the selector: a TFJob and a PyTorchJob
 /// may share a name in one namespace.
 pub const KUBEFLOW_OPERATOR_NAME: &str = "training.kubeflow.org/operator-name";
+/// mpi-operator's (`kubeflow.org/v2beta1` MPIJob) value of
+/// [`KUBEFLOW_OPERATOR_NAME`] on its pods (`v2beta1.OperatorName`).
+pub const MPI_OPERATOR_NAME: &str = "mpi-operator";
 
 /// Volcano: the `batch.volcano.sh` Job's name. Other workloads set it too
 /// (gang-scheduled batch Jobs), so the owner reference decides first.

@@ -11,9 +11,11 @@ use crate::api::policy::WorkloadKind;
 /// - Kubeflow `kubeflow.org/v1` kinds: `training.kubeflow.org/job-name` and
 ///   `training.kubeflow.org/operator-name=<kind>-controller` (the selector
 ///   the training-operator itself reports in `replicaStatuses`; the operator
-///   name keeps a TFJob and a PyTorchJob of the same name apart). Other
-///   versions (mpi-operator's `v2beta1` MPIJob) name another operator, so
-///   only the job name is used there.
+///   name keeps a TFJob and a PyTorchJob of the same name apart).
+///   mpi-operator's `v2beta1` MPIJob: the job name and
+///   `operator-name=mpi-operator` (what mpi-operator labels its launcher and
+///   workers with and selects them by in its job Service), so it stays apart
+///   from a training-operator job of the same name too.
 /// - VolcanoJob: `volcano.sh/job-name` and `volcano.sh/job-namespace`.
 /// - JobSet: `jobset.sigs.k8s.io/jobset-name`, plus the uid label when the
 ///   uid is known (a JobSet deleted and recreated under the same name).
@@ -31,6 +33,8 @@ pub fn pod_selector(job: &JobRef) -> Option<String> {
                     "{KUBEFLOW_JOB_NAME}={name},{KUBEFLOW_OPERATOR_NAME}={}-controller",
                     k.as_str().to_ascii_lowercase()
                 )
+            } else if k == WorkloadKind::MPIJob {
+                format!("{KUBEFLOW_JOB_NAME}={name},{KUBEFLOW_OPERATOR_NAME}={MPI_OPERATOR_NAME}")
             } else {
                 format!("{KUBEFLOW_JOB_NAME}={name}")
             }

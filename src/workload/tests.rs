@@ -88,18 +88,22 @@ fn every_kubeflow_kind_from_the_owner_and_from_the_operator_label() {
 }
 
 #[test]
-fn mpi_operator_v2_keeps_its_version_and_selects_by_job_name() {
+fn mpi_operator_v2_keeps_its_version_and_selects_by_job_name_and_operator() {
     let job = job_of_pod(&pod(json!({
         "name": "pi-launcher", "namespace": "ns",
-        "labels": {"training.kubeflow.org/job-name": "pi", "training.kubeflow.org/job-role": "launcher"},
+        "labels": {"training.kubeflow.org/job-name": "pi", "training.kubeflow.org/job-role": "launcher",
+                   "training.kubeflow.org/operator-name": "mpi-operator"},
         "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi", "uid": "u", "controller": true}]
     })));
     assert_eq!(job.kind, WorkloadKind::MPIJob);
     assert_eq!(job.api_version, "kubeflow.org/v2beta1");
     assert_eq!(
         pod_selector(&job).as_deref(),
-        Some("training.kubeflow.org/job-name=pi")
+        Some("training.kubeflow.org/job-name=pi,training.kubeflow.org/operator-name=mpi-operator")
     );
+    // A PyTorchJob named alike in the namespace is not selected.
+    let pt = JobRef::new(WorkloadKind::PyTorchJob, "ns", "pi", None);
+    assert_ne!(pod_selector(&pt), pod_selector(&job));
 }
 
 #[test]

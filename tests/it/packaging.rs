@@ -353,6 +353,13 @@ fn controller_deployment_is_ha_and_restricted() {
         "RuntimeDefault"
     );
     assert!(pod["volumes"].is_null(), "the controller needs no volumes");
+    // A graceful stop lets the effects in flight finish before the Lease
+    // is released: the kubelet must not kill it first.
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+    assert!(
+        grace > rebound::controller::SHUTDOWN_DRAIN.as_secs() + 5,
+        "terminationGracePeriodSeconds {grace} cuts the shutdown drain short"
+    );
     let c = &pod["containers"][0];
     restricted_container(c, "controller");
     assert_eq!(c["securityContext"]["runAsNonRoot"], true);
@@ -397,6 +404,7 @@ fn controller_deployment_is_ha_and_restricted() {
         "fieldPath: metadata.namespace",
         "fieldPath: metadata.name",
         "- controller",
+        "terminationGracePeriodSeconds: 60",
     ] {
         assert!(t.contains(line), "chart deployment lacks `{line}`");
     }

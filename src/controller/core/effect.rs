@@ -33,8 +33,10 @@ pub enum DeleteAll {
     /// uid where the operator labels pods with it).
     Selector(String),
     /// A Volcano `RestartJob` Command targeting the job's uid (the pods are
-    /// deleted by selector when the Command kind is not installed).
-    VolcanoCommand,
+    /// deleted by selector when the Command kind is not installed), named
+    /// after the uid and the restart `generation` so that a retry of the
+    /// same restart finds it (409) rather than restarting twice.
+    VolcanoCommand { generation: u64 },
 }
 
 /// One pod to delete, with its uid as precondition.

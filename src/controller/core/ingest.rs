@@ -260,7 +260,8 @@ impl Core {
         let occs = if f.first_seen == f.last_seen && has_reporter_identity(ev) {
             node_occurrences(std::slice::from_ref(&f), scope.clone(), now)
         } else {
-            (1..=count.max(1))
+            // The newest counts only: a tenant writes `count`.
+            occurrence::materialized(count)
                 .map(|k| {
                     let mut g = f.clone();
                     g.count = k;
@@ -377,7 +378,8 @@ impl Core {
 }
 
 /// The occurrences of node faults (condition lines, device faults, Events
-/// with the reporter's identity): one per count of each line.
+/// with the reporter's identity): one per count of each line, the newest
+/// [`occurrence::MATERIALIZED`] at most.
 fn node_occurrences(faults: &[Fault], scope: Scope, now: Now) -> Vec<Occurrence> {
     faults
         .iter()

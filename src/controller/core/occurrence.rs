@@ -185,11 +185,38 @@ impl Ledger {
     }
 }
 
-/// The occurrences a node fault line stands for: `count` of them, the
-/// first at its own time, later ones at `seen` (when the count that
-/// includes them was first observed), each with its identity.
+/// Most occurrences one carrier line stands for at once: the newest
+/// `MATERIALIZED` of its count. A line's count is a number anyone who can
+/// write the carrier sets (a tenant's Event `count: 2147483647`, a flapping
+/// GPU's `n=`); an occurrence is counted, not cloned per count, so memory,
+/// decisions and ledger lines per carrier stay bounded whatever it says.
+///
+/// Why 32 is enough: a rewrite that grows a count by one names exactly one
+/// new occurrence (k = the new count), which is always in the window; the
+/// older counts have been counted and decided when they were new, and the
+/// ledger keeps their fates. A rewrite that jumps by more than 32 at once
+/// (a reporter that folded many repeats before writing, or a first sight
+/// of a high count) stands for repeats the escalation history counts to
+/// the second, and all its counts but the first share the instant they were
+/// observed: they are one history entry however many are materialized. So
+/// 32 is more than any escalation's `times` can tell apart in one write,
+/// and small enough that 32 clones of a fault per carrier cost nothing.
+pub const MATERIALIZED: u32 = 32;
+
+/// The counts `k` of a line of `count` that are materialized: the newest
+/// [`MATERIALIZED`] (1-based, so identities of counts within the window
+/// never change as the count grows).
+pub fn materialized(count: u32) -> std::ops::RangeInclusive<u32> {
+    let count = count.max(1);
+    count.saturating_sub(MATERIALIZED - 1).max(1)..=count
+}
+
+/// The occurrences a node fault line stands for: the newest
+/// [`MATERIALIZED`] of its `count`, the first at its own time, later ones
+/// at `seen` (when the count that includes them was first observed), each
+/// with its identity. `fault.count` of each is its own `k`.
 pub fn line_occurrences(f: &Fault, seen: DateTime<Utc>) -> Vec<(OccurrenceId, Fault)> {
-    (1..=f.count.max(1))
+    materialized(f.count)
         .map(|k| {
             let mut g = f.clone();
             if k > 1 {
@@ -240,6 +267,35 @@ mod tests {
         let mut other = xid(0, 1);
         other.device = Some("1".into());
         assert_ne!(line_occurrences(&other, t(5))[0].0, first[0].0);
+    }
+
+    #[test]
+    fn a_huge_count_materializes_a_bounded_window_of_occurrences() {
+        // Before: one clone per count, 4 billion of them.
+        let start = std::time::Instant::now();
+        let occs = line_occurrences(&xid(0, u32::MAX), t(5));
+        assert_eq!(occs.len(), MATERIALIZED as usize);
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(occs.last().map(|o| o.1.count), Some(u32::MAX));
+        assert_eq!(occs[0].1.count, u32::MAX - (MATERIALIZED - 1));
+        // Identities within the window do not move as the count grows.
+        let grown = line_occurrences(&xid(0, u32::MAX - 1), t(5));
+        let ids = |o: &[(OccurrenceId, Fault)]| o.iter().map(|o| o.0).collect::<Vec<_>>();
+        assert_eq!(ids(&grown[1..]), ids(&occs[..occs.len() - 1]));
+        assert_eq!(materialized(0), 1..=1);
+        assert_eq!(materialized(3), 1..=3);
+        assert_eq!(materialized(MATERIALIZED + 1), 2..=MATERIALIZED + 1);
+    }
+
+    #[test]
+    fn a_count_growing_one_by_one_past_the_window_adds_one_each_time() {
+        let mut seen: std::collections::HashSet<OccurrenceId> = Default::default();
+        for n in 1..=(MATERIALIZED * 3) {
+            let occs = line_occurrences(&xid(0, n), t(i64::from(n)));
+            let new: Vec<_> = occs.iter().filter(|o| seen.insert(o.0)).collect();
+            assert_eq!(new.len(), 1, "n={n}");
+            assert_eq!(new[0].1.count, n);
+        }
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct ProxyInjector {
     kill_tx: watch::Sender<u64>,
     refuse_tx: watch::Sender<Option<Instant>>,
     fail: Mutex<Option<FailRule>>,
+    /// Requests carried out whose answer is replaced (a lost answer).
+    lose: Mutex<Option<FailRule>>,
     latency_us: AtomicU64,
     expiry: Arc<watch::Sender<Expiry>>,
     /// Reads the upstream's current resourceVersion.
@@ -60,6 +62,7 @@ impl ProxyInjector {
             kill_tx: watch::channel(0).0,
             refuse_tx: watch::channel(None).0,
             fail: Mutex::new(None),
+            lose: Mutex::new(None),
             latency_us: AtomicU64::new(0),
             expiry: Arc::new(watch::channel(Expiry::default()).0),
             upstream,
@@ -97,6 +100,34 @@ impl ProxyInjector {
                 resource: resource.map(str::to_string),
             });
         }
+    }
+
+    /// Carries out the next `n` requests of this verb and/or resource
+    /// plural, then answers each with `status` (504: the answer was lost)
+    /// instead of what the server answered: the change is made, and the
+    /// client cannot know it. Replaces any pending rule of this kind; the
+    /// `fail_next` rule is separate, both may be pending.
+    pub fn lose_next_answers(
+        &self,
+        n: u32,
+        status: u16,
+        verb: Option<&str>,
+        resource: Option<&str>,
+    ) {
+        if let Ok(mut g) = self.lose.lock() {
+            *g = (n > 0).then(|| FailRule {
+                remaining: n,
+                status,
+                verb: verb.map(str::to_string),
+                resource: resource.map(str::to_string),
+            });
+        }
+    }
+
+    /// Takes one lost answer for a request, if a pending rule matches: the
+    /// error to answer once the request is carried out.
+    pub(super) fn take_lost_answer(&self, verb: &str, resource: &str) -> Option<ApiError> {
+        take_rule(&self.lose, verb, resource)
     }
 
     /// Sets a delay added before every request is forwarded.
@@ -182,23 +213,7 @@ impl ProxyInjector {
 
     /// Takes one injected failure for a request, if a pending rule matches.
     pub(super) fn take_failure(&self, verb: &str, resource: &str) -> Option<ApiError> {
-        let mut g = self.fail.lock().ok()?;
-        let rule = g.as_mut()?;
-        if rule.verb.as_deref().is_some_and(|v| v != verb)
-            || rule.resource.as_deref().is_some_and(|r| r != resource)
-        {
-            return None;
-        }
-        let status = rule.status;
-        rule.remaining -= 1;
-        if rule.remaining == 0 {
-            *g = None;
-        }
-        Some(match status {
-            429 => ApiError::too_many_requests(1),
-            500 => ApiError::internal("injected failure"),
-            other => ApiError::other(other, "injected failure"),
-        })
+        take_rule(&self.fail, verb, resource)
     }
 }
 
@@ -216,4 +231,26 @@ async fn current_resource_version(client: &kube::Client) -> Result<u64, String> 
         .as_deref()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("not a number: {:?}", list.metadata.resource_version))
+}
+
+/// Takes one use of the rule in `slot` for a request of `verb` on
+/// `resource`, if it matches: the error to answer.
+fn take_rule(slot: &Mutex<Option<FailRule>>, verb: &str, resource: &str) -> Option<ApiError> {
+    let mut g = slot.lock().ok()?;
+    let rule = g.as_mut()?;
+    if rule.verb.as_deref().is_some_and(|v| v != verb)
+        || rule.resource.as_deref().is_some_and(|r| r != resource)
+    {
+        return None;
+    }
+    let status = rule.status;
+    rule.remaining -= 1;
+    if rule.remaining == 0 {
+        *g = None;
+    }
+    Some(match status {
+        429 => ApiError::too_many_requests(1),
+        500 => ApiError::internal("injected failure"),
+        other => ApiError::other(other, "injected failure"),
+    })
 }

@@ -324,7 +324,17 @@ async fn handle(
         None if target.verb == "watch" && inner.inject.is_expired(rv.as_deref()).await => {
             expired_watch(rv.as_deref().unwrap_or_default())
         }
-        None => forward(&inner, parts.clone(), body, target.verb == "watch").await,
+        None => {
+            let answer = forward(&inner, parts.clone(), body, target.verb == "watch").await;
+            // Carried out upstream; the answer, when a rule says so, lost.
+            match inner.inject.take_lost_answer(target.verb, &target.resource) {
+                Some(e) => {
+                    tracing::debug!(path = %path, status = %answer.status(), "proxy: answer lost by injection");
+                    error_response(&e)
+                }
+                None => answer,
+            }
+        }
     };
     inner.log.push(RequestRecord {
         at,

@@ -252,7 +252,13 @@ async fn handle(State((shared, addr)): State<AppState>, req: Request) -> Respons
             let body = axum::body::to_bytes(req.into_body(), 512 * 1024 * 1024).await;
             match body {
                 Ok(body) => {
-                    dispatch(&shared, &addr, &path, &method, &route, &q, &headers, &body).await
+                    let answer =
+                        dispatch(&shared, &addr, &path, &method, &route, &q, &headers, &body).await;
+                    // Carried out; the answer, when a rule says so, lost.
+                    match shared.inject.take_lost_answer(verb, plural) {
+                        Some(e) => error_response(&e),
+                        None => answer,
+                    }
                 }
                 Err(e) => error_response(&ApiError::bad_request(format!("reading body: {e}"))),
             }
@@ -440,8 +446,10 @@ async fn dispatch(
     match *method {
         Method::GET if loc.sub.as_deref() == Some("log") => {
             let tail = q.get("tailLines").and_then(|t| t.parse().ok());
+            let limit = q.get("limitBytes").and_then(|t| t.parse().ok());
             match shared.pod_log(loc, q.get("container"), tail) {
                 Ok((code, text)) => {
+                    let text = crate::sim::kubelet_logs::limit_bytes(text, limit);
                     let mut r = Response::new(Body::from(text));
                     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
                     if code != 204 {

@@ -26,6 +26,8 @@ pub struct FaultInjector {
     /// Bumped to close every open watch stream.
     pub(crate) drop_tx: watch::Sender<u64>,
     fail: Mutex<Option<FailRule>>,
+    /// Requests carried out whose answer is replaced (a lost answer).
+    lose: Mutex<Option<FailRule>>,
     latency_us: AtomicU64,
     store: Arc<Store>,
 }
@@ -35,6 +37,7 @@ impl FaultInjector {
         Self {
             drop_tx: watch::channel(0).0,
             fail: Mutex::new(None),
+            lose: Mutex::new(None),
             latency_us: AtomicU64::new(0),
             store,
         }
@@ -72,6 +75,34 @@ impl FaultInjector {
         }
     }
 
+    /// Carries out the next `n` requests of this verb and/or resource
+    /// plural, then answers each with `status` (504: the answer was lost)
+    /// instead of what the server answered: the change is made, and the
+    /// client cannot know it. Replaces any pending rule of this kind; the
+    /// `fail_next` rule is separate, both may be pending.
+    pub fn lose_next_answers(
+        &self,
+        n: u32,
+        status: u16,
+        verb: Option<&str>,
+        resource: Option<&str>,
+    ) {
+        if let Ok(mut g) = self.lose.lock() {
+            *g = (n > 0).then(|| FailRule {
+                remaining: n,
+                status,
+                verb: verb.map(str::to_string),
+                resource: resource.map(str::to_string),
+            });
+        }
+    }
+
+    /// Takes one lost answer for a request, if a pending rule matches: the
+    /// error to answer once the request is carried out.
+    pub(crate) fn take_lost_answer(&self, verb: &str, resource: &str) -> Option<ApiError> {
+        take_rule(&self.lose, verb, resource)
+    }
+
     /// Sets an artificial delay added before every request is handled.
     pub fn set_latency(&self, d: Duration) {
         self.latency_us.store(
@@ -96,22 +127,28 @@ impl FaultInjector {
 
     /// Takes one injected failure for a request, if a pending rule matches.
     pub(crate) fn take_failure(&self, verb: &str, resource: &str) -> Option<ApiError> {
-        let mut g = self.fail.lock().ok()?;
-        let rule = g.as_mut()?;
-        if rule.verb.as_deref().is_some_and(|v| v != verb)
-            || rule.resource.as_deref().is_some_and(|r| r != resource)
-        {
-            return None;
-        }
-        let status = rule.status;
-        rule.remaining -= 1;
-        if rule.remaining == 0 {
-            *g = None;
-        }
-        Some(match status {
-            429 => ApiError::too_many_requests(1),
-            500 => ApiError::internal("injected failure"),
-            other => ApiError::other(other, "injected failure"),
-        })
+        take_rule(&self.fail, verb, resource)
     }
+}
+
+/// Takes one use of the rule in `slot` for a request of `verb` on
+/// `resource`, if it matches: the error to answer.
+fn take_rule(slot: &Mutex<Option<FailRule>>, verb: &str, resource: &str) -> Option<ApiError> {
+    let mut g = slot.lock().ok()?;
+    let rule = g.as_mut()?;
+    if rule.verb.as_deref().is_some_and(|v| v != verb)
+        || rule.resource.as_deref().is_some_and(|r| r != resource)
+    {
+        return None;
+    }
+    let status = rule.status;
+    rule.remaining -= 1;
+    if rule.remaining == 0 {
+        *g = None;
+    }
+    Some(match status {
+        429 => ApiError::too_many_requests(1),
+        500 => ApiError::internal("injected failure"),
+        other => ApiError::other(other, "injected failure"),
+    })
 }

@@ -48,6 +48,22 @@ impl Injector<'_> {
         }
     }
 
+    /// Carries out the next `n` requests of this verb and/or resource,
+    /// then answers `status` instead of the server's answer (a lost
+    /// answer: the change is made and the client cannot know it).
+    pub fn lose_next_answers(
+        &self,
+        n: u32,
+        status: u16,
+        verb: Option<&str>,
+        resource: Option<&str>,
+    ) {
+        match self {
+            Injector::Embedded(i) => i.lose_next_answers(n, status, verb, resource),
+            Injector::Proxy(i) => i.lose_next_answers(n, status, verb, resource),
+        }
+    }
+
     /// Delays every request by `d`.
     pub fn set_latency(&self, d: Duration) {
         match self {

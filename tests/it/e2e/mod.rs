@@ -39,6 +39,7 @@ macro_rules! e2e {
 
 mod ascend_ranktable;
 mod ascend_view;
+mod bounds;
 mod endings;
 mod external;
 mod hang;

@@ -176,10 +176,10 @@ pub(super) fn later(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
-/// How a job's pods are deleted at once.
-pub fn delete_all(job: &JobRef) -> DeleteAll {
+/// How a job's pods are deleted at once, for restart `generation`.
+pub fn delete_all(job: &JobRef, generation: u64) -> DeleteAll {
     match job.kind {
-        WorkloadKind::VolcanoJob => DeleteAll::VolcanoCommand,
+        WorkloadKind::VolcanoJob => DeleteAll::VolcanoCommand { generation },
         _ => DeleteAll::Selector(crate::workload::pod_selector(job).unwrap_or_default()),
     }
 }

@@ -103,6 +103,7 @@ impl Core {
         };
         let job = rec.job.clone();
         let received = rec.received;
+        let generation = rec.generation;
         let kind = match tier {
             Tier::Recreate => {
                 // Level-triggered: a retry (an outcome failed or lost)
@@ -162,7 +163,7 @@ impl Core {
                 // A TrainJob restarts through its JobSet.
                 let target = self.store.restart_target(&job);
                 EffectKind::RestartJob {
-                    how: delete_all(&target),
+                    how: delete_all(&target, generation),
                     job: target,
                 }
             }

@@ -552,3 +552,41 @@ fn a_duration_that_would_overflow_the_calendar_is_refused_when_compiled() {
     b.pump();
     assert_eq!(b.restarts(), 0, "an invalid policy is not used");
 }
+
+/// Issue 22 item 1: a tenant's Event with `count: 2147483647` cloned one
+/// occurrence per count (the controller allocated until it was killed).
+/// Now the line stands for its newest `MATERIALIZED` counts, it restarts at
+/// most the tenant's own job once, and touches no node.
+#[test]
+fn a_tenant_event_with_a_huge_count_costs_a_bounded_window_and_no_node() {
+    let mut b = Bed::new(None);
+    let (pod, _) = b.pods_of("j0").remove(0);
+    let node = b.m.pods[&pod]["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let at = b.m.wall().to_rfc3339();
+    let ev: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "flood", "namespace": model::NS, "uid": "ev-flood",
+            "annotations": {"kcover.io/need-recovery": "true"}},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": model::NS},
+        "reason": "NeedRecovery", "count": i32::MAX,
+        "firstTimestamp": at, "lastTimestamp": at,
+        "source": {"host": node},
+    }))
+    .expect("event");
+    let start = std::time::Instant::now();
+    b.feed(vec![Input::Event(Change::Apply(Box::new(ev.clone())))]);
+    b.pump();
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    let bound = super::super::occurrence::MATERIALIZED as usize;
+    assert!(b.core.current.len() <= bound, "{}", b.core.current.len());
+    assert!(b.core.ledger().len() <= bound, "{}", b.core.ledger().len());
+    assert!(b.restarts() <= 1, "{}", b.restarts());
+    assert_eq!(b.cordons(), 0, "a tenant's Event touches no node");
+    // The same Event replayed (a relist) names the same occurrences.
+    b.feed(vec![Input::Event(Change::Apply(Box::new(ev)))]);
+    b.pump();
+    assert!(b.core.current.len() <= bound);
+    assert!(b.restarts() <= 1);
+}
