@@ -424,6 +424,7 @@ pub fn job_info(kind: WorkloadKind, o: &DynamicObject) -> JobInfo {
         history: crate::recover::read_history(&annotations),
         generation: crate::inplace::Generation::from_annotations(&annotations),
         retry_limit: retry_limit(kind, &o.data),
+        counted_restarts: super::restart_counts::counted_restarts(kind, &o.data),
         native_in_place: kind == WorkloadKind::JobSet
             && o.data["spec"]["failurePolicy"]["restartStrategy"].as_str()
                 == Some("InPlaceRestart"),

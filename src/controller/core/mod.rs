@@ -27,6 +27,7 @@ pub mod nodes;
 pub mod occurrence;
 pub mod plan;
 pub mod pods;
+pub mod restart_counts;
 pub mod status;
 pub mod store;
 

@@ -47,7 +47,24 @@ impl Core {
             .into_iter()
             .filter(|p| !p.deleting)
             .collect();
-        let faulty = self.faulty_pods(key);
+        let mut faulty = self.faulty_pods(key);
+        // Pods that ended for good (a container failed under
+        // `restartPolicy: Never` and the pod left Running): the kubelet
+        // restarts nothing in a terminated pod, so they are replaced, not
+        // restarted in place.
+        let ended: Vec<PodTarget> = pods
+            .iter()
+            .filter(|p| p.restart_never && !p.running && p.first_failure.is_some())
+            .filter(|p| !faulty.iter().any(|f| f.uid == *p.uid))
+            .map(|p| PodTarget {
+                namespace: p.namespace.to_string(),
+                name: p.name.to_string(),
+                uid: p.uid.to_string(),
+                grace_seconds: None,
+            })
+            .collect();
+        let ended_count = ended.len();
+        faulty.extend(ended);
         let wired = |all: bool| {
             pods.iter()
                 .filter(|p| all || !faulty.iter().any(|f| f.uid == *p.uid))
@@ -58,13 +75,19 @@ impl Core {
         for t in &cfg.tiers {
             match t {
                 RecoveryTier::InPlace => {
-                    if !faulty.is_empty() {
+                    if ended_count > 0 {
+                        why.push(format!(
+                            "not in place: {ended_count} pod(s) ended (restartPolicy Never) and cannot restart where they are"
+                        ));
+                    } else if !faulty.is_empty() {
                         why.push(format!(
                             "not in place: {} pod(s) on faulty nodes must move",
                             faulty.len()
                         ));
                     } else if !wired(true) {
                         why.push("not in place: the job's pods lack the in-place wiring (rebound inject)".into());
+                    } else if let Some(w) = self.in_place_exhausts(key) {
+                        why.push(w);
                     } else {
                         return (Tier::InPlace, join(why));
                     }
@@ -75,6 +98,12 @@ impl Core {
                     }
                     if !wired(false) {
                         why.push("not replacing only the faulty pods: the job's pods lack the in-place wiring (rebound inject)".into());
+                    } else if let Some(w) = self.in_place_exhausts(key) {
+                        why.push(w.replacen(
+                            "not in place",
+                            "not replacing only the faulty pods",
+                            1,
+                        ));
                     } else {
                         return (Tier::ReplaceFaulty { pods: faulty }, join(why));
                     }

@@ -175,6 +175,12 @@ pub struct PodInfo {
     pub deleting_since: Option<i64>,
     /// The pod's `Ready` condition is `True`.
     pub ready: bool,
+    /// Restarts of all its containers (init containers included), as the
+    /// Job controller adds them up against `backoffLimit`.
+    pub restarts: u32,
+    /// Its containers, init containers included: what one in-place
+    /// restart adds to `restarts`.
+    pub container_count: u16,
     /// The in-place restart agent of the pod, if it is wired for it.
     pub agent: Option<AgentStatus>,
     /// When the pod's last in-place restart (`AllContainersRestarting`
@@ -334,6 +340,20 @@ impl PodInfo {
             created: m.creation_timestamp.as_ref().map(secs).unwrap_or(0),
             deleting_since: m.deletion_timestamp.as_ref().map(secs),
             ready: condition("Ready").is_some_and(|c| c.status == "True"),
+            restarts: status
+                .into_iter()
+                .flat_map(|s| {
+                    s.container_statuses
+                        .iter()
+                        .flatten()
+                        .chain(s.init_container_statuses.iter().flatten())
+                })
+                .map(|c| u32::try_from(c.restart_count).unwrap_or(0))
+                .fold(0u32, u32::saturating_add),
+            container_count: spec
+                .map(|s| s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len))
+                .and_then(|n| u16::try_from(n).ok())
+                .unwrap_or(u16::MAX),
             agent,
             restarted_in_place,
             uid: m.uid.as_deref().unwrap_or_default().into(),

@@ -112,6 +112,9 @@ pub struct JobInfo {
     pub generation: Generation,
     /// The job operator's own retry limit, where the kind has one.
     pub retry_limit: Option<RetryLimit>,
+    /// Its Jobs that count container restarts against their
+    /// `backoffLimit` (what an in-place restart costs them).
+    pub counted_restarts: Vec<super::restart_counts::CountedRestarts>,
     /// A JobSet using JobSet's own in-place restart protocol.
     pub native_in_place: bool,
     /// The TrainJob a JobSet runs for (its controller owner): the JobSet's

@@ -28,10 +28,24 @@ fn releases(b: &Bed) -> usize {
     b.count(|k| matches!(k, EffectKind::Release { .. }))
 }
 
-/// Fail a pod of j0 and let the in-place restart raise the generation.
+/// The node of j0's `k`-th pod.
+fn node_of_j0(b: &Bed, k: usize) -> String {
+    let pods: Vec<&Value> =
+        b.m.pods
+            .values()
+            .filter(|p| p["metadata"]["labels"][model::JOBSET_NAME] == "j0")
+            .collect();
+    pods[k % pods.len()]["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or("n0")
+        .to_string()
+}
+
+/// A software XID under a pod of j0 (its pods keep running) and the
+/// in-place restart that raises the generation.
 fn restart_in_place(b: &mut Bed) {
-    let i = b.pod_index("j0");
-    b.m.fail_pod(i);
+    let node = node_of_j0(b, 0);
+    b.m.node_fault(&node, "13");
     b.pump();
     let (current, released) = b.m.released("j0");
     assert!(
@@ -94,8 +108,8 @@ fn a_tier_list_without_recreate_ends_released() {
     b.pass(61);
     b.m.agents(true);
     b.pump();
-    let i = b.pod_index("j0");
-    b.m.fail_pod(i);
+    let other = node_of_j0(&b, 1);
+    b.m.node_fault(&other, "13");
     b.pump();
     let (again, _) = b.m.released("j0");
     assert_eq!(again, current + 1, "a new restart after the one that ended");
@@ -115,7 +129,10 @@ fn a_controller_down_past_the_fallback_time_releases_or_falls_back_on_restart() 
         ins.push(Input::Leader(true, 2));
         b.feed(ins);
         b.pump();
-        b.pass(3);
+        // (With in place alone the fault, still present, is decided again
+        // once the resumed recovery ends: a new generation, which ends
+        // released too when its agents do not come back.)
+        b.pass(2 * 60 + 5);
         assert_eq!(b.restarts(), recreated, "tiers {tiers:?}");
         let (current, released) = b.m.released("j0");
         assert_eq!(
@@ -239,4 +256,40 @@ fn a_removed_job_kind_leaves_the_core_ready() {
     let ins = b.m.relist(model::Kind::Jobs);
     b.feed(ins);
     assert!(b.core.ready());
+}
+
+#[test]
+fn a_pod_ended_under_restart_policy_never_is_replaced_not_restarted_in_place() {
+    let mut b = wired(in_place(&["InPlace", "ReplaceFaulty", "Recreate"], "2m"));
+    // The worker exits 1 under `restartPolicy: Never`: the pod is Failed,
+    // the kubelet restarts nothing in it.
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    let deleted = b.count(|k| matches!(k, EffectKind::DeletePods { .. }));
+    assert_eq!(deleted, 1, "the ended pod is replaced");
+    assert_eq!(b.restarts(), 0, "the others are not recreated");
+    let (current, released) = b.m.released("j0");
+    assert!(current > released, "the others restart in place");
+}
+
+#[test]
+fn an_in_place_restart_that_would_fail_the_job_by_its_backoff_limit_is_not_chosen() {
+    for (limit, stays) in [(100, true), (3, false)] {
+        let mut b = wired(in_place(&["InPlace", "Recreate"], "2m"));
+        // The JobSet's workers count container restarts (OnFailure):
+        // 2 pods of 2 containers (worker, agent) add 4.
+        if let Some(j) = b.m.jobs.get_mut("j0") {
+            j["spec"]["replicatedJobs"][0]["template"]["spec"] = json!({"backoffLimit": limit,
+                "template": {"spec": {"restartPolicy": "OnFailure"}}});
+        }
+        b.m.touch_job("j0");
+        b.pump();
+        let node = node_of_j0(&b, 0);
+        b.m.node_fault(&node, "13");
+        b.pump();
+        let (current, released) = b.m.released("j0");
+        assert_eq!(current > released, stays, "backoffLimit {limit}: in place");
+        assert_eq!(b.restarts() > 0, !stays, "backoffLimit {limit}: recreated");
+    }
 }

@@ -89,7 +89,17 @@ impl Model {
         }
     }
 
-    /// Whether job `name`'s restart generation is released.
+    /// Deliver job `name` again as it is now (after a test changed it).
+    pub fn touch_job(&mut self, name: &str) {
+        let rv = self.bump_rv();
+        if let Some(j) = self.jobs.get_mut(name) {
+            j["metadata"]["resourceVersion"] = json!(rv);
+            let o = j.clone();
+            self.queue_change(Kind::Jobs, Pending::Apply(o));
+        }
+    }
+
+    /// Job `name`'s restart generation: (current, released).
     pub fn released(&self, name: &str) -> (u64, u64) {
         let a: std::collections::BTreeMap<String, String> = self
             .jobs
