@@ -16,6 +16,8 @@ pub struct Health {
     pub ready: AtomicBool,
     /// The reactor loop is running.
     pub alive: AtomicBool,
+    /// The step in progress: a step stuck past its bound fails `/healthz`.
+    pub step: Arc<super::watchdog::StepWatch>,
 }
 
 #[derive(Clone)]
@@ -47,10 +49,15 @@ pub async fn serve(
         .route(
             "/healthz",
             get(|State(s): State<AppState>| async move {
-                if s.health.alive.load(Ordering::Relaxed) {
-                    (StatusCode::OK, "ok")
-                } else {
+                if !s.health.alive.load(Ordering::Relaxed) {
                     (StatusCode::SERVICE_UNAVAILABLE, "reactor stopped")
+                } else if !s.health.step.healthy() {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "a step of the recovery core is stuck",
+                    )
+                } else {
+                    (StatusCode::OK, "ok")
                 }
             }),
         )
