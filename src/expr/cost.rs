@@ -77,6 +77,77 @@ pub const ANNOTATION_VALUE_MAX: u64 = 256 * 1024;
 /// Longest object name (a DNS subdomain) and namespace.
 pub const NAME_MAX: u64 = 253;
 
+/// Largest compiled size of a literal `matches` pattern (bytes, the regex
+/// crate's `size_limit`): cel-rust compiles the pattern on every
+/// evaluation, and a short pattern with counted repetitions
+/// (`((a{100}){100}){100}`) compiles to megabytes, so literal patterns are
+/// compiled once when the expression is, against this limit (about a
+/// millisecond of compiling at most).
+pub const REGEX_SIZE_MAX: usize = 64 * 1024;
+
+/// What a `matches` pattern computed at run time costs: it is compiled on
+/// every evaluation up to the regex crate's default limit (10 MiB of
+/// program), which no estimate can bound more tightly, so such an
+/// expression is refused; write the pattern as a literal.
+pub const DYNAMIC_PATTERN_COST: u64 = 1_000_000;
+
+/// The literal patterns of `matches` calls in `e` (the pattern is the
+/// argument after the string matched).
+pub fn literal_patterns(e: &IdedExpr) -> Vec<String> {
+    fn walk(e: &IdedExpr, out: &mut Vec<String>) {
+        match &e.expr {
+            Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => {}
+            Expr::Select(s) => walk(&s.operand, out),
+            Expr::Call(c) => {
+                if c.func_name == "matches" {
+                    let p = if c.target.is_some() {
+                        c.args.first()
+                    } else {
+                        c.args.get(1)
+                    };
+                    if let Some(IdedExpr {
+                        expr: Expr::Literal(LiteralValue::String(s)),
+                        ..
+                    }) = p
+                    {
+                        out.push(s.inner().to_string());
+                    }
+                }
+                if let Some(t) = &c.target {
+                    walk(t, out);
+                }
+                c.args.iter().for_each(|a| walk(a, out));
+            }
+            Expr::List(l) => l.elements.iter().for_each(|x| walk(x, out)),
+            Expr::Map(m) => m.entries.iter().for_each(|en| entry(en, out)),
+            Expr::Struct(st) => st.entries.iter().for_each(|en| entry(en, out)),
+            Expr::Comprehension(c) => {
+                for x in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    walk(x, out);
+                }
+            }
+        }
+    }
+    fn entry(en: &cel::common::ast::IdedEntryExpr, out: &mut Vec<String>) {
+        match &en.expr {
+            EntryExpr::MapEntry(me) => {
+                walk(&me.key, out);
+                walk(&me.value, out);
+            }
+            EntryExpr::StructField(f) => walk(&f.value, out),
+        }
+    }
+    let mut out = Vec::new();
+    walk(e, &mut out);
+    out
+}
+
 /// Cut `s` to at most [`FAULT_STRING_MAX`] bytes at a character boundary:
 /// what the cost estimate assumes of every `fault` string.
 pub fn truncate(s: &str) -> &str {
@@ -481,12 +552,29 @@ impl Walker {
             ),
             "matches" => {
                 // Compiling the pattern, then a scan of at worst input ×
-                // pattern.
+                // pattern. A literal pattern is checked against
+                // [`REGEX_SIZE_MAX`] when the expression is compiled; one
+                // computed at run time is charged the regex crate's
+                // default compile limit.
                 let (input, pattern) = (first, second);
+                let pattern_expr = if c.target.is_some() {
+                    c.args.first()
+                } else {
+                    c.args.get(1)
+                };
+                let literal = matches!(
+                    pattern_expr.map(|p| &p.expr),
+                    Some(Expr::Literal(LiteralValue::String(_)))
+                );
+                let compile = if literal {
+                    pattern.len
+                } else {
+                    DYNAMIC_PATTERN_COST
+                };
                 (
                     traverse(input)
                         .saturating_mul(pattern.len.saturating_add(1))
-                        .saturating_add(pattern.len),
+                        .saturating_add(compile),
                     Shape::SCALAR,
                 )
             }

@@ -51,6 +51,10 @@ pub enum CompileError {
          may hold 262144 entries: look keys up with `in` and `[]` instead of iterating)"
     )]
     TooExpensive { estimate: u64, limit: u64 },
+    /// A literal `matches` pattern that is not a regex, or compiles to more
+    /// than [`cost::REGEX_SIZE_MAX`].
+    #[error("`matches` pattern {pattern:?} refused: {error}")]
+    Pattern { pattern: String, error: String },
 }
 
 impl CompileError {
@@ -58,6 +62,9 @@ impl CompileError {
     pub fn reason(&self) -> &'static str {
         match self {
             CompileError::TooExpensive { .. } => "ExpressionTooExpensive",
+            CompileError::Pattern { error, .. } if error.contains("size limit") => {
+                "ExpressionTooExpensive"
+            }
             _ => "InvalidExpression",
         }
     }
@@ -164,6 +171,17 @@ impl Expr {
                     var,
                     field,
                     allowed: known.join(", "),
+                });
+            }
+        }
+        for pattern in cost::literal_patterns(program.expression()) {
+            if let Err(e) = regex::RegexBuilder::new(&pattern)
+                .size_limit(cost::REGEX_SIZE_MAX)
+                .build()
+            {
+                return Err(CompileError::Pattern {
+                    error: e.to_string().replace('\n', "; "),
+                    pattern,
                 });
             }
         }

@@ -404,3 +404,25 @@ fn explain_reports_a_refused_expression_with_its_reason() {
     assert!(msg.contains("ExpressionTooExpensive"), "{msg}");
     assert!(msg.contains("exceeds the limit of 100000"), "{msg}");
 }
+
+#[test]
+fn matches_patterns_are_checked_when_compiled() {
+    // Short, but compiles to megabytes on every evaluation.
+    let e = Expr::compile("fault.message.matches('((a{100}){100}){100}')", POLICY_VARS)
+        .expect_err("refused");
+    assert!(matches!(e, CompileError::Pattern { .. }), "{e}");
+    assert_eq!(e.reason(), "ExpressionTooExpensive", "{e}");
+    let e = Expr::compile("matches(fault.message, 'a(')", POLICY_VARS).expect_err("invalid");
+    assert_eq!(e.reason(), "InvalidExpression", "{e}");
+    // A pattern computed at run time cannot be bounded: refused.
+    let e = Expr::compile("fault.message.matches('a' + '{100}')", POLICY_VARS)
+        .expect_err("dynamic pattern refused");
+    assert!(matches!(e, CompileError::TooExpensive { .. }), "{e}");
+    // Ordinary literal patterns pass, in both call forms.
+    for ok in [
+        r#"fault.message.matches('to 0x0*[135]\\b')"#,
+        r#"matches(fault.reason, '^Xid')"#,
+    ] {
+        Expr::compile(ok, POLICY_VARS).unwrap_or_else(|e| panic!("`{ok}`: {e}"));
+    }
+}
