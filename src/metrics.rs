@@ -62,6 +62,8 @@ pub struct Metrics {
     pub rank_table_writes: Family<StatusLabels, Counter>,
     pub recovery: Histogram,
     pub time_to_resume: Histogram,
+    /// Steps of the recovery core that ran past `--step-timeout`.
+    pub steps_stuck: Counter,
 }
 
 /// Metric names, for the docs check.
@@ -83,6 +85,7 @@ pub const NAMES: &[&str] = &[
     "rebound_rank_table_writes_total",
     "rebound_recovery_seconds",
     "rebound_time_to_resume_seconds",
+    "rebound_core_steps_stuck_total",
 ];
 
 impl Default for Metrics {
@@ -202,8 +205,15 @@ impl Metrics {
             "Time from a fault to every pod of the job it restarted running and Ready again (what the job loses to the fault)",
             time_to_resume.clone(),
         );
+        let steps_stuck = Counter::default();
+        r.register(
+            "rebound_core_steps_stuck",
+            "Steps of the recovery core that ran past --step-timeout (the replica gave its Lease up and failed /healthz while stuck)",
+            steps_stuck.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
+            steps_stuck,
             time_to_resume,
             faults,
             decisions,

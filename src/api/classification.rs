@@ -114,8 +114,8 @@ pub struct EscalationRule {
 pub struct FaultClassificationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (reason `InvalidExpression`, `InvalidCode`, `InvalidDuration`
-    /// when the object cannot be used).
+    /// `Ready` (reason `InvalidExpression`, `ExpressionTooExpensive`,
+    /// `InvalidCode`, `InvalidDuration` when the object cannot be used).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Faults classified by this object since the controller started.

@@ -337,7 +337,8 @@ pub struct RecoveryPolicyStatus {
     /// The generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (compiled and in use; reason such as `InvalidExpression`) and
+    /// `Ready` (compiled and in use; reason such as `InvalidExpression` or
+    /// `ExpressionTooExpensive`) and
     /// `Active` (False when another policy wins for its workloads).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -23,7 +23,8 @@ use std::time::Duration;
 pub struct InvalidObject {
     /// The field at fault, e.g. `spec.rules[2].when`.
     pub field: String,
-    /// `InvalidExpression`, `InvalidCode` or `InvalidDuration`.
+    /// `InvalidExpression`, `ExpressionTooExpensive`, `InvalidCode` or
+    /// `InvalidDuration`.
     pub reason: &'static str,
     pub message: String,
 }
@@ -32,7 +33,7 @@ impl InvalidObject {
     pub(crate) fn expr(field: String, e: CompileError) -> Self {
         InvalidObject {
             field,
-            reason: "InvalidExpression",
+            reason: e.reason(),
             message: e.to_string(),
         }
     }

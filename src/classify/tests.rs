@@ -247,6 +247,27 @@ fn invalid_objects_are_refused_with_the_field_and_not_used() {
         Level::Separate
     );
 
+    let mut bad = fc(
+        "expensive",
+        FaultSource::NvidiaXid,
+        500,
+        vec![rule("r", &["79"], Level::Ignore)],
+    );
+    let mut nested = "a0 < a5".to_string();
+    for d in (0..6).rev() {
+        nested = format!("node.faults.all(a{d}, {nested})");
+    }
+    bad.spec.rules[0].when = Some(nested);
+    let e = c.upsert(&bad).unwrap_err();
+    assert_eq!(e.reason, "ExpressionTooExpensive", "{e}");
+    assert!(e.message.contains("estimated worst-case cost"), "{e}");
+    assert_eq!(
+        c.classify(xid("79", "n", "0", t(1, 0)), None, t(1, 0))
+            .level,
+        Level::Separate,
+        "a refused classification is not used"
+    );
+
     let mut bad = fc("bad-dur", FaultSource::NvidiaXid, 1, vec![]);
     bad.spec.escalations = vec![EscalationRule {
         name: None,

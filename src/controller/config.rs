@@ -27,6 +27,13 @@ pub struct ControllerArgs {
     /// Lease duration: a standby takes over this long after the leader stops renewing.
     #[arg(long, env = "REBOUND_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
+    /// A step of the recovery core running longer than this is logged with
+    /// its input and counted (`rebound_core_steps_stuck_total`), and while it
+    /// runs the replica stops renewing its Lease (a standby takes over) and
+    /// fails /healthz (the kubelet restarts it). Real steps take
+    /// milliseconds.
+    #[arg(long, env = "REBOUND_STEP_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub step_timeout: Duration,
     /// This replica's identity in the Lease. Default: POD_NAME or the hostname.
     #[arg(long, env = "REBOUND_IDENTITY")]
     pub identity: Option<String>,

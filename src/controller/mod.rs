@@ -13,6 +13,7 @@ pub mod core;
 pub mod executor;
 pub mod http;
 pub mod throttle;
+pub mod watchdog;
 pub mod watches;
 
 pub use crate::k8s::{discover, leader, time, watch};
@@ -104,7 +105,14 @@ pub async fn start(
     let (lease_stop_tx, lease_stop_rx) = tw::channel(false);
     let (fatal_tx, fatal_rx) = tw::channel(None);
     let metrics = crate::metrics::Metrics::new();
-    let health = Arc::new(http::Health::default());
+    let step = Arc::new(watchdog::StepWatch::new(args.step_timeout));
+    if let Err(e) = watchdog::spawn(&step, metrics.clone()) {
+        tracing::error!(error = %e, "cannot start the step watchdog thread");
+    }
+    let health = Arc::new(http::Health {
+        step: step.clone(),
+        ..Default::default()
+    });
     let (listen, http_task) = http::serve(
         args.listen,
         metrics.clone(),
@@ -126,7 +134,13 @@ pub async fn start(
             retry: (args.lease_duration / 5).max(Duration::from_millis(200)),
             grace: (args.lease_duration / 5).max(Duration::from_millis(200)),
         };
-        let (l, t) = leader::start(client.clone(), cfg, lease_stop_rx);
+        let gate = step.clone();
+        let (l, t) = leader::start(
+            client.clone(),
+            cfg,
+            lease_stop_rx,
+            Arc::new(move || gate.may_renew()),
+        );
         (l, Some(t))
     } else {
         (leader::Leadership::always(), None)
@@ -291,7 +305,14 @@ impl Loop {
                     }
                     let now = Now { wall: chrono::Utc::now(), mono: received };
                     let core = &mut self.core;
+                    let step = self.health.step.clone();
+                    let guard = step.begin(|w| watchdog::describe(&input, w));
                     let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.step(input, now)));
+                    let took = step.running_for();
+                    drop(guard);
+                    if let Some(took) = took.filter(|t| *t > step.bound()) {
+                        tracing::warn!(took_s = took.as_secs_f64(), "a stuck step of the recovery core ended");
+                    }
                     match stepped {
                         Ok(effects) => {
                             for e in effects {

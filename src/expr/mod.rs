@@ -4,12 +4,13 @@
 //! built here from the core's own types with integers as CEL `int` (the trap
 //! in ECOSYSTEM.md: JSON integers bound as `uint` break `job.restarts + 1`).
 //!
-//! Cost bound: cel-rust has no runtime cost limit, so the bound is static and
-//! by construction: expressions are at most [`MAX_EXPRESSION_LEN`] bytes, the
-//! language has no loops beyond comprehensions, and every list bound into a
-//! context is capped ([`MAX_LIST`]), so an evaluation is bounded by
-//! expression size × list size.
+//! Cost bound: cel-rust has no run-time cost limit, so the bound is static:
+//! expressions are at most [`MAX_EXPRESSION_LEN`] bytes, and each is
+//! estimated when compiled ([`cost`]: comprehensions multiply by the
+//! largest size of what they iterate, bounded per variable) and refused
+//! over [`cost::MAX_COST`], a compile error like any other.
 
+pub mod cost;
 mod free_vars;
 mod values;
 mod views;
@@ -42,6 +43,31 @@ pub enum CompileError {
         field: String,
         allowed: String,
     },
+    /// The worst case of the expression costs more than one evaluation may
+    /// (nested comprehensions, an iteration over labels or annotations).
+    #[error(
+        "expression too expensive: estimated worst-case cost {estimate} exceeds the limit of {limit} \
+         (comprehensions multiply by the size of what they iterate; labels and annotations \
+         may hold 262144 entries: look keys up with `in` and `[]` instead of iterating)"
+    )]
+    TooExpensive { estimate: u64, limit: u64 },
+    /// A literal `matches` pattern that is not a regex, or compiles to more
+    /// than [`cost::REGEX_SIZE_MAX`].
+    #[error("`matches` pattern {pattern:?} refused: {error}")]
+    Pattern { pattern: String, error: String },
+}
+
+impl CompileError {
+    /// The `Ready=False` condition reason this error gives its object.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CompileError::TooExpensive { .. } => "ExpressionTooExpensive",
+            CompileError::Pattern { error, .. } if error.contains("size limit") => {
+                "ExpressionTooExpensive"
+            }
+            _ => "InvalidExpression",
+        }
+    }
 }
 
 /// Why an evaluation gave no usable answer; counted and treated as no match.
@@ -105,6 +131,21 @@ pub const CLASSIFY_VARS: &[&str] = &["fault", "node", "now"];
 impl Expr {
     /// Compile `source`, rejecting variables outside `allowed`.
     pub fn compile(source: &str, allowed: &[&str]) -> Result<Expr, CompileError> {
+        Self::compile_bounded(source, allowed, cost::MAX_COST)
+    }
+
+    /// [`Self::compile`] with another cost bound: tests that exercise what
+    /// the views do on iterations the bound refuses.
+    #[cfg(test)]
+    pub(crate) fn compile_unbounded(source: &str, allowed: &[&str]) -> Result<Expr, CompileError> {
+        Self::compile_bounded(source, allowed, u64::MAX)
+    }
+
+    fn compile_bounded(
+        source: &str,
+        allowed: &[&str],
+        max_cost: u64,
+    ) -> Result<Expr, CompileError> {
         if source.len() > MAX_EXPRESSION_LEN {
             return Err(CompileError::TooLong { len: source.len() });
         }
@@ -133,6 +174,24 @@ impl Expr {
                 });
             }
         }
+        for pattern in cost::literal_patterns(program.expression()) {
+            if let Err(e) = regex::RegexBuilder::new(&pattern)
+                .size_limit(cost::REGEX_SIZE_MAX)
+                .build()
+            {
+                return Err(CompileError::Pattern {
+                    error: e.to_string().replace('\n', "; "),
+                    pattern,
+                });
+            }
+        }
+        let estimate = cost::estimate(program.expression());
+        if estimate > max_cost {
+            return Err(CompileError::TooExpensive {
+                estimate,
+                limit: max_cost,
+            });
+        }
         let vars = VarSet {
             fault: free.contains("fault"),
             job: free.contains("job"),
@@ -149,6 +208,11 @@ impl Expr {
     /// The variables the expression reads.
     pub fn vars(&self) -> VarSet {
         self.vars
+    }
+
+    /// The worst-case cost estimate the expression was accepted with.
+    pub fn cost(&self) -> u64 {
+        cost::estimate(self.program.expression())
     }
 
     /// The expression as written.

@@ -175,7 +175,9 @@ fn views_answer_as_eager_maps_do() {
         r#"job.name"#,
     ];
     for src in exprs {
-        let e = Expr::compile(src, POLICY_VARS).unwrap();
+        // Iterating labels is refused by the cost bound; the views must
+        // still iterate as maps do.
+        let e = Expr::compile_unbounded(src, POLICY_VARS).unwrap();
         let (a, b) = (e.eval_bool_in(&eager), e.eval_bool_in(&lazy));
         assert_eq!(a.is_ok(), b.is_ok(), "{src}: eager {a:?}, lazy {b:?}");
         assert_eq!(a.as_ref().ok(), b.as_ref().ok(), "{src}");
@@ -200,4 +202,227 @@ fn views_answer_as_eager_maps_do() {
         cd.eval_duration_in(&empty_lazy).unwrap(),
         Duration::from_secs(30)
     );
+}
+
+// --- cost bound ---
+
+/// `[0, …, n-1]`.
+fn range(n: usize) -> String {
+    let xs: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    format!("[{}]", xs.join(", "))
+}
+
+/// `depth` nested `all` over `[0, …, n-1]`, the innermost comparing the
+/// outermost and innermost variables.
+fn nested(depth: usize, n: usize) -> String {
+    let mut body = format!("v0 <= v{}", depth - 1);
+    for d in (0..depth).rev() {
+        body = format!("{}.all(v{d}, {body})", range(n));
+    }
+    body
+}
+
+fn estimate_of(src: &str) -> u64 {
+    let p = cel::Env::stdlib().compile(src).expect("parses");
+    cost::estimate(p.expression())
+}
+
+#[test]
+fn ten_nested_comprehensions_are_refused_with_their_estimate() {
+    let src = nested(10, 10);
+    assert!(src.len() < 600, "a few hundred bytes: {}", src.len());
+    let err = Expr::compile(&src, POLICY_VARS).expect_err("10^10 steps refused");
+    let CompileError::TooExpensive { estimate, limit } = err.clone() else {
+        panic!("wrong error: {err}");
+    };
+    assert!(estimate >= 10_000_000_000, "estimate {estimate}");
+    assert_eq!(limit, cost::MAX_COST);
+    let msg = err.to_string();
+    assert!(msg.contains(&estimate.to_string()), "{msg}");
+    assert!(msg.contains(&cost::MAX_COST.to_string()), "{msg}");
+    assert_eq!(err.reason(), "ExpressionTooExpensive");
+    // Also as a classification rule.
+    assert!(matches!(
+        Expr::compile(&src, CLASSIFY_VARS),
+        Err(CompileError::TooExpensive { .. })
+    ));
+}
+
+#[test]
+fn every_shipped_sample_expression_is_well_under_the_bound() {
+    let mut loaded = crate::explain::load::Loaded::default();
+    for (path, text) in crate::sim::samples::SAMPLES {
+        crate::explain::load::load_str(std::path::Path::new(path), text, &mut loaded)
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+    let mut exprs: Vec<(&str, &[&str])> = Vec::new();
+    for (_, p) in &loaded.policies {
+        exprs.extend(p.spec.when.as_deref().map(|w| (w, POLICY_VARS)));
+        if let Some(c) = p.spec.cooldown.as_deref()
+            && crate::api::duration::parse(c).is_err()
+        {
+            exprs.push((c, POLICY_VARS));
+        }
+    }
+    for (_, c) in &loaded.classifications {
+        for r in &c.spec.rules {
+            exprs.extend(r.when.as_deref().map(|w| (w, CLASSIFY_VARS)));
+        }
+    }
+    assert!(exprs.len() >= 8, "samples have CEL: {}", exprs.len());
+    for (src, vars) in exprs {
+        let e = Expr::compile(src, vars).unwrap_or_else(|err| panic!("`{src}`: {err}"));
+        assert!(
+            e.cost() < cost::MAX_COST / 5,
+            "`{src}` costs {} of {}",
+            e.cost(),
+            cost::MAX_COST
+        );
+    }
+}
+
+#[test]
+fn an_expression_just_under_the_bound_is_accepted_and_one_just_over_refused() {
+    // The largest n for which two nested `all` over n elements fit.
+    let n = (1..400)
+        .take_while(|n| estimate_of(&nested(2, *n)) <= cost::MAX_COST)
+        .last()
+        .expect("some n fits");
+    let under = nested(2, n);
+    let e = Expr::compile(&under, POLICY_VARS).expect("just under the bound");
+    assert!(
+        e.cost() > cost::MAX_COST * 9 / 10,
+        "borderline: {} of {}",
+        e.cost(),
+        cost::MAX_COST
+    );
+    assert!(e.eval_bool(&vars(0)).is_ok());
+    let over = nested(2, n + 1);
+    assert!(matches!(
+        Expr::compile(&over, POLICY_VARS),
+        Err(CompileError::TooExpensive { estimate, .. }) if estimate > cost::MAX_COST
+    ));
+}
+
+#[test]
+fn the_estimate_grows_with_nesting() {
+    // Each level of nesting multiplies, at least by its range.
+    let mut last = 0;
+    for depth in 1..=6 {
+        let e = estimate_of(&nested(depth, 4));
+        assert!(e >= last * 4, "depth {depth}: {e} after {last}");
+        last = e;
+    }
+    // Wrapping any expression never makes it cheaper.
+    for inner in [
+        "fault.message.contains('x')",
+        "node.faults.exists(f, f.matches('^8'))",
+        "job.restarts < 3",
+        &nested(2, 5),
+    ] {
+        let e = estimate_of(inner);
+        for outer in [
+            format!("true && ({inner})"),
+            format!("({inner}) ? 1 : 2"),
+            format!("[1, 2].exists(z, {inner})"),
+            format!("[1].map(z, {inner}).size() > 0"),
+            format!("!({inner})"),
+        ] {
+            assert!(estimate_of(&outer) > e, "`{outer}` below `{inner}`");
+        }
+    }
+}
+
+#[test]
+fn variables_are_sized_by_their_documented_bounds() {
+    // Lookups are cheap; iterating labels or annotations (262,144 entries
+    // at most) is refused.
+    for ok in [
+        r#""team" in job.labels && job.labels["team"] == "llm""#,
+        r#"job.annotations["a"].startsWith("x")"#,
+        r#"node.faults.exists(f, f.startsWith("80"))"#,
+        r#"node.faults.filter(f, f.size() > 3).size() > 2"#,
+        r#"fault.message.matches('to 0x0*[135]\\b')"#,
+    ] {
+        Expr::compile(ok, POLICY_VARS).unwrap_or_else(|e| panic!("`{ok}`: {e}"));
+    }
+    for refused in [
+        r#"job.labels.exists(k, k.startsWith("team"))"#,
+        r#"job.annotations.all(k, k != "")"#,
+        r#"node.labels.exists_one(k, true)"#,
+        // 64 faults × 64 faults × 4 KiB each compared.
+        r#"node.faults.all(a, node.faults.all(b, a.contains(b)))"#,
+    ] {
+        assert!(
+            matches!(
+                Expr::compile(refused, POLICY_VARS),
+                Err(CompileError::TooExpensive { .. })
+            ),
+            "`{refused}` accepted"
+        );
+    }
+}
+
+#[test]
+fn fault_strings_are_cut_to_the_length_the_estimate_assumes() {
+    let now = Utc.with_ymd_and_hms(2026, 11, 28, 10, 0, 0).unwrap();
+    let mut f = Fault::new(FaultSource::KubeEvent, "x".repeat(10_000), now);
+    // Multi-byte characters across the cut.
+    f.message = Some("é".repeat(5_000));
+    let node = NodeView {
+        faults: vec!["9".repeat(9_000)],
+        ..Default::default()
+    };
+    let max = cost::FAULT_STRING_MAX as i64;
+    for src in [
+        format!("fault.code.size() == {max}"),
+        format!("fault.message.size() == {}", max / 2),
+        format!("node.faults[0].size() == {max}"),
+    ] {
+        let e = Expr::compile(&src, POLICY_VARS).expect("compiles");
+        let lazy = Scope::build(e.vars(), &f, None, None, Some(&node), now);
+        assert_eq!(e.eval_bool_in(&lazy), Ok(true), "lazy: {src}");
+        let eager = Vars::new(&f, None, None, Some(&node), now);
+        assert_eq!(e.eval_bool(&eager), Ok(true), "eager: {src}");
+    }
+}
+
+#[test]
+fn explain_reports_a_refused_expression_with_its_reason() {
+    let yaml = format!(
+        "apiVersion: rebound.dev/v1alpha1\nkind: RecoveryPolicy\nmetadata:\n  name: costly\n  namespace: team-a\nspec:\n  when: '{}'\n",
+        nested(10, 10)
+    );
+    let mut loaded = crate::explain::load::Loaded::default();
+    crate::explain::load::load_str(std::path::Path::new("costly.yaml"), &yaml, &mut loaded)
+        .expect("loads");
+    let Err(err) = crate::explain::engine_from(&loaded, "rebound-system", 10) else {
+        panic!("an exponential expression was accepted");
+    };
+    let msg = err.to_string();
+    assert!(msg.contains("spec.when"), "{msg}");
+    assert!(msg.contains("ExpressionTooExpensive"), "{msg}");
+    assert!(msg.contains("exceeds the limit of 100000"), "{msg}");
+}
+
+#[test]
+fn matches_patterns_are_checked_when_compiled() {
+    // Short, but compiles to megabytes on every evaluation.
+    let e = Expr::compile("fault.message.matches('((a{100}){100}){100}')", POLICY_VARS)
+        .expect_err("refused");
+    assert!(matches!(e, CompileError::Pattern { .. }), "{e}");
+    assert_eq!(e.reason(), "ExpressionTooExpensive", "{e}");
+    let e = Expr::compile("matches(fault.message, 'a(')", POLICY_VARS).expect_err("invalid");
+    assert_eq!(e.reason(), "InvalidExpression", "{e}");
+    // A pattern computed at run time cannot be bounded: refused.
+    let e = Expr::compile("fault.message.matches('a' + '{100}')", POLICY_VARS)
+        .expect_err("dynamic pattern refused");
+    assert!(matches!(e, CompileError::TooExpensive { .. }), "{e}");
+    // Ordinary literal patterns pass, in both call forms.
+    for ok in [
+        r#"fault.message.matches('to 0x0*[135]\\b')"#,
+        r#"matches(fault.reason, '^Xid')"#,
+    ] {
+        Expr::compile(ok, POLICY_VARS).unwrap_or_else(|e| panic!("`{ok}`: {e}"));
+    }
 }

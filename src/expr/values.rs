@@ -1,6 +1,7 @@
 //! Building CEL values from the core's types, integers as `int`.
 
 use super::MAX_LIST;
+use super::cost::truncate;
 use crate::fault::{Fault, Level};
 use cel::Value;
 use cel::objects::Key;
@@ -105,7 +106,7 @@ impl NodeView {
             .faults
             .iter()
             .take(MAX_LIST)
-            .map(|f| Value::from(f.as_str()))
+            .map(|f| Value::from(super::cost::truncate(f)))
             .collect();
         m.insert("faults".into(), Value::List(Arc::new(faults)));
         m.into()
@@ -116,9 +117,9 @@ impl NodeView {
 /// expressions need no `has()` guards.
 pub fn fault_value(f: &Fault, level: Option<Level>) -> Value {
     let mut m: HashMap<Key, Value> = HashMap::with_capacity(14);
-    let s = |o: &Option<String>| Value::from(o.as_deref().unwrap_or(""));
+    let s = |o: &Option<String>| Value::from(truncate(o.as_deref().unwrap_or("")));
     m.insert("source".into(), f.source.as_str().into());
-    m.insert("code".into(), f.code.as_str().into());
+    m.insert("code".into(), truncate(&f.code).into());
     m.insert(
         "level".into(),
         level.map(Level::as_str).unwrap_or("").into(),

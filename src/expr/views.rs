@@ -125,8 +125,13 @@ fn string<'v>(s: &'v str) -> Box<dyn Val + 'v> {
     Box::new(CelString::from(s))
 }
 
+/// A `fault` string, cut to the length the cost estimate assumes.
+fn bounded<'v>(s: &'v str) -> Box<dyn Val + 'v> {
+    string(super::cost::truncate(s))
+}
+
 fn opt<'v>(s: &'v Option<String>) -> Box<dyn Val + 'v> {
-    string(s.as_deref().unwrap_or(""))
+    bounded(s.as_deref().unwrap_or(""))
 }
 
 fn int<'v>(i: i64) -> Box<dyn Val + 'v> {
@@ -148,7 +153,7 @@ fn string_map<'v>(m: &'v BTreeMap<String, String>) -> Box<dyn Val + 'v> {
 fn fault_field<'v>(f: &'v Fault, level: Option<Level>, name: &str) -> Option<Box<dyn Val + 'v>> {
     Some(match name {
         "source" => string(f.source.as_str()),
-        "code" => string(&f.code),
+        "code" => bounded(&f.code),
         "level" => string(level.map(Level::as_str).unwrap_or("")),
         "reason" => opt(&f.reason),
         "message" => opt(&f.message),
@@ -186,7 +191,7 @@ fn node_field<'v>(n: &'v NodeView, name: &str) -> Option<Box<dyn Val + 'v>> {
         "level" => string(n.level.unwrap_or(Level::Ignore).as_str()),
         "faults" => {
             let l: Vec<Box<dyn Val + 'v>> =
-                n.faults.iter().take(MAX_LIST).map(|f| string(f)).collect();
+                n.faults.iter().take(MAX_LIST).map(|f| bounded(f)).collect();
             Box::new(CelList::from(l))
         }
         _ => return None,

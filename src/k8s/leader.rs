@@ -187,18 +187,28 @@ struct Observed {
     at: Instant,
 }
 
+/// Whether the replica may renew its Lease now (false while a step of the
+/// recovery core is stuck: holding leadership then acts on nothing).
+pub type RenewGate = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Start the Lease loop. Returns the shared [`Leadership`] and the task; if
 /// the task ends (shutdown, or an unexpected error), leadership is dropped.
+/// `may_renew` is asked before every renew or acquire: while it says no,
+/// the replica stops acting, releases a Lease it holds so a standby takes
+/// over at once, and does not try to lead.
 pub fn start(
     client: kube::Client,
     cfg: LeaseConfig,
     mut shutdown: watch::Receiver<bool>,
+    may_renew: RenewGate,
 ) -> (Leadership, tokio::task::JoinHandle<()>) {
     let lead = Leadership::new();
     let l2 = lead.clone();
     let task = tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
         let mut observed: Option<Observed> = None;
+        // The Lease was given up for a stuck step (released once).
+        let mut gave_up = false;
         loop {
             if l2.is_revoked() {
                 // The controller is failing: let a standby take over now
@@ -206,6 +216,21 @@ pub fn start(
                 release(&api, &cfg).await;
                 return;
             }
+            if !may_renew() {
+                if !gave_up {
+                    tracing::error!(
+                        "the recovery core is stuck: not renewing the Lease; releasing it for a standby"
+                    );
+                    l2.set(None).await;
+                    release(&api, &cfg).await;
+                    gave_up = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(cfg.retry) => continue,
+                    _ = shutdown.changed() => return,
+                }
+            }
+            gave_up = false;
             let started = Instant::now();
             let r = tokio::time::timeout(
                 cfg.retry.max(Duration::from_secs(1)) * 2,
@@ -406,7 +431,7 @@ mod tests {
             retry: Duration::from_millis(100),
             grace: Duration::from_secs(1),
         };
-        let (lead, task) = start(client, cfg, stop_rx);
+        let (lead, task) = start(client, cfg, stop_rx, std::sync::Arc::new(|| true));
         let frees = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let server = tokio::spawn(serve(handle, lead.clone(), frees.clone()));
         let deadline = Instant::now() + Duration::from_secs(5);

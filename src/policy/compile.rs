@@ -185,7 +185,7 @@ impl CompiledPolicy {
                 Err(_) => {
                     Cooldown::Cel(Expr::compile(c, POLICY_VARS).map_err(|e| InvalidObject {
                         field: "spec.cooldown".into(),
-                        reason: "InvalidExpression",
+                        reason: e.reason(),
                         message: format!(
                             "neither a duration (30s, 5m) nor a valid CEL expression: {e}"
                         ),

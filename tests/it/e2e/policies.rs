@@ -155,5 +155,71 @@ spec:
     ctl.shutdown().await;
 }
 
+/// A tenant's policy whose `when` is ten nested comprehensions (10^10
+/// steps in a few hundred bytes) is refused when compiled, says so in its
+/// status, and is not used: recovery goes on for its own job (root
+/// default) and for another namespace's job at the same time.
+async fn exponential_cel_is_refused_and_recovery_goes_on(server: Server) {
+    let list = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]";
+    let mut when = "a0 < a9".to_string();
+    for d in (0..10).rev() {
+        when = format!("{list}.all(a{d}, {when})");
+    }
+    let own = format!(
+        r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {{name: costly, namespace: team-a}}
+spec:
+  when: '{when}'
+  action: None
+"#
+    );
+    let (bed, ctl) = bed_with(server, 4, &own, None).await;
+    let [team_a, team_b] = ["team-a", "team-b"].map(|n| bed.ns(n));
+    let rps: Api<rebound::api::RecoveryPolicy> = Api::namespaced(bed.client(), &team_a);
+    let cond = wait("Ready=False ExpressionTooExpensive", T, || async {
+        let p = rps.get("costly").await.ok()?;
+        p.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.status == "False")
+    })
+    .await;
+    assert_eq!(cond.reason, "ExpressionTooExpensive", "{}", cond.message);
+    assert!(cond.message.contains("spec.when"), "{}", cond.message);
+    assert!(
+        cond.message.contains("estimated worst-case cost")
+            && cond.message.contains("exceeds the limit of 100000"),
+        "{}",
+        cond.message
+    );
+    // Recovery goes on: another namespace's job and the tenant's own (the
+    // refused policy would have said action None) both restart.
+    for ns in [&team_b, &team_a] {
+        running_pytorchjob(&bed, ns, "pt", 1).await;
+    }
+    for ns in [&team_b, &team_a] {
+        bed.cluster
+            .fail_container(ns, "pt-worker-0", "pytorch", 1, "Error")
+            .await
+            .unwrap();
+    }
+    for ns in [&team_b, &team_a] {
+        wait("restarted by the root default", T, || async {
+            (job_restarts(&bed, ns, "pt").await == 1).then_some(())
+        })
+        .await;
+        assert!(
+            requests(&bed, "deletecollection", "pods", "")
+                .iter()
+                .any(|r| r.namespace.as_deref() == Some(ns.as_str())),
+            "{ns}: the job's pods were deleted"
+        );
+    }
+    ctl.shutdown().await;
+}
+
 e2e!(root_default_vs_namespace_override_and_dry_run);
 e2e!(invalid_cel_sets_ready_false_and_the_policy_is_not_used);
+e2e!(exponential_cel_is_refused_and_recovery_goes_on);

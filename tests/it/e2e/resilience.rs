@@ -241,4 +241,72 @@ async fn two_replicas_one_acts_and_the_other_takes_over_within_the_lease(server:
 e2e!(dropped_watches_410s_and_500s_lose_no_fault_and_restart_nothing_twice);
 e2e!(an_api_server_outage_loses_no_fault_and_restarts_nothing_twice);
 e2e!(a_controller_killed_after_a_restart_and_started_again_restarts_nothing_twice);
+/// The step watchdog's gate on the Lease: while it says a step is stuck, the
+/// holder stops acting and releases the Lease (a standby could take it at
+/// once); when the step ends, it leads again.
+async fn a_stuck_step_gives_the_lease_up_until_it_ends(server: Server) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let bed = bed(
+        server,
+        SimConfig {
+            nodes: 1,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    let root = bed.root();
+    let stuck = std::sync::Arc::new(AtomicBool::new(false));
+    let gate = stuck.clone();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let cfg = rebound::controller::leader::LeaseConfig {
+        namespace: root.clone(),
+        name: "gated".into(),
+        identity: "gated-a".into(),
+        duration: Duration::from_secs(10),
+        retry: Duration::from_millis(200),
+        grace: Duration::from_millis(200),
+    };
+    let (lead, task) = rebound::controller::leader::start(
+        bed.controller_client().await.unwrap(),
+        cfg,
+        stop_rx,
+        std::sync::Arc::new(move || !gate.load(Ordering::Acquire)),
+    );
+    let leases: Api<Lease> = Api::namespaced(bed.client(), &root);
+    let holder = || async {
+        leases
+            .get_opt("gated")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    wait("leads", T, || async { lead.is_leader().then_some(()) }).await;
+    assert_eq!(holder().await.as_deref(), Some("gated-a"));
+    // A step is stuck: leadership is dropped and the Lease released long
+    // before its 10 s would run out.
+    stuck.store(true, Ordering::Release);
+    let t = Instant::now();
+    wait("the Lease is released", T, || async {
+        (!lead.is_leader() && holder().await.is_none()).then_some(())
+    })
+    .await;
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // Not taken again while stuck.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!lead.is_leader(), "no leadership while stuck");
+    assert_eq!(holder().await, None, "not renewed while stuck");
+    // The step ended: it leads again.
+    stuck.store(false, Ordering::Release);
+    wait("leads again", T, || async {
+        lead.is_leader().then_some(())
+    })
+    .await;
+    assert_eq!(holder().await.as_deref(), Some("gated-a"));
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+}
+
 e2e!(two_replicas_one_acts_and_the_other_takes_over_within_the_lease);
+e2e!(a_stuck_step_gives_the_lease_up_until_it_ends);
