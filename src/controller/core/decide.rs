@@ -257,13 +257,7 @@ impl Core {
             _ => return,
         }
         let job = rec.job.clone();
-        self.effect(
-            EffectKind::DeletePods {
-                job: job.clone(),
-                pods,
-            },
-            None,
-        );
+        self.side_delete(key, pods);
         self.job_event(
             &job,
             Notice::normal(

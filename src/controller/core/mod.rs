@@ -109,6 +109,8 @@ enum Waiting {
     Job(JobKey),
     /// A release no recovery follows ([`jobs::Releasing`]).
     Release(JobKey),
+    /// Pods a recovery deletes beside its steps ([`jobs::SideDeletes`]).
+    SideDelete(JobKey, Vec<effect::PodTarget>),
     Node(String),
     Status(effect::StatusTarget, String),
 }
@@ -427,6 +429,7 @@ impl Core {
         match w {
             Waiting::Job(key) => self.job_done(&key, id, outcome, now),
             Waiting::Release(key) => self.release_done(&key, id, outcome, now),
+            Waiting::SideDelete(key, pods) => self.side_delete_done(&key, pods, id, outcome, now),
             Waiting::Node(name) => self.node_done(&name, id, outcome, now),
             Waiting::Status(target, text) => self.status.written(&target, text, outcome.is_ok()),
         }

@@ -14,10 +14,12 @@
 
 mod release;
 mod resume;
+mod side_deletes;
 mod steps;
 mod tiers;
 
 pub use release::Releasing;
+pub use side_deletes::SideDeletes;
 
 use super::effect::{DeleteAll, EffectKind, PodTarget};
 use super::occurrence::OccurrenceId;
@@ -144,6 +146,8 @@ pub struct Recovery {
     /// The pods a recreate was decided for (a retry deletes what is left
     /// of them, never a pod recreated since).
     pub targets: Vec<PodTarget>,
+    /// Pod deletes beside the steps that failed, to be tried again.
+    pub side: SideDeletes,
     /// Software faults absorbed before the job's processes started again
     /// (before the Resume phase of a tier that restarts every pod): once
     /// the job runs again they count as handled by this restart.
@@ -156,6 +160,7 @@ impl Recovery {
     pub fn wakes_by(&self, now: DateTime<Utc>) -> bool {
         (self.acting.is_none() || self.recording.is_none())
             && (self.retry_at.is_some_and(|t| t <= now)
+                || self.side.retry_at.is_some_and(|t| t <= now)
                 || self.deadline.is_some_and(|t| t <= now)
                 || self.give_up <= now
                 || matches!(self.phase, Phase::Resume | Phase::Barrier))
@@ -255,6 +260,7 @@ impl Core {
             logs_saved: false,
             targets: Vec::new(),
             covered: HashSet::new(),
+            side: SideDeletes::default(),
         };
         if let Some(v) = &self.clusterd {
             v.set_recovering_job(

@@ -125,6 +125,7 @@ impl Core {
                 targets: Vec::new(),
                 cfg,
                 covered: HashSet::new(),
+                side: SideDeletes::default(),
             };
             self.recoveries.insert(key.clone(), rec);
             self.dirty_jobs.insert(key);

@@ -17,6 +17,7 @@ impl Core {
         if !self.acting() {
             return;
         }
+        self.retry_side_deletes(key, now);
         let Some(rec) = self.recoveries.get(key) else {
             self.ensure_released(key, now);
             return;

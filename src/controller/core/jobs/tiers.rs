@@ -158,13 +158,7 @@ impl Core {
         if let Some(r) = self.recoveries.get_mut(key) {
             r.forced.extend(stuck.iter().map(|p| p.uid.clone()));
         }
-        self.effect(
-            EffectKind::DeletePods {
-                job: job.clone(),
-                pods: stuck,
-            },
-            None,
-        );
+        self.side_delete(key, stuck);
         self.job_event(
             &job,
             Notice::warning(reasons::POD_FORCE_DELETED, "Restart", note),

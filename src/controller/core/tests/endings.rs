@@ -293,3 +293,41 @@ fn an_in_place_restart_that_would_fail_the_job_by_its_backoff_limit_is_not_chose
         assert_eq!(b.restarts() > 0, !stays, "backoffLimit {limit}: recreated");
     }
 }
+
+#[test]
+fn a_failed_delete_of_a_node_lost_during_an_in_place_restart_is_tried_again() {
+    let mut b = wired(in_place(&["InPlace", "ReplaceFaulty", "Recreate"], "2m"));
+    restart_in_place(&mut b);
+    b.m.agents(false);
+    b.pump();
+    // A node of j0 fails (bus off) during the restart: its pod is deleted
+    // beside the recovery's steps, and that delete fails.
+    let node = node_of_j0(&b, 1);
+    b.m.node_fault(&node, "79");
+    for k in KINDS {
+        let ins = b.m.deliver(k, 10_000);
+        b.feed(ins);
+    }
+    let deletes = |b: &Bed| {
+        b.log
+            .iter()
+            .filter(|e| matches!(&e.kind, EffectKind::DeletePods { job, .. } if job.name == "j0"))
+            .count()
+    };
+    assert_eq!(deletes(&b), 1, "the lost node's pod deleted");
+    let sent = std::mem::take(&mut b.queue);
+    for e in sent {
+        let o = if matches!(e.kind, EffectKind::DeletePods { .. }) {
+            super::super::effect::Outcome::Failed("503".into())
+        } else {
+            b.m.apply(&e)
+        };
+        b.feed(vec![Input::Done(e.id, o)]);
+    }
+    b.pump();
+    // Tried again after its backoff, and done then.
+    b.pass(3);
+    assert_eq!(deletes(&b), 2, "the failed delete is tried again");
+    b.pass(10);
+    assert_eq!(deletes(&b), 2, "and not again once done");
+}
