@@ -100,6 +100,7 @@ impl Core {
                     }
                 }
                 self.job_progress(&key, now);
+                self.resume_if_unfollowed(&key, now);
                 if self.recoveries.contains_key(&key) {
                     self.dirty_jobs.insert(key);
                 }

@@ -209,7 +209,10 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
 
     // Volcano comes back and runs what it finds: one restart.
     let volcano = tokio::spawn(rebound::sim::actors::volcano::run(bed.client()));
-    wait("vc restarted and running again", T, || async {
+    // Volcano's controller starts afresh here (a list, its workers, the
+    // Command, the pods' deletion and recreation): on a loaded machine
+    // (the real control plane starting beside it) that took over 20 s.
+    wait("vc restarted and running again", 3 * T, || async {
         let job = volcano_job(&bed, &ml, "vc").await;
         let again = job.data["status"]["version"].as_i64() >= Some(1)
             && commands(&bed, &ml).await.is_empty()

@@ -17,19 +17,43 @@ impl Core {
     /// waiting at its barrier; a pod-only restart younger than `jobAfter`
     /// waits for the job to run again.
     pub(in crate::controller::core) fn resume_recoveries(&mut self, now: Now) {
-        let jobs: Vec<(JobKey, crate::controller::core::store::JobInfo)> = self
+        let keys: Vec<JobKey> = self
             .store
             .jobs
-            .iter()
-            .filter(|(k, _)| !self.recoveries.contains_key(*k))
-            .map(|(k, j)| (k.clone(), j.clone()))
+            .keys()
+            .filter(|k| !self.recoveries.contains_key(*k))
+            .cloned()
             .collect();
-        for (key, info) in jobs {
+        for key in keys {
+            self.resume_job(key, now);
+        }
+    }
+
+    /// A job seen while acting shows a raised generation that no recovery
+    /// of this process follows (its record reached the watch after the
+    /// take-over, or a previous term wrote it): go on with it as a new
+    /// leader would, rather than leave its barrier closed.
+    pub(in crate::controller::core) fn resume_if_unfollowed(&mut self, key: &JobKey, now: Now) {
+        if !self.acting() || self.recoveries.contains_key(key) || self.releasing.contains_key(key) {
+            return;
+        }
+        let g = self.generation_of(key);
+        if g.current > g.released {
+            self.resume_job(key.clone(), now);
+        }
+    }
+
+    /// Resume the recovery recorded on one job, if it has one under way.
+    fn resume_job(&mut self, key: JobKey, now: Now) {
+        let Some(info) = self.store.jobs.get(&key).cloned() else {
+            return;
+        };
+        {
             let Some(last) = info.history.last() else {
-                continue;
+                return;
             };
             let Ok(kind) = key.1.parse::<WorkloadKind>() else {
-                continue;
+                return;
             };
             let policy = self.policy_of(&key);
             let cfg = policy
@@ -66,14 +90,14 @@ impl Core {
                         uid: u.to_string(),
                         grace_seconds: None,
                     });
-                let Some(pod) = pod else { continue };
+                let Some(pod) = pod else { return };
                 (
                     Tier::PodFirst { pod },
                     Phase::Resume,
                     Some(later(last.at, job_after)),
                 )
             } else {
-                continue;
+                return;
             };
             tracing::info!(job = %job.id(), tier = tier.name(), "resuming a recovery recorded on the job");
             let fallbacks = cfg

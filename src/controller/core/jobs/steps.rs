@@ -441,6 +441,12 @@ impl Core {
                 self.advance(key, now);
             }
             Phase::Release => {
+                // Released: kept until the job's annotations show it, so
+                // that a recovery ending before the watch delivers it does
+                // not release the same generation again.
+                let w = self.written_gen.entry(key.clone()).or_default();
+                w.current = w.current.max(rec.generation);
+                w.released = w.released.max(rec.generation);
                 self.set_phase(key, Phase::Resume);
                 self.advance(key, now);
             }

@@ -60,6 +60,11 @@ enum Op {
     /// same replica again: its leadership lapsed and came back, a new
     /// term).
     Leader(u8),
+    /// The kubelets of wired pods: agents reach the barrier (or stay
+    /// down), and run past it once released.
+    Agents {
+        reach: bool,
+    },
     /// The controller dies; each effect in flight was sent or not.
     Restart {
         sent: u8,
@@ -85,6 +90,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (any::<u8>(), prop::bool::weighted(0.8)).prop_map(|(i, ok)| Op::Complete { i, ok }),
         1 => any::<u8>().prop_map(|i| Op::Lose { i }),
         2 => (0u8..3).prop_map(Op::Leader),
+        3 => prop::bool::weighted(0.7).prop_map(|reach| Op::Agents { reach }),
         1 => any::<u8>().prop_map(|sent| Op::Restart { sent }),
         3 => (1u8..40).prop_map(|secs| Op::Tick { secs }),
         1 => (0u8..2).prop_map(|j| Op::RecreateJob { j }),
@@ -104,6 +110,8 @@ struct Run {
     term: u64,
     /// Effects in flight, with the replica that sent them.
     inflight: Vec<(usize, Effect)>,
+    /// Pods are wired for in-place restarts (new ones too).
+    wired: bool,
     /// Model times at which a controller died with part of its requests
     /// sent (a restart's record may be lost then).
     partial_deaths: Vec<i64>,
@@ -123,13 +131,24 @@ fn destructive(e: &Effect) -> bool {
 }
 
 impl Run {
-    fn new() -> Run {
+    /// Two replicas on a model cluster; `tiers`: the pods are wired and
+    /// the root policy restarts in place with these tiers.
+    fn new(tiers: Option<&[&str]>) -> Run {
+        let mut m = Model::new(4, 2, 2);
+        if let Some(t) = tiers {
+            m.policy["restart"] = serde_json::json!({"tiers": t, "fallbackAfter": "30s"});
+            m.wire_all();
+            for q in m.queues.values_mut() {
+                q.clear();
+            }
+        }
         let mut r = Run {
-            m: Model::new(4, 2, 2),
+            m,
             cores: vec![model::core(), model::core()],
             leader: Some(0),
             term: 1,
             inflight: Vec::new(),
+            wired: tiers.is_some(),
             partial_deaths: Vec::new(),
         };
         let ins = r.m.startup();
@@ -223,7 +242,13 @@ impl Run {
             }
             Op::NodeRewrite { node } => self.m.write_node(&format!("n{node}")),
             Op::NodeClear { node } => self.m.node_clear(&format!("n{node}")),
-            Op::Operator => self.m.operator(),
+            Op::Operator => {
+                self.m.operator();
+                if self.wired {
+                    self.m.wire_all();
+                }
+            }
+            Op::Agents { reach } => self.m.agents(*reach),
             Op::Complete { i, ok } => self.complete(*i as usize, *ok),
             Op::Lose { i } => {
                 if !self.inflight.is_empty() {
@@ -300,6 +325,26 @@ impl Run {
     }
 
     fn check(&self) {
+        // No barrier is left closed: a job whose generation is raised and
+        // not released is followed by a recovery of the leader, or a
+        // release of it is under way (when the leader acts, and sees it).
+        if let Some(l) = self.leader {
+            let core = &self.cores[l];
+            if core.acting() {
+                for name in self.m.jobs.keys() {
+                    let key = (model::NS.to_string(), "JobSet".to_string(), name.clone());
+                    let g = core.generation_of(&key);
+                    assert!(
+                        g.current <= g.released
+                            || core.recoveries.contains_key(&key)
+                            || core.releasing.contains_key(&key),
+                        "job {name}: generation {} raised, {} released, and nothing follows it",
+                        g.current,
+                        g.released
+                    );
+                }
+            }
+        }
         assert!(
             self.m.separations_in_window() <= model::MAX_SEPARATED,
             "breaker exceeded: {:?}",
@@ -372,6 +417,10 @@ impl Run {
                 self.complete(0, true);
             }
             self.m.operator();
+            if self.wired {
+                self.m.wire_all();
+                self.m.agents(true);
+            }
             let queued = self.m.queues.values().any(|q| !q.is_empty());
             if round > 20 && !queued && self.inflight.is_empty() {
                 break;
@@ -387,8 +436,19 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 160, max_shrink_iters: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_core_keeps_its_invariants_under_any_interleaving(ops in prop::collection::vec(op(), 1..120)) {
-        let mut r = Run::new();
+    fn the_core_keeps_its_invariants_under_any_interleaving(
+        ops in prop::collection::vec(op(), 1..120),
+        wiring in 0u8..3,
+    ) {
+        // Unwired (Recreate), or wired with in place and fallbacks, or
+        // in place alone (a recovery that ends without the job back must
+        // still release its barrier).
+        let tiers: Option<&[&str]> = match wiring {
+            0 => None,
+            1 => Some(&["InPlace", "ReplaceFaulty", "Recreate"]),
+            _ => Some(&["InPlace"]),
+        };
+        let mut r = Run::new(tiers);
         for o in &ops {
             r.op(o);
         }
@@ -402,6 +462,11 @@ proptest! {
         }
         // Nothing stays in flight or half-done.
         assert_eq!(core.in_flight(), 0, "{:?} run: {:?}", core.inflight, r.inflight);
+        // Every recovery ended released: no job's barrier stays closed.
+        for name in r.m.jobs.keys() {
+            let (current, released) = r.m.released(name);
+            assert_eq!(current, released, "job {name}: generation {current} never released");
+        }
         let _ = Kind::Pods;
     }
 }

@@ -8,10 +8,15 @@ use super::model::{JOBSET_UID, Kind, Model, Pending};
 use serde_json::{Value, json};
 
 impl Model {
-    /// Wire every pod of the cluster for in-place restarts, as the
-    /// admission policy or `rebound inject` does.
+    /// Wire every pod of the cluster not wired yet for in-place
+    /// restarts, as the admission policy or `rebound inject` does.
     pub fn wire_all(&mut self) {
-        let names: Vec<String> = self.pods.keys().cloned().collect();
+        let names: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p["spec"]["initContainers"].is_null())
+            .map(|(n, _)| n.clone())
+            .collect();
         for n in names {
             let rv = self.bump_rv();
             if let Some(p) = self.pods.get_mut(&n) {
