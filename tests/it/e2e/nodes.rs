@@ -118,13 +118,20 @@ async fn breaker_holds_separations_beyond_the_limit_and_says_so(server: Server) 
         (k == allowed).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The positive control first: the breaker holds the two beyond the
+    // limit (decided), and still no more than the limit are cordoned.
+    let m = wait("the breaker holding two separations", T, || async {
+        let m = ctl.metrics.encode();
+        m.lines()
+            .any(|l| l.starts_with("rebound_breaker_held_nodes") && l.ends_with(" 2"))
+            .then_some(m)
+    })
+    .await;
     let mut k = 0;
     for n in &names {
         k += usize::from(cordoned(&node(&bed, n).await));
     }
     assert_eq!(k, allowed, "never more than the limit");
-    let m = ctl.metrics.encode();
     let held = m
         .lines()
         .find(|l| l.starts_with("rebound_breaker_held_nodes"))
