@@ -226,12 +226,7 @@ impl Core {
             .job_pods(key)
             .into_iter()
             .filter(|p| !p.deleting && p.node.as_deref() == Some(node))
-            .map(|p| PodTarget {
-                namespace: p.namespace.to_string(),
-                name: p.name.to_string(),
-                uid: p.uid.to_string(),
-                grace_seconds: None,
-            })
+            .map(PodTarget::of)
             .collect();
         let Some(rec) = self.recoveries.get_mut(key) else {
             return;

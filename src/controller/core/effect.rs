@@ -49,6 +49,19 @@ pub struct PodTarget {
     pub grace_seconds: Option<i64>,
 }
 
+impl PodTarget {
+    /// The pod as the core knows it, deleted gracefully (with its uid as
+    /// precondition, so a pod recreated under its name is never hit).
+    pub fn of(p: &super::pods::PodInfo) -> PodTarget {
+        PodTarget {
+            namespace: p.namespace.to_string(),
+            name: p.name.to_string(),
+            uid: p.uid.to_string(),
+            grace_seconds: None,
+        }
+    }
+}
+
 /// The restart record written on the job (see [`crate::recover::RecordWrite`]).
 pub type JobRecord = crate::recover::RecordWrite;
 

@@ -24,12 +24,7 @@ impl Core {
             .job_pods(key)
             .into_iter()
             .filter(|p| !p.deleting && p.node.as_deref().is_some_and(|n| self.node_is_faulty(n)))
-            .map(|p| PodTarget {
-                namespace: p.namespace.to_string(),
-                name: p.name.to_string(),
-                uid: p.uid.to_string(),
-                grace_seconds: None,
-            })
+            .map(PodTarget::of)
             .collect()
     }
 
@@ -56,12 +51,7 @@ impl Core {
             .iter()
             .filter(|p| p.restart_never && !p.running && p.first_failure.is_some())
             .filter(|p| !faulty.iter().any(|f| f.uid == *p.uid))
-            .map(|p| PodTarget {
-                namespace: p.namespace.to_string(),
-                name: p.name.to_string(),
-                uid: p.uid.to_string(),
-                grace_seconds: None,
-            })
+            .map(|p| PodTarget::of(p))
             .collect();
         let ended_count = ended.len();
         faulty.extend(ended);

@@ -10,11 +10,9 @@
 //! `a_removed_job_kind_leaves_the_core_ready` and
 //! `an_events_relist_does_not_hold_a_recovery` drive it exactly.)
 
-use super::tiers::{Kind, job_annotations, running_job, uid};
+use super::tiers::{Kind, job_annotations, ready, running_job, starting_in, uid};
 use super::*;
 use rebound::inplace::{GENERATION_ANNOTATION, RELEASED_ANNOTATION};
-use rebound::sim::actors::kubelet::{KubeletConfig, PodCosts};
-use rebound::sim::cluster::SimConfig;
 
 /// In place only: when the job is not running again in time there is no
 /// further tier, so the recovery ends and only a release lets it go on.
@@ -38,15 +36,7 @@ async fn a_controller_killed_before_the_release_releases_when_it_returns(server:
     // when the fallback time has passed (the recovery then ends with no
     // tier left; it used to end without a release, and the workers waited
     // behind their startup probe for a day).
-    let costs = PodCosts::parse("zero,start=6s").expect("costs");
-    let cfg = SimConfig {
-        kubelet: KubeletConfig {
-            costs,
-            ..KubeletConfig::default()
-        },
-        ..SimConfig::default()
-    };
-    let (bed, ctl) = bed_with(server, 4, ONLY_IN_PLACE, Some(cfg)).await;
+    let (bed, ctl) = bed_with(server, 4, ONLY_IN_PLACE, Some(starting_in("6s"))).await;
     let ml = bed.ns("ml");
     let pods = running_job(&bed, &ml, Kind::JobSet, 2, true).await;
     let node = node_name(&pods[0]);
@@ -79,16 +69,7 @@ async fn a_controller_killed_before_the_release_releases_when_it_returns(server:
     // and it was one restart.
     let after = wait("the job running again", Duration::from_secs(40), || async {
         let p = running(&bed, &ml, Kind::JobSet.selector()).await;
-        (p.len() == 2
-            && p.iter().all(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            }))
-        .then_some(p)
+        (p.len() == 2 && p.iter().all(ready)).then_some(p)
     })
     .await;
     let mut was: Vec<String> = pods.iter().map(uid).collect();

@@ -96,7 +96,7 @@ fn agent_restarts(p: &Pod) -> i32 {
         .map_or(0, |c| c.restart_count)
 }
 
-fn ready(p: &Pod) -> bool {
+pub(super) fn ready(p: &Pod) -> bool {
     p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -239,19 +239,24 @@ fn worker_restarts(p: &Pod) -> i32 {
         .map_or(0, |c| c.restart_count)
 }
 
-/// A wired job restarts in place in two writes, its ranks start together,
-/// and a second fault during the restart is covered by it.
-async fn in_place(server: Server, kind: Kind) {
-    // Containers take a second to start, so that the restart surely lasts
-    // past the second fault (with no costs it can be over before it).
-    let costs = PodCosts::parse("zero,start=1s").expect("costs");
-    let cfg = SimConfig {
+/// A cluster whose simulated containers take `start` to start.
+pub(super) fn starting_in(start: &str) -> SimConfig {
+    let costs = PodCosts::parse(&format!("zero,start={start}")).expect("costs");
+    SimConfig {
         kubelet: KubeletConfig {
             costs,
             ..KubeletConfig::default()
         },
         ..SimConfig::default()
-    };
+    }
+}
+
+/// A wired job restarts in place in two writes, its ranks start together,
+/// and a second fault during the restart is covered by it.
+async fn in_place(server: Server, kind: Kind) {
+    // Containers take a second to start, so that the restart surely lasts
+    // past the second fault (with no costs it can be over before it).
+    let cfg = starting_in("1s");
     let (bed, ctl) = bed_with(server, 4, TIERS, Some(cfg)).await;
     let ml = bed.ns("ml");
     let pods = running_job(&bed, &ml, kind, 3, true).await;

@@ -140,12 +140,7 @@ impl Core {
                 let targets: Vec<PodTarget> = pods
                     .iter()
                     .filter(|p| !p.deleting)
-                    .map(|p| PodTarget {
-                        namespace: p.namespace.to_string(),
-                        name: p.name.to_string(),
-                        uid: p.uid.to_string(),
-                        grace_seconds: None,
-                    })
+                    .map(|p| PodTarget::of(p))
                     .collect();
                 if rec.targets.is_empty()
                     && let Some(r) = self.recoveries.get_mut(key)

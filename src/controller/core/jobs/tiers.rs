@@ -135,10 +135,8 @@ impl Core {
                     && !rec.forced.contains(&*p.uid)
             })
             .map(|p| PodTarget {
-                namespace: p.namespace.to_string(),
-                name: p.name.to_string(),
-                uid: p.uid.to_string(),
                 grace_seconds: Some(0),
+                ..PodTarget::of(p)
             })
             .collect();
         if stuck.is_empty() {

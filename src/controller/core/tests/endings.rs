@@ -142,15 +142,21 @@ fn a_controller_down_past_the_fallback_time_releases_or_falls_back_on_restart() 
     }
 }
 
-#[test]
-fn leadership_lost_and_regained_drops_the_recoveries_of_the_old_term() {
-    let mut b = Bed::new(None);
+/// A pod of j0 fails and the core decides its restart: the effects wait
+/// in the bed's queue, not carried out.
+fn fail_and_decide(b: &mut Bed) {
     let i = b.pod_index("j0");
     b.m.fail_pod(i);
     for k in KINDS {
         let ins = b.m.deliver(k, 10_000);
         b.feed(ins);
     }
+}
+
+#[test]
+fn leadership_lost_and_regained_drops_the_recoveries_of_the_old_term() {
+    let mut b = Bed::new(None);
+    fail_and_decide(&mut b);
     assert_eq!(b.restarts(), 1, "the restart left");
     // Its answer comes back NotLeader: leadership lapsed meanwhile; another
     // replica restarts the job (the same decision) and records it.
@@ -186,12 +192,7 @@ fn a_lapse_noticed_only_as_a_new_term_drops_the_old_recoveries_too() {
     // The leadership channel folded a lapse and a renew into one `true`:
     // the new term alone says leadership was lost.
     let mut b = Bed::new(None);
-    let i = b.pod_index("j0");
-    b.m.fail_pod(i);
-    for k in KINDS {
-        let ins = b.m.deliver(k, 10_000);
-        b.feed(ins);
-    }
+    fail_and_decide(&mut b);
     assert_eq!(b.core.recoveries(), 1);
     let sent = std::mem::take(&mut b.queue);
     b.feed(vec![Input::Leader(true, 2)]);
