@@ -160,16 +160,7 @@ async fn cooldown_holds_the_second_failure_and_co_failing_pods_restart_once(serv
     // A new failure within the 1m cooldown: no second restart. The
     // positive control first: the controller decided it (held for the
     // cooldown), then nothing was restarted.
-    let held = || {
-        ctl.metrics
-            .encode()
-            .lines()
-            .filter(|l| {
-                l.starts_with("rebound_decisions_total") && l.contains("outcome=\"Cooldown\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-    };
+    let held = || decisions(&ctl, "Cooldown");
     let held_before = held();
     c.fail_container(&ml, "pt-worker-0", "pytorch", 1, "Error")
         .await

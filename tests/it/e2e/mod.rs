@@ -330,6 +330,19 @@ pub async fn pytorchjob(bed: &Testbed, ns: &str, name: &str) -> DynamicObject {
         .expect("job")
 }
 
+/// Decisions of the controller with this outcome so far (a skip reason
+/// such as `Cooldown`, or `acted`), from its metrics: the positive
+/// control a negative assertion waits for (the fault was decided).
+pub fn decisions(ctl: &ControllerHandle, outcome: &str) -> f64 {
+    let label = format!("outcome=\"{outcome}\"");
+    ctl.metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("rebound_decisions_total") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Set an XID on a node the way the agent does: a GpuFault condition line.
 pub async fn xid_condition(bed: &Testbed, node: &str, code: &str) {
     use rebound::fault::wire::{self, WireFault};

@@ -174,7 +174,12 @@ spec:
             .start_controller(args(&bed, |_| {}))
             .await
             .expect("controller");
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // The positive control first: this controller decided the fault
+        // (held for the recorded cooldown); then nothing was restarted.
+        wait("the fault decided and held", T, || async {
+            (decisions(&ctl, "Cooldown") >= 1.0).then_some(())
+        })
+        .await;
         assert_eq!(
             job_restarts(&bed, &ml, "pt").await,
             0,
