@@ -272,10 +272,8 @@ mod tests {
     #[test]
     fn a_huge_count_materializes_a_bounded_window_of_occurrences() {
         // Before: one clone per count, 4 billion of them.
-        let start = std::time::Instant::now();
         let occs = line_occurrences(&xid(0, u32::MAX), t(5));
         assert_eq!(occs.len(), MATERIALIZED as usize);
-        assert!(start.elapsed() < std::time::Duration::from_secs(1));
         assert_eq!(occs.last().map(|o| o.1.count), Some(u32::MAX));
         assert_eq!(occs[0].1.count, u32::MAX - (MATERIALIZED - 1));
         // Identities within the window do not move as the count grows.

@@ -575,10 +575,8 @@ fn a_tenant_event_with_a_huge_count_costs_a_bounded_window_and_no_node() {
         "source": {"host": node},
     }))
     .expect("event");
-    let start = std::time::Instant::now();
     b.feed(vec![Input::Event(Change::Apply(Box::new(ev.clone())))]);
     b.pump();
-    assert!(start.elapsed() < std::time::Duration::from_secs(5));
     let bound = super::super::occurrence::MATERIALIZED as usize;
     assert!(b.core.current.len() <= bound, "{}", b.core.current.len());
     assert!(b.core.ledger().len() <= bound, "{}", b.core.ledger().len());
