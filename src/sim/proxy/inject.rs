@@ -10,15 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::sim::server::ApiError;
-
-/// A pending "fail the next N requests" rule.
-#[derive(Debug, Clone)]
-struct FailRule {
-    remaining: u32,
-    status: u16,
-    verb: Option<String>,
-    resource: Option<String>,
-}
+use crate::sim::server::inject::{FailRule, take_rule};
 
 /// Where `expire_all_versions` stands: asked `asked` times, of which the
 /// first `done` found the upstream's current resourceVersion; every
@@ -231,26 +223,4 @@ async fn current_resource_version(client: &kube::Client) -> Result<u64, String> 
         .as_deref()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("not a number: {:?}", list.metadata.resource_version))
-}
-
-/// Takes one use of the rule in `slot` for a request of `verb` on
-/// `resource`, if it matches: the error to answer.
-fn take_rule(slot: &Mutex<Option<FailRule>>, verb: &str, resource: &str) -> Option<ApiError> {
-    let mut g = slot.lock().ok()?;
-    let rule = g.as_mut()?;
-    if rule.verb.as_deref().is_some_and(|v| v != verb)
-        || rule.resource.as_deref().is_some_and(|r| r != resource)
-    {
-        return None;
-    }
-    let status = rule.status;
-    rule.remaining -= 1;
-    if rule.remaining == 0 {
-        *g = None;
-    }
-    Some(match status {
-        429 => ApiError::too_many_requests(1),
-        500 => ApiError::internal("injected failure"),
-        other => ApiError::other(other, "injected failure"),
-    })
 }

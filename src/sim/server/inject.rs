@@ -11,13 +11,14 @@ use tokio::sync::watch;
 use super::errors::ApiError;
 use super::store::Store;
 
-/// A pending "fail the next N requests" rule.
+/// A pending "fail the next N requests" rule (the embedded server's and
+/// the test bed proxy's injectors share it).
 #[derive(Debug, Clone)]
-struct FailRule {
-    remaining: u32,
-    status: u16,
-    verb: Option<String>,
-    resource: Option<String>,
+pub(crate) struct FailRule {
+    pub(crate) remaining: u32,
+    pub(crate) status: u16,
+    pub(crate) verb: Option<String>,
+    pub(crate) resource: Option<String>,
 }
 
 /// Controls for misbehaviour; reached through `ApiServerHandle::inject()`.
@@ -133,7 +134,11 @@ impl FaultInjector {
 
 /// Takes one use of the rule in `slot` for a request of `verb` on
 /// `resource`, if it matches: the error to answer.
-fn take_rule(slot: &Mutex<Option<FailRule>>, verb: &str, resource: &str) -> Option<ApiError> {
+pub(crate) fn take_rule(
+    slot: &Mutex<Option<FailRule>>,
+    verb: &str,
+    resource: &str,
+) -> Option<ApiError> {
     let mut g = slot.lock().ok()?;
     let rule = g.as_mut()?;
     if rule.verb.as_deref().is_some_and(|v| v != verb)
