@@ -77,6 +77,14 @@ pub fn diff(
                 }
             }
         }
+        (Value::Array(a), Value::Array(b))
+            if a.len() == b.len() && path.ends_with("/managedFields") =>
+        {
+            let (a, b) = (by_manager(a), by_manager(b));
+            for (i, (av, bv)) in a.iter().zip(&b).enumerate() {
+                diff(av, bv, &format!("{path}/{i}"), out);
+            }
+        }
         (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
             for (i, (av, bv)) in a.iter().zip(b).enumerate() {
                 diff(av, bv, &format!("{path}/{i}"), out);
@@ -85,6 +93,21 @@ pub fn diff(
         (a, b) if a == b => {}
         (a, b) => out.push((path.to_string(), Some(a.clone()), Some(b.clone()))),
     }
+}
+
+/// `managedFields` entries in a canonical order. The real server sorts
+/// them by operation, then time in whole seconds, then manager: two
+/// entries written within a scenario swap places when the requests
+/// straddle a second, and times are normalised away, so the order carries
+/// no contract beyond the entries themselves.
+fn by_manager(list: &[Value]) -> Vec<&Value> {
+    let key = |v: &Value| {
+        ["operation", "manager", "subresource", "apiVersion"]
+            .map(|k| v.get(k).and_then(Value::as_str).unwrap_or("").to_string())
+    };
+    let mut out: Vec<&Value> = list.iter().collect();
+    out.sort_by_key(|v| key(v));
+    out
 }
 
 /// One accepted difference: where (scenario, step, path prefix; `*` in
@@ -192,5 +215,33 @@ mod tests {
         assert!(k.covers(&d("/answer/body/spec/x")));
         assert!(k.covers(&d("/answer/body/spec")));
         assert!(!k.covers(&d("/answer/body/specs")));
+    }
+
+    #[test]
+    fn managed_fields_compare_in_any_order_but_not_with_other_entries() {
+        let a = json!({"operation": "Apply", "manager": "a", "time": "<time>"});
+        let u = json!({"operation": "Update", "manager": "u", "time": "<time>"});
+        let x = json!({"operation": "Update", "manager": "x", "time": "<time>"});
+        let real = json!({"metadata": {"managedFields": [a.clone(), u.clone()]}});
+        let mut out = vec![];
+        diff(
+            &real,
+            &json!({"metadata": {"managedFields": [u.clone(), a.clone()]}}),
+            "",
+            &mut out,
+        );
+        assert!(out.is_empty(), "{out:?}");
+        diff(
+            &real,
+            &json!({"metadata": {"managedFields": [x, a]}}),
+            "",
+            &mut out,
+        );
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].0, "/metadata/managedFields/1/manager");
+        // Other lists keep their order.
+        let mut out = vec![];
+        diff(&json!({"l": [1, 2]}), &json!({"l": [2, 1]}), "", &mut out);
+        assert_eq!(out.len(), 2);
     }
 }
