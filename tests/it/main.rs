@@ -3,6 +3,7 @@
 mod agent;
 mod conformance;
 mod crds;
+mod demo;
 mod e2e;
 mod fault_parsers;
 mod inject;
