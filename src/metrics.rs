@@ -35,6 +35,23 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// Labels `stage`, `action` of the critical-path histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabels {
+    pub stage: &'static str,
+    pub action: &'static str,
+}
+
+/// The stages of the critical path, in order (docs/critical-path.md).
+pub const PATH_STAGES: [&str; 5] = ["read", "queued", "decided", "dispatched", "answered"];
+
+fn path_histogram() -> Histogram {
+    // 20 µs .. 0.5 s: the stages are microseconds to milliseconds.
+    Histogram::new([
+        0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5,
+    ])
+}
+
 /// Label `status`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
@@ -48,6 +65,8 @@ pub struct Metrics {
     pub faults: Family<FaultLabels, Counter>,
     pub decisions: Family<DecisionLabels, Counter>,
     pub reaction: Histogram,
+    /// The reaction split into its stages, per action.
+    pub path: Family<PathLabels, Histogram, fn() -> Histogram>,
     pub api_requests: Family<VerbLabels, Counter>,
     pub api_errors: Family<VerbLabels, Counter>,
     pub breaker_open: Gauge,
@@ -71,6 +90,7 @@ pub const NAMES: &[&str] = &[
     "rebound_faults_total",
     "rebound_decisions_total",
     "rebound_reaction_seconds",
+    "rebound_critical_path_seconds",
     "rebound_api_requests_total",
     "rebound_api_errors_total",
     "rebound_breaker_open",
@@ -114,6 +134,13 @@ impl Metrics {
             "rebound_reaction_seconds",
             "Time from the watch event carrying a fault to the first action request sent",
             reaction.clone(),
+        );
+        let path: Family<PathLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(path_histogram);
+        r.register(
+            "rebound_critical_path_seconds",
+            "The reaction's stages, by action: read (the watch event turned into the core's input), queued (waiting for the core), decided (the core's step), dispatched (to the request: task start, rate limit, leadership check), answered (the request's round trip)",
+            path.clone(),
         );
         let api_requests = Family::<VerbLabels, Counter>::default();
         r.register(
@@ -218,6 +245,7 @@ impl Metrics {
             faults,
             decisions,
             reaction,
+            path,
             api_requests,
             api_errors,
             breaker_open,
@@ -267,6 +295,13 @@ impl Metrics {
         if !ok {
             self.api_errors.get_or_create(&l).inc();
         }
+    }
+
+    /// One stage of an action's critical path.
+    pub fn path_stage(&self, stage: &'static str, action: &'static str, d: std::time::Duration) {
+        self.path
+            .get_or_create(&PathLabels { stage, action })
+            .observe(d.as_secs_f64());
     }
 
     /// The text exposition format.

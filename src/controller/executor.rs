@@ -14,7 +14,18 @@ use crate::recover::{self, Events, Notice, RecoverError, reasons};
 use kube::api::{Api, Patch, PatchParams};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// When an effect's cause arrived, and its path before the executor.
+type Path = (Option<Instant>, Option<super::core::effect::PathTrace>);
+
+/// An action whose request went out, with the path that led to it.
+struct Sent {
+    action: &'static str,
+    trace: super::core::effect::PathTrace,
+    dispatched: Duration,
+    at: Instant,
+}
 
 /// What every effect task needs.
 #[derive(Clone)]
@@ -88,7 +99,7 @@ impl Executor {
             if reports {
                 let _ = ex
                     .tx
-                    .send((Input::Done(id, outcome), std::time::Instant::now()))
+                    .send((Input::Done(id, outcome), crate::k8s::watch::Stamp::now()))
                     .await;
             }
             ex.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -115,24 +126,64 @@ impl Executor {
         self.leader.leads_in(term)
     }
 
+    /// The moment an action's first request goes out: the reaction
+    /// histogram, and the stages of the path that led to it.
+    fn sent(&self, path: Path, action: &'static str) -> Option<Sent> {
+        let (received, trace) = path;
+        if let Some(r) = received {
+            self.metrics.reaction.observe(r.elapsed().as_secs_f64());
+        }
+        let trace = trace?;
+        let at = Instant::now();
+        Some(Sent {
+            action,
+            trace,
+            dispatched: at.saturating_duration_since(trace.at),
+            at,
+        })
+    }
+
+    /// The request of a [`Self::sent`] action answered: every stage into
+    /// the histogram, and one debug line with all of them.
+    fn answered(&self, sent: Option<Sent>) {
+        let Some(s) = sent else { return };
+        let answered = s.at.elapsed();
+        let stages = [
+            s.trace.read,
+            s.trace.queued,
+            s.trace.decided,
+            s.dispatched,
+            answered,
+        ];
+        for (stage, d) in crate::metrics::PATH_STAGES.iter().zip(stages) {
+            self.metrics.path_stage(stage, s.action, d);
+        }
+        tracing::debug!(
+            action = s.action,
+            read_us = s.trace.read.as_micros() as u64,
+            queued_us = s.trace.queued.as_micros() as u64,
+            decided_us = s.trace.decided.as_micros() as u64,
+            dispatched_us = s.dispatched.as_micros() as u64,
+            answered_us = answered.as_micros() as u64,
+            "critical path"
+        );
+    }
+
     async fn carry_out(&self, e: Effect) -> Outcome {
         let term = e.term;
-        let observe = |ex: &Executor| {
-            if let Some(r) = e.received {
-                ex.metrics.reaction.observe(r.elapsed().as_secs_f64());
-            }
-        };
+        let path: Path = (e.received, e.trace);
         match e.kind {
             EffectKind::RestartJob { job, how } => {
                 if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
-                observe(self);
+                let sent = self.sent(path, "restart_job");
                 let generation = match &how {
                     DeleteAll::VolcanoCommand { generation } => Some(*generation),
                     DeleteAll::Selector(_) => None,
                 };
                 let r = recover::restart_job(&self.client, &job, generation).await;
+                self.answered(sent);
                 self.metrics.request("delete", r.is_ok());
                 match r {
                     Ok(o) => Outcome::Ok(match (o.path, how) {
@@ -158,9 +209,11 @@ impl Executor {
                     if !self.may_act(term).await {
                         return Outcome::NotLeader;
                     }
-                    if i == 0 {
-                        observe(self);
-                    }
+                    let sent = if i == 0 {
+                        self.sent(path, "delete_pods")
+                    } else {
+                        None
+                    };
                     let r = recover::delete_pod(
                         &self.client,
                         &p.namespace,
@@ -169,6 +222,7 @@ impl Executor {
                         p.grace_seconds,
                     )
                     .await;
+                    self.answered(sent);
                     self.metrics.request("delete", r.is_ok());
                     match r {
                         Ok(o) if o.deleted => deleted += 1,
@@ -195,8 +249,9 @@ impl Executor {
                 if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
-                observe(self);
+                let sent = self.sent(path, "record");
                 let r = recover::write_record(&self.client, &job, &write, current.as_ref()).await;
+                self.answered(sent);
                 self.metrics.request("patch", r.is_ok());
                 match r {
                     Ok(o) => Outcome::Ok(format!(
@@ -282,7 +337,7 @@ impl Executor {
                 if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
-                observe(self);
+                let sent = self.sent(path, "cordon");
                 let why = recover::Why {
                     reason,
                     sticky,
@@ -297,6 +352,7 @@ impl Executor {
                     &snapshot,
                 )
                 .await;
+                self.answered(sent);
                 self.metrics.request("patch", r.is_ok());
                 match r {
                     Ok(_) => Outcome::Ok("cordoned".into()),

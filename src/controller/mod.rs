@@ -20,8 +20,10 @@ pub use crate::k8s::{discover, leader, time, watch};
 pub use crate::metrics;
 pub use config::ControllerArgs;
 
+use self::core::effect::PathTrace;
 use self::core::input::Input;
 use self::core::{Core, CoreConfig, Now};
+use crate::k8s::watch::Stamp;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -145,7 +147,7 @@ pub async fn start(
     } else {
         (leader::Leadership::always(), None)
     };
-    let (tx, rx) = mpsc::channel::<(Input, Instant)>(4096);
+    let (tx, rx) = mpsc::channel::<(Input, Stamp)>(4096);
     let (decisions, _) = tokio::sync::broadcast::channel(1024);
     let clusterd = args
         .clusterd_view
@@ -242,7 +244,7 @@ struct Loop {
     core: Core,
     executor: executor::Executor,
     tx: watches::Tx,
-    rx: mpsc::Receiver<(Input, Instant)>,
+    rx: mpsc::Receiver<(Input, Stamp)>,
     shutdown: tw::Receiver<bool>,
     lease_stop: tw::Sender<bool>,
     lease_task: Option<tokio::task::JoinHandle<()>>,
@@ -265,7 +267,7 @@ impl Loop {
             let mut iv = tokio::time::interval(Duration::from_secs(1));
             loop {
                 iv.tick().await;
-                if ttx.send((Input::Tick, Instant::now())).await.is_err() {
+                if ttx.send((Input::Tick, Stamp::now())).await.is_err() {
                     return;
                 }
             }
@@ -279,13 +281,13 @@ impl Loop {
             // the channel folded into one `true` still shows as a new term.
             let leading_now = (leadership.is_leader(), leadership.term());
             let input = Input::Leader(leading_now.0, leading_now.1);
-            if ltx.send((input, Instant::now())).await.is_err() {
+            if ltx.send((input, Stamp::now())).await.is_err() {
                 return;
             }
             while lead_rx.changed().await.is_ok() {
                 let l = *lead_rx.borrow_and_update();
                 let input = Input::Leader(l, leadership.term());
-                if ltx.send((input, Instant::now())).await.is_err() {
+                if ltx.send((input, Stamp::now())).await.is_err() {
                     return;
                 }
             }
@@ -299,11 +301,12 @@ impl Loop {
                 biased;
                 _ = self.shutdown.changed() => break,
                 msg = self.rx.recv() => {
-                    let Some((input, received)) = msg else { break };
+                    let Some((input, stamp)) = msg else { break };
                     if let Input::JobKinds(k) = &input {
                         jobs.sync(&self.client, &self.tx, k);
                     }
-                    let now = Now { wall: chrono::Utc::now(), mono: received };
+                    let started = Instant::now();
+                    let now = Now { wall: chrono::Utc::now(), mono: stamp.arrived };
                     let core = &mut self.core;
                     let step = self.health.step.clone();
                     let guard = step.begin(|w| watchdog::describe(&input, w));
@@ -315,7 +318,17 @@ impl Loop {
                     }
                     match stepped {
                         Ok(effects) => {
-                            for e in effects {
+                            let decided = Instant::now();
+                            for mut e in effects {
+                                // Effects this input caused carry its path so far.
+                                if e.received == Some(stamp.arrived) {
+                                    e.trace = Some(PathTrace {
+                                        read: stamp.read,
+                                        queued: started.saturating_duration_since(stamp.arrived).saturating_sub(stamp.read),
+                                        decided: decided.saturating_duration_since(started),
+                                        at: decided,
+                                    });
+                                }
                                 self.executor.run(e);
                             }
                         }

@@ -9,18 +9,18 @@ use super::config::ControllerArgs;
 use super::core::input::{Change, Input, PodSeen};
 use super::core::pods::{Interner, PodInfo, ProgressKeys};
 use crate::api::{FaultClassification, RecoveryPolicy, WorkloadKind};
-use crate::k8s::watch::{self, Change as W};
+use crate::k8s::watch::{self, Change as W, Stamp};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::watcher::watcher;
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Where watch tasks send their inputs, stamped with arrival.
-pub type Tx = mpsc::Sender<(Input, Instant)>;
+pub type Tx = mpsc::Sender<(Input, Stamp)>;
 
 /// A watch change as the core takes it; `Err` for a stream error.
 fn core_change<K>(c: W<K>) -> Result<Change<K>, String> {
@@ -135,7 +135,7 @@ pub fn kind_of(ar: &ApiResource) -> Option<WorkloadKind> {
 /// to 30 s), and nothing is sent until one succeeded.
 pub fn spawn_kinds(client: kube::Client, tx: Tx) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let (changed_tx, mut changed) = mpsc::channel::<((), Instant)>(16);
+        let (changed_tx, mut changed) = mpsc::channel::<((), Stamp)>(16);
         let groups: BTreeSet<&str> = crate::k8s::discover::JOB_KINDS
             .iter()
             .map(|(g, _)| *g)
@@ -178,7 +178,7 @@ pub fn spawn_kinds(client: kube::Client, tx: Tx) -> tokio::task::JoinHandle<()> 
                         }
                         last = Some(kinds.clone());
                         if tx
-                            .send((Input::JobKinds(kinds), Instant::now()))
+                            .send((Input::JobKinds(kinds), Stamp::now()))
                             .await
                             .is_err()
                         {
@@ -198,7 +198,7 @@ pub fn spawn_kinds(client: kube::Client, tx: Tx) -> tokio::task::JoinHandle<()> 
                 Err(e) => {
                     tracing::warn!(error = %e, retry_in = ?wait, "job kind discovery failed; decisions wait until it succeeds");
                     if tx
-                        .send((Input::WatchError("discovery"), Instant::now()))
+                        .send((Input::WatchError("discovery"), Stamp::now()))
                         .await
                         .is_err()
                     {

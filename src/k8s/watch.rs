@@ -12,8 +12,29 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+/// When an input arrived and what reading it cost before it was queued:
+/// the first two stages of the critical path (docs/critical-path.md).
+#[derive(Clone, Copy, Debug)]
+pub struct Stamp {
+    /// The watcher yielded the (decoded) event, or the input was made.
+    pub arrived: Instant,
+    /// Turning the event into the consumer's input (for pods: the fault
+    /// carriers read, the pod's facts interned), before it was queued.
+    pub read: Duration,
+}
+
+impl Stamp {
+    /// An input made now, with nothing to read.
+    pub fn now() -> Stamp {
+        Stamp {
+            arrived: Instant::now(),
+            read: Duration::ZERO,
+        }
+    }
+}
 
 /// A watch change, as forwarded.
 #[derive(Debug)]
@@ -29,11 +50,12 @@ pub enum Change<K> {
 }
 
 /// Forward one watcher stream with `wrap` (which may drop a change by
-/// returning `None`); each item is stamped with the instant it arrived.
+/// returning `None`); each item is stamped with the instant it arrived and
+/// the time `wrap` took.
 pub fn spawn<K, S, F, T>(
     name: &'static str,
     stream: S,
-    tx: mpsc::Sender<(T, Instant)>,
+    tx: mpsc::Sender<(T, Stamp)>,
     mut wrap: F,
 ) -> tokio::task::JoinHandle<()>
 where
@@ -60,7 +82,11 @@ where
             let Some(item) = wrap(change) else {
                 continue;
             };
-            if tx.send((item, now)).await.is_err() {
+            let stamp = Stamp {
+                arrived: now,
+                read: now.elapsed(),
+            };
+            if tx.send((item, stamp)).await.is_err() {
                 return;
             }
         }

@@ -24,6 +24,24 @@ pub struct Effect {
     /// lost and regained leadership never acts on a decision of the
     /// earlier term (another replica may have acted in between).
     pub term: u64,
+    /// The critical path that led to it, when a watch event's step
+    /// produced it (set by the controller's loop, not by the core).
+    pub trace: Option<PathTrace>,
+}
+
+/// The stages of an effect's critical path before the executor took it
+/// (docs/critical-path.md): the executor adds the dispatch and the
+/// request's round trip, and reports all of them.
+#[derive(Clone, Copy, Debug)]
+pub struct PathTrace {
+    /// The watch event turned into the core's input.
+    pub read: std::time::Duration,
+    /// Waiting in the channel for the core.
+    pub queued: std::time::Duration,
+    /// The core's step.
+    pub decided: std::time::Duration,
+    /// When the step ended.
+    pub at: Instant,
 }
 
 /// How a job's pods are deleted all at once.

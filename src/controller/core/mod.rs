@@ -409,6 +409,7 @@ impl Core {
             id,
             kind,
             received,
+            trace: None,
             term: self.term,
         });
         id

@@ -300,6 +300,19 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
     let own = metrics
         .as_deref()
         .and_then(|t| histogram_quantiles(t, "rebound_reaction_seconds"));
+    if let Some(t) = metrics.as_deref() {
+        for (action, (n, means)) in stats::path_means(t) {
+            let stages: Vec<String> = crate::metrics::PATH_STAGES
+                .iter()
+                .zip(&means)
+                .map(|(s, m)| format!("{s} {m:.3}"))
+                .collect();
+            notes.push(format!(
+                "controller's critical path of {action} (mean ms per stage over {n}; docs/critical-path.md): {}",
+                stages.join(", ")
+            ));
+        }
+    }
     let annotations = restarts_from_annotations(&env).await?;
     let (server_timing, reaction, from_injection, restarts, by_verb, peak, restarts_src, req_src) =
         match &server {

@@ -50,6 +50,56 @@ pub struct BucketQuantiles {
     pub p99_le: f64,
 }
 
+/// The controller's critical path as its `rebound_critical_path_seconds`
+/// histogram shows it: for each action, the mean of each stage (ms) in
+/// the order of [`crate::metrics::PATH_STAGES`], and how many actions.
+pub fn path_means(text: &str) -> BTreeMap<String, (u64, Vec<f64>)> {
+    let mut sums: BTreeMap<(String, String), (f64, u64)> = BTreeMap::new();
+    for l in text.lines() {
+        let (is_sum, rest) = if let Some(r) = l.strip_prefix("rebound_critical_path_seconds_sum{") {
+            (true, r)
+        } else if let Some(r) = l.strip_prefix("rebound_critical_path_seconds_count{") {
+            (false, r)
+        } else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let label = |k: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+        };
+        let (Some(stage), Some(action), Ok(v)) =
+            (label("stage"), label("action"), value.trim().parse::<f64>())
+        else {
+            continue;
+        };
+        let e = sums.entry((action, stage)).or_default();
+        if is_sum {
+            e.0 = v;
+        } else {
+            e.1 = v as u64;
+        }
+    }
+    let mut out: BTreeMap<String, (u64, Vec<f64>)> = BTreeMap::new();
+    for ((action, stage), (sum, count)) in sums {
+        let Some(i) = crate::metrics::PATH_STAGES.iter().position(|s| *s == stage) else {
+            continue;
+        };
+        let e = out
+            .entry(action)
+            .or_insert_with(|| (0, vec![0.0; crate::metrics::PATH_STAGES.len()]));
+        e.0 = e.0.max(count);
+        if count > 0 {
+            e.1[i] = 1000.0 * sum / count as f64;
+        }
+    }
+    out
+}
+
 /// Read `name`'s buckets from a Prometheus text exposition and return the
 /// bucket bounds (ms) under which 50/90/99 % of the observations fall.
 pub fn histogram_quantiles(text: &str, name: &str) -> Option<BucketQuantiles> {
@@ -103,6 +153,27 @@ pub fn counter_by_label(text: &str, name: &str, label: &str) -> BTreeMap<String,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn path_means_read_the_controllers_own_exposition() {
+        let m = crate::metrics::Metrics::new();
+        let ms = std::time::Duration::from_millis;
+        for (stage, d) in crate::metrics::PATH_STAGES.iter().zip([1, 2, 3, 4, 5]) {
+            m.path_stage(stage, "restart_job", ms(d));
+            m.path_stage(stage, "restart_job", ms(3 * d));
+        }
+        m.path_stage("answered", "cordon", ms(8));
+        let got = path_means(&m.encode());
+        let (n, means) = &got["restart_job"];
+        assert_eq!(*n, 2);
+        let want = [2.0, 4.0, 6.0, 8.0, 10.0];
+        for (g, w) in means.iter().zip(want) {
+            assert!((g - w).abs() < 1e-9, "{means:?}");
+        }
+        assert_eq!(got["cordon"].0, 1);
+        assert!((got["cordon"].1[4] - 8.0).abs() < 1e-9);
+        assert_eq!(got["cordon"].1[0], 0.0);
+    }
 
     #[test]
     fn histogram_quantiles_read_the_bucket_that_holds_each_quantile() {

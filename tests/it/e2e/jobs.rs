@@ -129,6 +129,20 @@ async fn pod_exit_restarts_each_job_kind_in_one_request(server: Server) {
         "{ann:?}"
     );
     assert!(ann.contains_key("rebound.dev/last-restart"));
+    // Each restart's critical path is traced, stage by stage: four
+    // restarts, each from the step of the pod event that carried its fault.
+    let m = ctl.metrics.encode();
+    for stage in rebound::metrics::PATH_STAGES {
+        let count = m
+            .lines()
+            .find(|l| {
+                l.starts_with("rebound_critical_path_seconds_count{")
+                    && l.contains(&format!("stage=\"{stage}\""))
+                    && l.contains("action=\"restart_job\"")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+        assert_eq!(count, Some(4.0), "stage {stage} of restart_job:\n{m}");
+    }
     ctl.shutdown().await;
 }
 
