@@ -117,6 +117,10 @@ pub struct Reactions {
     pub from_write: Percentiles,
     /// From the injection's start to the action.
     pub from_injection: Percentiles,
+    /// From the fault's write committed to the action committed (the
+    /// action request's answer: for a `deletecollection`, every pod
+    /// marked deleted). Server clock only; empty on the client's.
+    pub to_committed: Percentiles,
 }
 
 /// Server clock: the fault's write completed → the first action request
@@ -128,6 +132,7 @@ pub fn server_reactions(injected: &[Injected], reqs: &[ServerRequest]) -> Reacti
         .collect();
     let mut from_write = Vec::new();
     let mut from_injection = Vec::new();
+    let mut to_committed = Vec::new();
     for inj in injected {
         let Some(at) = first_after(&actions, inj) else {
             continue;
@@ -135,11 +140,21 @@ pub fn server_reactions(injected: &[Injected], reqs: &[ServerRequest]) -> Reacti
         from_injection.push(ms_between(inj.start, at));
         if let Some(c) = inj.committed(reqs) {
             from_write.push(ms_between(c, at));
+            // The same first action's answer.
+            let done = reqs
+                .iter()
+                .filter(|r| r.received == at)
+                .find(|r| action_subject(r).as_ref() == Some(&inj.subject))
+                .map(|r| r.completed);
+            if let Some(done) = done {
+                to_committed.push(ms_between(c, done));
+            }
         }
     }
     Reactions {
         from_write: percentiles(from_write),
         from_injection: percentiles(from_injection),
+        to_committed: percentiles(to_committed),
     }
 }
 
@@ -160,6 +175,7 @@ pub fn client_reactions(injected: &[Injected], effects: &[(SystemTime, Subject)]
     Reactions {
         from_write: percentiles(from_write),
         from_injection: percentiles(from_injection),
+        to_committed: Percentiles::default(),
     }
 }
 
@@ -341,6 +357,13 @@ mod tests {
             "{r:?}"
         );
         assert!(close(r.from_injection.max, 15.0), "{r:?}");
+        // To the first action's answer: job 15 + 5 - 12 = 8, node 30 + 1 - 21 = 10
+        // (the later deletecollection at 40 is not the first action).
+        assert_eq!(r.to_committed.count, 2, "{r:?}");
+        assert!(
+            close(r.to_committed.p50, 8.0) && close(r.to_committed.max, 10.0),
+            "{r:?}"
+        );
         let w = controller_writes(&reqs, t0);
         assert_eq!(w.restarts["job-1"], 2);
         assert_eq!(w.by_verb["deletecollection pods"], 2);

@@ -314,11 +314,13 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
         }
     }
     let annotations = restarts_from_annotations(&env).await?;
+    let mut to_committed = None;
     let (server_timing, reaction, from_injection, restarts, by_verb, peak, restarts_src, req_src) =
         match &server {
             Some((reqs, clock)) => {
                 let r = analyse::server_reactions(&injected, reqs);
                 let w = analyse::controller_writes(reqs, t_start);
+                to_committed = Some(r.to_committed);
                 (
                     Some(clock.clone()),
                     Some(r.from_write),
@@ -374,6 +376,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
         interval_ms: args.interval.as_secs_f64() * 1000.0,
         reaction_ms: reaction,
         reaction_from_injection_ms: from_injection,
+        reaction_to_committed_ms: to_committed,
         client_reaction_ms: client.from_write,
         client_reaction_from_injection_ms: client.from_injection,
         controller_reaction_ms: own,

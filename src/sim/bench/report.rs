@@ -62,6 +62,10 @@ pub struct Report {
     /// Server clock: from the start of the injection (the injector's GET,
     /// then its status patch) to the first action request arriving.
     pub reaction_from_injection_ms: Option<Percentiles>,
+    /// Server clock: from the fault's write committed to the first action
+    /// committed (its answer: a `deletecollection` with every pod marked
+    /// deleted, a node patch stored), the figure issue #19 sets a goal on.
+    pub reaction_to_committed_ms: Option<Percentiles>,
     /// Client clock (this process): from the injector's status patch being
     /// answered to the action's effect (a pod deleting, a node cordoned)
     /// arriving through a watch; includes the answer's and the watch's
@@ -125,6 +129,13 @@ pub fn print_text(r: &Report) {
                 p.count
             );
             println!("    {}", line(p));
+            if let Some(p) = r.reaction_to_committed_ms.as_ref().filter(|p| p.count > 0) {
+                println!(
+                    "  server clock: fault's write committed → that action committed (its answer), {} measured:",
+                    p.count
+                );
+                println!("    {}", line(p));
+            }
             if let Some(p) = &r.reaction_from_injection_ms {
                 println!(
                     "  server clock: from the injection's start (injector's GET + patch included):"
