@@ -59,8 +59,10 @@ pub struct RecoveryPolicySpec {
     /// Treat a job whose progress signal stops as a fault.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hang: Option<HangDetection>,
-    /// Save the tail of each container's log in a ConfigMap owned by the job
-    /// before its pods are deleted.
+    /// Save the tail of each container's log in a ConfigMap owned by the job,
+    /// read once the restart's request was answered (a pod being deleted
+    /// gracefully, or restarted in place, still serves its logs), so the
+    /// restart never waits for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preserve_logs: Option<PreserveLogs>,
     /// Decide and record, act on nothing.

@@ -174,16 +174,8 @@ impl Core {
             Tier::InPlace => return,
         };
         let id = self.effect_for(Waiting::Job(key.clone()), kind, received);
-        let first = self.recoveries.get_mut(key).map(|r| {
+        if let Some(r) = self.recoveries.get_mut(key) {
             r.acting = Some(id);
-            std::mem::replace(&mut r.logs_saved, true)
-        });
-        // Logs are read beside the restart, never before it: a pod being
-        // deleted (gracefully) or restarted in place still serves them.
-        if first == Some(false)
-            && let Some(rec) = self.recoveries.get(key).cloned()
-        {
-            self.save_logs(key, &rec);
         }
     }
 
@@ -410,6 +402,13 @@ impl Core {
                     }
                 } else {
                     self.restarted_event(&rec, &how);
+                    // Logs are read once the restart's request was
+                    // answered, never before or beside it: the action has
+                    // the API server to itself, and a pod being deleted
+                    // (gracefully) still serves its logs.
+                    if !rec.logs_saved {
+                        self.save_logs(key, &rec);
+                    }
                 }
                 let Some(r) = self.recoveries.get_mut(key) else {
                     return;
@@ -419,6 +418,7 @@ impl Core {
                     r.logs_saved = r.logs_saved || r.tier == Tier::InPlace;
                 } else {
                     r.acted = true;
+                    r.logs_saved = true;
                 }
                 r.attempts = 0;
                 if !(r.acted && r.recorded) {

@@ -588,3 +588,45 @@ fn a_tenant_event_with_a_huge_count_costs_a_bounded_window_and_no_node() {
     assert!(b.core.current.len() <= bound);
     assert!(b.restarts() <= 1);
 }
+
+#[test]
+fn logs_are_read_after_the_restart_was_answered_never_beside_it() {
+    let mut spec = model::default_policy_spec();
+    spec["preserveLogs"] = json!({"tailLines": 100});
+    let mut b = Bed::new(Some(spec));
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    // Deliver the fault, but do not carry anything out yet.
+    for k in KINDS {
+        let ins = b.m.deliver(k, 10_000);
+        b.feed(ins);
+    }
+    let restart: Vec<Effect> = b
+        .queue
+        .iter()
+        .filter(|e| matches!(e.kind, EffectKind::RestartJob { .. }))
+        .cloned()
+        .collect();
+    assert_eq!(restart.len(), 1, "{:?}", b.queue);
+    assert_eq!(
+        b.count(|k| matches!(k, EffectKind::SaveLogs { .. })),
+        0,
+        "no log read goes out beside the restart"
+    );
+    // A failed answer: still no logs; the retry's answer brings them, once.
+    b.queue.retain(|e| e.id != restart[0].id);
+    b.feed(vec![Input::Done(
+        restart[0].id,
+        Outcome::Failed("timeout".into()),
+    )]);
+    assert_eq!(b.count(|k| matches!(k, EffectKind::SaveLogs { .. })), 0);
+    b.pass(5);
+    assert_eq!(b.restarts(), 2, "retried");
+    assert_eq!(
+        b.count(|k| matches!(k, EffectKind::SaveLogs { .. })),
+        1,
+        "logs read once the restart was answered"
+    );
+    b.pass(30);
+    assert_eq!(b.count(|k| matches!(k, EffectKind::SaveLogs { .. })), 1);
+}
