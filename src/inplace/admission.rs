@@ -26,12 +26,12 @@
 
 use serde_json::{Value, json};
 
+use super::AGENT_CONTAINER;
 use super::inject::{
     BATCH_JOB_NAME_LABEL, InjectOptions, JOBSET_NAME_LABEL, KUBEFLOW_JOB_NAME_LABEL,
     KUBEFLOW_KINDS, VOLCANO_JOB_NAME_LABEL,
 };
 use super::inject_pod::{self, AgentSettings, AgentTarget, PROBE_PORT_NAME};
-use super::AGENT_CONTAINER;
 use crate::fault::wire::KCOVER_OPT_IN;
 
 /// The name of the policy and of its binding (cluster-scoped objects).
@@ -134,7 +134,12 @@ fn typed(v: &Value, ty: &str, overrides: &[(String, String)]) -> Result<String, 
         Value::Object(m) => {
             let items: Result<Vec<String>, _> = m
                 .iter()
-                .map(|(k, e)| Ok(format!("{k}: {}", typed(e, &format!("{ty}.{k}"), overrides)?)))
+                .map(|(k, e)| {
+                    Ok(format!(
+                        "{k}: {}",
+                        typed(e, &format!("{ty}.{k}"), overrides)?
+                    ))
+                })
                 .collect();
             // The container's own fields one per line (readable in the
             // generated YAML); nested objects on one line.
@@ -447,7 +452,10 @@ mod tests {
             serde_json::from_value(d[1].clone()).expect("binding type");
         let spec = p.spec.expect("spec");
         assert_eq!(spec.failure_policy.as_deref(), Some("Ignore"));
-        assert_eq!(b.spec.and_then(|s| s.policy_name).as_deref(), Some(POLICY_NAME));
+        assert_eq!(
+            b.spec.and_then(|s| s.policy_name).as_deref(),
+            Some(POLICY_NAME)
+        );
         let m = &spec.mutations.as_ref().expect("mutations")[0];
         assert_eq!(m.patch_type, "JSONPatch");
         let expr = m
@@ -528,7 +536,10 @@ mod tests {
             KUBEFLOW_JOB_NAME_LABEL,
             BATCH_JOB_NAME_LABEL,
         ] {
-            assert!(y.contains(&format!("'{l}' in object.metadata.labels")), "{l}");
+            assert!(
+                y.contains(&format!("'{l}' in object.metadata.labels")),
+                "{l}"
+            );
         }
     }
 }

@@ -908,13 +908,19 @@ mod tests {
         let js_api: Api<DynamicObject> =
             Api::namespaced_with(s.client(), NS, &jobsets.api_resource());
         // No JobSet: the JobSet is followed (and waited for) itself.
-        assert_eq!(follow_trainjob(&s.client(), &jobsets, &fast()).await, jobsets);
+        assert_eq!(
+            follow_trainjob(&s.client(), &jobsets, &fast()).await,
+            jobsets
+        );
         // A plain JobSet: itself.
         js_api
             .create(&PostParams::default(), &jobset(json!([])))
             .await
             .expect("jobset");
-        assert_eq!(follow_trainjob(&s.client(), &jobsets, &fast()).await, jobsets);
+        assert_eq!(
+            follow_trainjob(&s.client(), &jobsets, &fast()).await,
+            jobsets
+        );
         js_api
             .delete("tj", &Default::default())
             .await
@@ -923,8 +929,10 @@ mod tests {
         js_api
             .create(
                 &PostParams::default(),
-                &jobset(json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                    "name": "tj", "uid": "u1", "controller": true}])),
+                &jobset(
+                    json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "name": "tj", "uid": "u1", "controller": true}]),
+                ),
             )
             .await
             .expect("jobset");

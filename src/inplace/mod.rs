@@ -17,10 +17,10 @@
 pub mod agent;
 pub mod restart_agent;
 
+pub mod admission;
 pub mod inject;
 pub mod inject_cli;
 pub mod inject_pod;
-pub mod admission;
 
 /// Annotation on the job: the generation every pod of the job must run.
 /// Absent means 0. Written by the controller with the restart record.

@@ -294,15 +294,17 @@ fn admission_policy_copies_equal_the_generated_policy_and_the_chart_value_turns_
     );
     // The template: a comment, then everything inside one guard.
     let t = read("chart/rebound/templates/admission-policy.yaml");
-    let body = t
-        .split_once("*/ -}}")
-        .map_or(t.as_str(), |(_, b)| b)
-        .trim();
+    let body = t.split_once("*/ -}}").map_or(t.as_str(), |(_, b)| b).trim();
     assert!(
-        body.starts_with("{{- if .Values.admissionPolicy.enabled }}") && body.ends_with("{{- end }}"),
+        body.starts_with("{{- if .Values.admissionPolicy.enabled }}")
+            && body.ends_with("{{- end }}"),
         "chart/rebound/templates/admission-policy.yaml: not all of it is under `if .Values.admissionPolicy.enabled`:\n{body}"
     );
-    assert_eq!(body.matches("{{- end }}").count(), 1, "one guard, closed at the end");
+    assert_eq!(
+        body.matches("{{- end }}").count(),
+        1,
+        "one guard, closed at the end"
+    );
     assert!(
         body.contains(&format!(
             r#".Files.Get "files/admission/restart-agent-policy.yaml" | replace "\"{CHART_AGENT_IMAGE}\"""#
@@ -314,7 +316,11 @@ fn admission_policy_copies_equal_the_generated_policy_and_the_chart_value_turns_
         1,
         "the placeholder occurs once, as the agent's image"
     );
-    assert_eq!(values()["admissionPolicy"]["enabled"], true, "on by default");
+    assert_eq!(
+        values()["admissionPolicy"]["enabled"],
+        true,
+        "on by default"
+    );
 }
 
 /// With a helm binary: the chart renders the policy with the agent's image
@@ -322,7 +328,9 @@ fn admission_policy_copies_equal_the_generated_policy_and_the_chart_value_turns_
 #[test]
 fn helm_renders_the_admission_policy_only_when_enabled() {
     let Some(helm) = helm() else {
-        eprintln!("notice: no helm binary (set REBOUND_HELM or put helm on PATH); the admission policy's guard is checked as text only");
+        eprintln!(
+            "notice: no helm binary (set REBOUND_HELM or put helm on PATH); the admission policy's guard is checked as text only"
+        );
         return;
     };
     let kinds = |objs: &[Value]| -> Vec<String> {
@@ -332,20 +340,29 @@ fn helm_renders_the_admission_policy_only_when_enabled() {
             .map(str::to_owned)
             .collect()
     };
-    let on = helm_template(&helm, &["--set", "restartAgent.image=reg.example/rebound:7"])
-        .unwrap_or_else(|e| panic!("helm template failed: {e}"));
+    let on = helm_template(
+        &helm,
+        &["--set", "restartAgent.image=reg.example/rebound:7"],
+    )
+    .unwrap_or_else(|e| panic!("helm template failed: {e}"));
     assert_eq!(kinds(&on).len(), 2, "policy and binding by default");
     let policy = on
         .iter()
         .find(|o| o["kind"] == "MutatingAdmissionPolicy")
         .expect("policy");
     assert!(
-        policy.to_string().contains(r#"image: \"reg.example/rebound:7\""#),
+        policy
+            .to_string()
+            .contains(r#"image: \"reg.example/rebound:7\""#),
         "the agent's image is restartAgent.image"
     );
     let off = helm_template(&helm, &["--set", "admissionPolicy.enabled=false"])
         .unwrap_or_else(|e| panic!("helm template failed: {e}"));
-    assert_eq!(kinds(&off), Vec::<String>::new(), "turned off: no policy, no binding");
+    assert_eq!(
+        kinds(&off),
+        Vec::<String>::new(),
+        "turned off: no policy, no binding"
+    );
 }
 
 #[test]

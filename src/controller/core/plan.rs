@@ -75,7 +75,9 @@ impl Core {
                             faulty.len()
                         ));
                     } else if !wired(true) {
-                        why.push(format!("not in place: the job's pods lack the in-place wiring ({HOW_TO_WIRE})"));
+                        why.push(format!(
+                            "not in place: the job's pods lack the in-place wiring ({HOW_TO_WIRE})"
+                        ));
                     } else if let Some(w) = self.in_place_exhausts(key) {
                         why.push(w);
                     } else {
@@ -168,8 +170,10 @@ const HOW_TO_WIRE: &str = "rebound inject on the job's manifest, or the admissio
 /// Which wiring the job's wired pods have, as a reason of the decision.
 fn wiring_of(pods: &[&super::pods::PodInfo]) -> String {
     use super::pods::Wiring;
-    let kinds: std::collections::BTreeSet<Wiring> =
-        pods.iter().filter_map(|p| p.agent.map(|a| a.wiring)).collect();
+    let kinds: std::collections::BTreeSet<Wiring> = pods
+        .iter()
+        .filter_map(|p| p.agent.map(|a| a.wiring))
+        .collect();
     let template = "in their pod templates (rebound inject)";
     let admission = "at admission (MutatingAdmissionPolicy rebound-restart-agent)";
     let how = match (

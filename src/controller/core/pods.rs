@@ -320,9 +320,8 @@ impl PodInfo {
         let labels = Labels::new(m.labels.as_ref(), pool);
         let conditions = status.and_then(|s| s.conditions.as_ref());
         let condition = |t: &str| conditions.into_iter().flatten().find(|c| c.type_ == t);
-        let agent = spec.and_then(|sp| {
-            agent_exit_code(sp).map(|exit_code| (exit_code, Wiring::of(sp)))
-        });
+        let agent =
+            spec.and_then(|sp| agent_exit_code(sp).map(|exit_code| (exit_code, Wiring::of(sp))));
         let agent = agent.map(|(exit_code, wiring)| AgentStatus {
             exit_code,
             wiring,
@@ -511,11 +510,14 @@ mod tests {
             .flatten()
             .find(|c| c.name == inplace::AGENT_CONTAINER)
             .expect("agent");
-        agent.env.get_or_insert_with(Vec::new).push(k8s_openapi::api::core::v1::EnvVar {
-            name: inplace::admission::WIRED_BY_ENV.into(),
-            value: Some(inplace::admission::WIRED_BY_ADMISSION.into()),
-            ..Default::default()
-        });
+        agent
+            .env
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::EnvVar {
+                name: inplace::admission::WIRED_BY_ENV.into(),
+                value: Some(inplace::admission::WIRED_BY_ADMISSION.into()),
+                ..Default::default()
+            });
         assert_eq!(Wiring::of(&spec), Wiring::Admission);
     }
 }
