@@ -524,8 +524,19 @@ const OWNER_READS: u32 = 3;
 /// tries is followed itself (the runner then reads it again, and fails
 /// open if it never can).
 pub async fn follow_trainjob(client: &kube::Client, job: &JobRef, cfg: &RunnerConfig) -> JobRef {
+    resolve(client, job, cfg).await.0
+}
+
+/// [`follow_trainjob`], with the JobSet's metadata when the JobSet itself
+/// is followed: the runner's first read, so a JobSet's agent still makes
+/// one `GET` per run.
+async fn resolve(
+    client: &kube::Client,
+    job: &JobRef,
+    cfg: &RunnerConfig,
+) -> (JobRef, Option<ObjectMeta>) {
     if job.group != "jobset.x-k8s.io" || job.plural != "jobsets" {
-        return job.clone();
+        return (job.clone(), None);
     }
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
@@ -533,9 +544,12 @@ pub async fn follow_trainjob(client: &kube::Client, job: &JobRef, cfg: &RunnerCo
     for attempt in 1..=OWNER_READS {
         match tokio::time::timeout(cfg.request_timeout, api.get_metadata_opt(&job.name)).await {
             Ok(Ok(Some(m))) => {
-                return trainjob_owner(&m.metadata, &job.namespace).unwrap_or_else(|| job.clone());
+                return match trainjob_owner(&m.metadata, &job.namespace) {
+                    Some(owner) => (owner, None),
+                    None => (job.clone(), Some(m.metadata)),
+                };
             }
-            Ok(Ok(None)) => return job.clone(),
+            Ok(Ok(None)) => return (job.clone(), None),
             Ok(Err(e)) => {
                 tracing::debug!(job = %job, error = %e, attempt, "restart agent: cannot read the JobSet's owner");
             }
@@ -547,7 +561,7 @@ pub async fn follow_trainjob(client: &kube::Client, job: &JobRef, cfg: &RunnerCo
             tokio::time::sleep(backoff.next_delay()).await;
         }
     }
-    job.clone()
+    (job.clone(), None)
 }
 
 /// The TrainJob that controls a JobSet (its controller owner reference of
@@ -579,7 +593,7 @@ pub async fn run<S>(client: kube::Client, job: &JobRef, cfg: &RunnerConfig, sink
 where
     S: FnMut(&Report) + Send,
 {
-    let job = follow_trainjob(&client, job, cfg).await;
+    let (job, first_read) = resolve(&client, job, cfg).await;
     let api: Api<DynamicObject> = Api::namespaced_with(client, &job.namespace, &job.api_resource());
     let mut r = Runner {
         api,
@@ -598,6 +612,15 @@ where
     };
     let mut backoff = Backoff::new(cfg);
     let mut reselect = false;
+    // The JobSet read to look for its TrainJob is the first read of the
+    // JobSet followed itself: straight to the watch, as after a GET.
+    if let Some(meta) = first_read {
+        r.resume_rv = meta.resource_version.clone();
+        if let Some(exit) = r.observe(&meta) {
+            return exit;
+        }
+        reselect = true;
+    }
     loop {
         let read = if std::mem::take(&mut reselect) {
             Read::Found
@@ -941,6 +964,38 @@ mod tests {
             followed,
             JobRef::parse("trainer.kubeflow.org/v1alpha1/trainjobs", NS, "tj").expect("ref")
         );
+        // A plain JobSet's agent reads it once per run, not twice.
+        js_api
+            .delete("tj", &Default::default())
+            .await
+            .expect("delete");
+        js_api
+            .create(&PostParams::default(), &jobset(json!([])))
+            .await
+            .expect("jobset");
+        let gets = |s: &ApiServerHandle| {
+            s.requests()
+                .iter()
+                .filter(|r| r.resource == "jobsets" && r.verb == "get")
+                .count()
+        };
+        let before = gets(&s);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let client = s.client();
+        let task = tokio::spawn(async move {
+            run(client, &jobsets, &fast(), move |r| {
+                let _ = tx.send(r.clone());
+            })
+            .await
+        });
+        let r = next(&mut rx).await;
+        assert_eq!(
+            (r.verdict, r.cause.clone()),
+            (Verdict::Open, Cause::FirstRead)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(gets(&s) - before, 1, "one GET of the JobSet per run");
+        task.abort();
         // Other kinds: no request at all.
         let before = s.requests().len();
         assert_eq!(
