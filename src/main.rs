@@ -188,7 +188,8 @@ fn explain(a: rebound::explain::ExplainArgs) -> anyhow::Result<ExitCode> {
         .map(|j| ex::parse_job(j, &a.restarts_ago, &a.hw_restarts_ago, now))
         .transpose()
         .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
-    let d = ex::explain(&mut engine, fault, job, a.repeat.max(1), now);
+    let mut d = ex::explain(&mut engine, fault, job, a.repeat.max(1), now);
+    ex::note_wiring(&engine, &mut d, a.wiring.as_deref());
     if a.output == "json" {
         println!("{}", serde_json::to_string_pretty(&d)?);
     } else {
