@@ -335,6 +335,16 @@ async fn a_pytorchjob_wired_at_admission_restarts_in_place(server: Server) {
 
 async fn a_trainjob_wired_at_admission_restarts_in_place(server: Server) {
     let (bed, ctl) = bed_with(server, 4, TIERS, None).await;
+    // Trainer v2's CRDs (a55f03a: its runtimes' schema has no
+    // restartPolicyRules either).
+    for f in [
+        "kubeflow-trainer-v2/trainer.kubeflow.org_trainjobs.yaml",
+        "kubeflow-trainer-v2/trainer.kubeflow.org_trainingruntimes.yaml",
+    ] {
+        install_crds(&bed.client(), &shared_crd(f))
+            .await
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
     let ml = bed.ns("ml");
     let policy = install_policy(&bed, &ml).await;
     bed.cluster
