@@ -465,6 +465,94 @@ async fn a_pod_wired_by_inject_is_not_wired_twice(server: Server) {
     uninstall(&bed, &policy).await;
 }
 
+/// The agent the policy adds is the one `rebound inject` writes into a
+/// template: the same pod spec, wired either way and created (dry run) on
+/// the real server, gets the same agent container, defaults included, but
+/// for the policy's `REBOUND_WIRED_BY` variable; for a pod whose every
+/// container limits CPU and memory (Guaranteed) and for one that does not.
+/// Windows pods and pods with a container named like the agent are left
+/// alone, as `rebound inject` refuses them.
+async fn the_policy_adds_the_agent_rebound_inject_adds(server: Server) {
+    let (bed, ctl) = bed_with(server, 1, "", None).await;
+    ctl.shutdown().await;
+    let ml = bed.ns("ml");
+    let policy = install_policy(&bed, &ml).await;
+    let pods: Api<Pod> = Api::namespaced(bed.client(), &ml);
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let labels = json!({OPT_IN.0: OPT_IN.1, "batch.kubernetes.io/job-name": "j"});
+    for resources in [json!({}), json!({"limits": {"cpu": "1", "memory": "1Gi"}})] {
+        let spec = json!({"restartPolicy": "Never",
+            "initContainers": [{"name": "setup", "image": "s", "resources": resources}],
+            "containers": [{"name": "w", "image": "i", "resources": resources}]});
+        let mut job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"template": {"metadata": {"labels": labels}, "spec": spec}}});
+        rebound::inplace::inject::inject_document(&mut job, &InjectOptions::default(), "job")
+            .expect("inject");
+        let pod = |spec: &Value, name: &str| -> Pod {
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "labels": labels}, "spec": spec}),
+            )
+            .expect("pod")
+        };
+        let injected = pods
+            .create(&dry, &pod(&job["spec"]["template"]["spec"], "injected"))
+            .await
+            .expect("the injected pod");
+        let admitted = pods
+            .create(&dry, &pod(&spec, "admitted"))
+            .await
+            .expect("the plain pod");
+        let (a, b) = (agents(&injected), agents(&admitted));
+        assert_eq!((a.len(), b.len()), (1, 1), "{resources}: one agent each");
+        // The ServiceAccount token's volume has a random name per pod.
+        let (mut a, mut b) = (a[0].clone(), b[0].clone());
+        a.volume_mounts = None;
+        b.volume_mounts = None;
+        if let Some(env) = b.env.as_mut() {
+            env.retain(|e| e.name != WIRED_BY_ENV);
+        }
+        assert_eq!(
+            a, b,
+            "{resources}: the policy's agent differs from inject's"
+        );
+        let init: Vec<String> = admitted
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|c| c.name.clone())
+            .collect();
+        assert_eq!(
+            init,
+            ["setup", AGENT_CONTAINER],
+            "appended after the pod's own"
+        );
+    }
+    for (name, extra) in [
+        ("windows", json!({"os": {"name": "windows"}})),
+        (
+            "named",
+            json!({"containers": [{"name": "w", "image": "i"}, {"name": AGENT_CONTAINER, "image": "x"}]}),
+        ),
+    ] {
+        let mut spec = json!({"containers": [{"name": "w", "image": "i"}]});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            spec[k] = v.clone();
+        }
+        let p: Pod = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": labels}, "spec": spec}),
+        )
+        .expect("pod");
+        let made = pods.create(&dry, &p).await.expect(name);
+        assert!(agents(&made).is_empty(), "{name}: wired");
+    }
+    uninstall(&bed, &policy).await;
+}
+
 /// The known difference (docs/embedded-cluster.md): the embedded server does
 /// not serve admission policies, so the tests above run on a real server
 /// only. When it gains them, this fails: run them on both then.
@@ -486,3 +574,4 @@ real_only!(a_pytorchjob_wired_at_admission_restarts_in_place);
 real_only!(a_trainjob_wired_at_admission_restarts_in_place);
 real_only!(pods_not_opted_in_or_of_unknown_kinds_are_created_unchanged);
 real_only!(a_pod_wired_by_inject_is_not_wired_twice);
+real_only!(the_policy_adds_the_agent_rebound_inject_adds);
