@@ -288,16 +288,35 @@ async fn restarts_in_place(
     ctl.shutdown().await;
 }
 
+/// A bed of 4 nodes whose job CRDs `files` (of `../shared/data/crds`)
+/// replace the simulated operators' minimal ones before the controller
+/// starts (a CRD replaced under a running watch ends it: the controller
+/// would start by recovering from that).
+async fn bed_with_real_crds(server: Server, files: &[&str]) -> (Testbed, ControllerHandle) {
+    let bed = bed(
+        server,
+        SimConfig {
+            nodes: 4,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    for f in files {
+        install_crds(&bed.client(), &shared_crd(f))
+            .await
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    ready_bed(bed, TIERS).await
+}
+
 async fn a_pytorchjob_wired_at_admission_restarts_in_place(server: Server) {
-    let (bed, ctl) = bed_with(server, 4, TIERS, None).await;
     // The training-operator v1.9 CRD (its schema has no restartPolicyRules:
     // `rebound inject` cannot wire this kind).
-    install_crds(
-        &bed.client(),
-        &shared_crd("kubeflow-training-v1/kubeflow.org_pytorchjobs.yaml"),
+    let (bed, ctl) = bed_with_real_crds(
+        server,
+        &["kubeflow-training-v1/kubeflow.org_pytorchjobs.yaml"],
     )
-    .await
-    .expect("the v1.9 PyTorchJob CRD");
+    .await;
     let ml = bed.ns("ml");
     let policy = install_policy(&bed, &ml).await;
     bed.cluster
@@ -334,17 +353,16 @@ async fn a_pytorchjob_wired_at_admission_restarts_in_place(server: Server) {
 }
 
 async fn a_trainjob_wired_at_admission_restarts_in_place(server: Server) {
-    let (bed, ctl) = bed_with(server, 4, TIERS, None).await;
     // Trainer v2's CRDs (a55f03a: its runtimes' schema has no
     // restartPolicyRules either).
-    for f in [
-        "kubeflow-trainer-v2/trainer.kubeflow.org_trainjobs.yaml",
-        "kubeflow-trainer-v2/trainer.kubeflow.org_trainingruntimes.yaml",
-    ] {
-        install_crds(&bed.client(), &shared_crd(f))
-            .await
-            .unwrap_or_else(|e| panic!("{f}: {e}"));
-    }
+    let (bed, ctl) = bed_with_real_crds(
+        server,
+        &[
+            "kubeflow-trainer-v2/trainer.kubeflow.org_trainjobs.yaml",
+            "kubeflow-trainer-v2/trainer.kubeflow.org_trainingruntimes.yaml",
+        ],
+    )
+    .await;
     let ml = bed.ns("ml");
     let policy = install_policy(&bed, &ml).await;
     bed.cluster
