@@ -41,6 +41,9 @@ enum Command {
     /// Offline: add the in-place restart agent to job manifests
     /// (`kubectl apply -f <(rebound inject -f job.yaml)`).
     Inject(rebound::inplace::inject_cli::InjectArgs),
+    /// Print the MutatingAdmissionPolicy and binding that wire opted-in
+    /// pods at creation (what config/admission/ and the chart hold).
+    AdmissionPolicy(rebound::inplace::admission::AdmissionPolicyArgs),
 }
 
 /// mimalloc instead of glibc malloc: less CPU on the watch path and less
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
                 | Command::Explain(_)
                 | Command::Crds { .. }
                 | Command::Inject(_)
+                | Command::AdmissionPolicy(_)
         ),
     );
     match run(cli) {
@@ -156,6 +160,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Explain(a) => explain(a),
         Command::Inject(a) => Ok(rebound::inplace::inject_cli::run(a)),
+        Command::AdmissionPolicy(a) => {
+            print!("{}", a.yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -180,7 +188,8 @@ fn explain(a: rebound::explain::ExplainArgs) -> anyhow::Result<ExitCode> {
         .map(|j| ex::parse_job(j, &a.restarts_ago, &a.hw_restarts_ago, now))
         .transpose()
         .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
-    let d = ex::explain(&mut engine, fault, job, a.repeat.max(1), now);
+    let mut d = ex::explain(&mut engine, fault, job, a.repeat.max(1), now);
+    ex::note_wiring(&engine, &mut d, a.wiring.as_deref());
     if a.output == "json" {
         println!("{}", serde_json::to_string_pretty(&d)?);
     } else {

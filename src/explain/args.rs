@@ -35,6 +35,12 @@ pub struct ExplainArgs {
     /// Nodes in the cluster (for percentage breaker limits).
     #[arg(long, default_value_t = 100)]
     pub nodes: u32,
+    /// How the job's pods carry the in-place restart agent, for policies
+    /// whose `spec.restart.tiers` restart in place: `template` (`rebound
+    /// inject`), `admission` (the `rebound-restart-agent` admission
+    /// policy) or `none`. Unsaid, the decision says what in place needs.
+    #[arg(long, value_parser = ["template", "admission", "none"])]
+    pub wiring: Option<String>,
     /// Output format.
     #[arg(short = 'o', long, default_value = "text", value_parser = ["text", "json"])]
     pub output: String,

@@ -86,3 +86,103 @@ pub fn explain(
         .collect();
     engine.decide(fault, node.as_ref(), None, &jobs, now)
 }
+
+/// What the in-place tiers of the chosen policy depend on, added to the
+/// reasons of each job restart: the job's wiring (`wiring`: `template`,
+/// `admission` or `none`, as `--wiring` says; unsaid, what in place needs).
+/// The controller says the same in its decisions and `JobRestarted` Events,
+/// from the pods it sees; offline there are no pods, so the user says.
+pub fn note_wiring(engine: &Engine, d: &mut Decision, wiring: Option<&str>) {
+    use crate::api::RecoveryTier;
+    use crate::policy::JobAction;
+    for j in &mut d.jobs {
+        if !matches!(j.action, Some(JobAction::RestartJob { .. })) || j.skip.is_some() {
+            continue;
+        }
+        let Some(policy) = j
+            .policy
+            .as_deref()
+            .and_then(|id| id.split_once('/'))
+            .and_then(|(ns, name)| engine.policies.get(ns, name))
+        else {
+            continue;
+        };
+        let tiers = &policy.restart.tiers;
+        if !tiers
+            .iter()
+            .any(|t| matches!(t, RecoveryTier::InPlace | RecoveryTier::ReplaceFaulty))
+        {
+            continue;
+        }
+        j.reasons.push(match wiring {
+            Some("template") => "in place: the job's pods are wired in their pod templates (rebound inject)".into(),
+            Some("admission") => "in place: the job's pods are wired at admission (MutatingAdmissionPolicy rebound-restart-agent)".into(),
+            Some(_) => "not in place: the job's pods lack the in-place wiring (rebound inject on the job's manifest, or the admission policy rebound-restart-agent with the label kcover.io/cascading-recovery=true on the pods); falling back to Recreate".into(),
+            None => "in place needs the job's pods wired (rebound inject, or the admission policy rebound-restart-agent for pods labelled kcover.io/cascading-recovery=true), else Recreate; say which with --wiring template|admission|none".into(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const OBJECTS: &str = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: FaultClassification
+metadata: {name: xid}
+spec:
+  source: NvidiaXid
+  defaultLevel: RestartJob
+---
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: tiers, namespace: ml}
+spec:
+  selector:
+    matchLabels: {team: a}
+  restart:
+    tiers: [InPlace, Recreate]
+---
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: recreate, namespace: other}
+spec:
+  selector:
+    matchLabels: {team: a}
+"#;
+
+    fn reasons(ns: &str, wiring: Option<&str>) -> Vec<String> {
+        let mut loaded = load::Loaded::default();
+        load::load_str(Path::new("t.yaml"), OBJECTS, &mut loaded).expect("load");
+        let (mut engine, _) = engine_from(&loaded, "rebound-system", 10).expect("engine");
+        let now = Utc::now();
+        let fault = parse_fault("source=NvidiaXid,code=13,node=n1", now).expect("fault");
+        let job = parse_job(
+            &format!("kind=PyTorchJob,name=j,namespace={ns},labels.team=a"),
+            &[],
+            &[],
+            now,
+        )
+        .expect("job");
+        let mut d = explain(&mut engine, fault, Some(job), 1, now);
+        note_wiring(&engine, &mut d, wiring);
+        d.jobs[0].reasons.clone()
+    }
+
+    #[test]
+    fn a_restart_with_in_place_tiers_says_which_wiring_it_depends_on() {
+        let has = |r: &[String], s: &str| r.iter().any(|x| x.contains(s));
+        assert!(has(&reasons("ml", Some("admission")), "wired at admission"));
+        assert!(has(&reasons("ml", Some("template")), "(rebound inject)"));
+        assert!(has(
+            &reasons("ml", Some("none")),
+            "lack the in-place wiring"
+        ));
+        assert!(has(&reasons("ml", None), "--wiring"));
+        // A policy that only recreates says nothing of wiring.
+        let r = reasons("other", Some("admission"));
+        assert!(!has(&r, "wir"), "{r:?}");
+    }
+}

@@ -511,6 +511,79 @@ impl<S: FnMut(&Report)> Runner<S> {
     }
 }
 
+/// Tries of [`follow_trainjob`]'s read before it settles for the JobSet.
+const OWNER_READS: u32 = 3;
+
+/// The job whose generation the agent of a JobSet's pod follows: the
+/// TrainJob that controls the JobSet, if one does (Kubeflow Trainer v2
+/// makes a JobSet of each TrainJob's name, and rebound keeps the generation
+/// on the TrainJob), else the JobSet itself. A pod cannot tell the two
+/// apart by its labels, so the admission policy wires every JobSet pod to
+/// its JobSet, and the agent looks once. Any other job kind is returned
+/// as is, without a request. A JobSet that cannot be read after a few
+/// tries is followed itself (the runner then reads it again, and fails
+/// open if it never can).
+pub async fn follow_trainjob(client: &kube::Client, job: &JobRef, cfg: &RunnerConfig) -> JobRef {
+    resolve(client, job, cfg).await.0
+}
+
+/// [`follow_trainjob`], with the JobSet's metadata when the JobSet itself
+/// is followed: the runner's first read, so a JobSet's agent still makes
+/// one `GET` per run.
+async fn resolve(
+    client: &kube::Client,
+    job: &JobRef,
+    cfg: &RunnerConfig,
+) -> (JobRef, Option<ObjectMeta>) {
+    if job.group != "jobset.x-k8s.io" || job.plural != "jobsets" {
+        return (job.clone(), None);
+    }
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
+    let mut backoff = Backoff::new(cfg);
+    for attempt in 1..=OWNER_READS {
+        match tokio::time::timeout(cfg.request_timeout, api.get_metadata_opt(&job.name)).await {
+            Ok(Ok(Some(m))) => {
+                return match trainjob_owner(&m.metadata, &job.namespace) {
+                    Some(owner) => (owner, None),
+                    None => (job.clone(), Some(m.metadata)),
+                };
+            }
+            Ok(Ok(None)) => return (job.clone(), None),
+            Ok(Err(e)) => {
+                tracing::debug!(job = %job, error = %e, attempt, "restart agent: cannot read the JobSet's owner");
+            }
+            Err(_) => {
+                tracing::debug!(job = %job, attempt, "restart agent: reading the JobSet's owner timed out");
+            }
+        }
+        if attempt < OWNER_READS {
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
+    }
+    (job.clone(), None)
+}
+
+/// The TrainJob that controls a JobSet (its controller owner reference of
+/// kind `TrainJob` in `trainer.kubeflow.org`).
+fn trainjob_owner(meta: &ObjectMeta, namespace: &str) -> Option<JobRef> {
+    let o = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    let (group, version) = o.api_version.split_once('/')?;
+    (group == "trainer.kubeflow.org" && o.kind == "TrainJob" && !o.name.is_empty()).then(|| {
+        JobRef {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            plural: "trainjobs".to_owned(),
+            namespace: namespace.to_owned(),
+            name: o.name.clone(),
+        }
+    })
+}
+
 /// Follows `job` until the pod must restart, reporting every change of
 /// verdict to `sink` (the first one as soon as the job is read, or when
 /// failing open). Returns the [`Verdict::Exit`] report, which the sink has
@@ -520,10 +593,11 @@ pub async fn run<S>(client: kube::Client, job: &JobRef, cfg: &RunnerConfig, sink
 where
     S: FnMut(&Report) + Send,
 {
+    let (job, first_read) = resolve(&client, job, cfg).await;
     let api: Api<DynamicObject> = Api::namespaced_with(client, &job.namespace, &job.api_resource());
     let mut r = Runner {
         api,
-        job: job.clone(),
+        job,
         cfg: cfg.clone(),
         sink,
         core: AgentCore::new(),
@@ -538,6 +612,15 @@ where
     };
     let mut backoff = Backoff::new(cfg);
     let mut reselect = false;
+    // The JobSet read to look for its TrainJob is the first read of the
+    // JobSet followed itself: straight to the watch, as after a GET.
+    if let Some(meta) = first_read {
+        r.resume_rv = meta.resource_version.clone();
+        if let Some(exit) = r.observe(&meta) {
+            return exit;
+        }
+        reselect = true;
+    }
     loop {
         let read = if std::mem::take(&mut reselect) {
             Read::Found
@@ -828,6 +911,98 @@ mod tests {
             .map(|r| (r.verb, r.resource, r.status, r.query))
             .collect();
         assert!(gets >= 2, "read again after the drop: {all:?}");
+    }
+
+    #[tokio::test]
+    async fn the_agent_of_a_trainjobs_jobset_pod_follows_the_trainjob() {
+        let s = server().await;
+        s.register_crds_yaml(crate::sim::cluster::JOB_CRDS[5])
+            .await
+            .expect("jobset crd");
+        let jobsets = JobRef::parse("jobset.x-k8s.io/v1alpha2/jobsets", NS, "tj").expect("ref");
+        let jobset = |owner: serde_json::Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": "tj", "namespace": NS, "ownerReferences": owner},
+                "spec": {"replicatedJobs": []},
+            }))
+            .expect("object")
+        };
+        let js_api: Api<DynamicObject> =
+            Api::namespaced_with(s.client(), NS, &jobsets.api_resource());
+        // No JobSet: the JobSet is followed (and waited for) itself.
+        assert_eq!(
+            follow_trainjob(&s.client(), &jobsets, &fast()).await,
+            jobsets
+        );
+        // A plain JobSet: itself.
+        js_api
+            .create(&PostParams::default(), &jobset(json!([])))
+            .await
+            .expect("jobset");
+        assert_eq!(
+            follow_trainjob(&s.client(), &jobsets, &fast()).await,
+            jobsets
+        );
+        js_api
+            .delete("tj", &Default::default())
+            .await
+            .expect("delete");
+        // A TrainJob's JobSet: the TrainJob.
+        js_api
+            .create(
+                &PostParams::default(),
+                &jobset(
+                    json!([{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                    "name": "tj", "uid": "u1", "controller": true}]),
+                ),
+            )
+            .await
+            .expect("jobset");
+        let followed = follow_trainjob(&s.client(), &jobsets, &fast()).await;
+        assert_eq!(
+            followed,
+            JobRef::parse("trainer.kubeflow.org/v1alpha1/trainjobs", NS, "tj").expect("ref")
+        );
+        // A plain JobSet's agent reads it once per run, not twice.
+        js_api
+            .delete("tj", &Default::default())
+            .await
+            .expect("delete");
+        js_api
+            .create(&PostParams::default(), &jobset(json!([])))
+            .await
+            .expect("jobset");
+        let gets = |s: &ApiServerHandle| {
+            s.requests()
+                .iter()
+                .filter(|r| r.resource == "jobsets" && r.verb == "get")
+                .count()
+        };
+        let before = gets(&s);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let client = s.client();
+        let task = tokio::spawn(async move {
+            run(client, &jobsets, &fast(), move |r| {
+                let _ = tx.send(r.clone());
+            })
+            .await
+        });
+        let r = next(&mut rx).await;
+        assert_eq!(
+            (r.verdict, r.cause.clone()),
+            (Verdict::Open, Cause::FirstRead)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(gets(&s) - before, 1, "one GET of the JobSet per run");
+        task.abort();
+        // Other kinds: no request at all.
+        let before = s.requests().len();
+        assert_eq!(
+            follow_trainjob(&s.client(), &pytorchjobs(), &fast()).await,
+            pytorchjobs()
+        );
+        assert_eq!(s.requests().len(), before);
     }
 
     #[tokio::test]

@@ -118,6 +118,22 @@ fn owned_fields(s: &AgentSettings<'_>) -> Map<String, Value> {
     }
 }
 
+/// The agent container as a pod gets it when it has none: the fields
+/// rebound owns, its environment, and the resources and security context a
+/// new agent starts with. `rebound inject` builds the same container field
+/// by field in [`wire`] (keeping what a user changed on an existing
+/// agent); the admission policy ([`super::admission`]) is generated from
+/// this, so both wirings give a pod the same agent.
+pub(crate) fn new_agent(t: &AgentTarget<'_>, s: &AgentSettings<'_>, guaranteed: bool) -> Value {
+    let mut agent = Map::new();
+    agent.insert("name".into(), json!(AGENT_CONTAINER));
+    agent.extend(owned_fields(s));
+    merge_env(&mut agent, &agent_env(t));
+    agent.insert("resources".into(), agent_resources(guaranteed));
+    agent.insert("securityContext".into(), agent_security_context());
+    Value::Object(agent)
+}
+
 /// A list field of the pod spec: absent is empty, anything but a list is
 /// refused.
 fn list<'a>(spec: &'a Value, key: &str, at: &str) -> Result<&'a [Value], Refusal> {
@@ -388,6 +404,18 @@ mod tests {
             json!([{"name": "w", "image": "i"}])
         );
         assert_eq!(t["spec"]["restartPolicy"], "Never");
+    }
+
+    #[test]
+    fn a_new_agent_is_exactly_what_wire_adds_to_a_pod_without_one() {
+        for (guaranteed, res) in [
+            (false, json!({})),
+            (true, json!({"limits": {"cpu": "1", "memory": "1Gi"}})),
+        ] {
+            let mut t = tpl(json!([{"name": "w", "image": "i", "resources": res}]));
+            wire(&mut t, "t", &T, &S).expect("wire");
+            assert_eq!(agent(&t), &new_agent(&T, &S, guaranteed));
+        }
     }
 
     #[test]

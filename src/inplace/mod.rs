@@ -17,6 +17,7 @@
 pub mod agent;
 pub mod restart_agent;
 
+pub mod admission;
 pub mod inject;
 pub mod inject_cli;
 pub mod inject_pod;

@@ -75,10 +75,13 @@ impl Core {
                             faulty.len()
                         ));
                     } else if !wired(true) {
-                        why.push("not in place: the job's pods lack the in-place wiring (rebound inject)".into());
+                        why.push(format!(
+                            "not in place: the job's pods lack the in-place wiring ({HOW_TO_WIRE})"
+                        ));
                     } else if let Some(w) = self.in_place_exhausts(key) {
                         why.push(w);
                     } else {
+                        why.push(wiring_of(&pods));
                         return (Tier::InPlace, join(why));
                     }
                 }
@@ -87,7 +90,7 @@ impl Core {
                         continue;
                     }
                     if !wired(false) {
-                        why.push("not replacing only the faulty pods: the job's pods lack the in-place wiring (rebound inject)".into());
+                        why.push(format!("not replacing only the faulty pods: the job's pods lack the in-place wiring ({HOW_TO_WIRE})"));
                     } else if let Some(w) = self.in_place_exhausts(key) {
                         why.push(w.replacen(
                             "not in place",
@@ -95,6 +98,7 @@ impl Core {
                             1,
                         ));
                     } else {
+                        why.push(wiring_of(&pods));
                         return (Tier::ReplaceFaulty { pods: faulty }, join(why));
                     }
                 }
@@ -158,6 +162,29 @@ impl Core {
             }
         }
     }
+}
+
+/// The ways to wire a job, for a decision that found it unwired.
+const HOW_TO_WIRE: &str = "rebound inject on the job's manifest, or the admission policy rebound-restart-agent with the label kcover.io/cascading-recovery=true on the pods, for pods created after it is installed";
+
+/// Which wiring the job's wired pods have, as a reason of the decision.
+fn wiring_of(pods: &[&super::pods::PodInfo]) -> String {
+    use super::pods::Wiring;
+    let kinds: std::collections::BTreeSet<Wiring> = pods
+        .iter()
+        .filter_map(|p| p.agent.map(|a| a.wiring))
+        .collect();
+    let template = "in their pod templates (rebound inject)";
+    let admission = "at admission (MutatingAdmissionPolicy rebound-restart-agent)";
+    let how = match (
+        kinds.contains(&Wiring::Template),
+        kinds.contains(&Wiring::Admission),
+    ) {
+        (true, true) => format!("some {template}, some {admission}"),
+        (false, true) => admission.to_owned(),
+        _ => template.to_owned(),
+    };
+    format!("in-place wiring: the job's pods were wired {how}")
 }
 
 fn join(v: Vec<String>) -> Option<String> {

@@ -195,6 +195,40 @@ pub struct AgentStatus {
     pub exit_code: i32,
     /// What its container status says.
     pub phase: AgentPhase,
+    /// Who put the agent into the pod.
+    pub wiring: Wiring,
+}
+
+/// How a pod got its restart agent: what decisions and Events say about a
+/// job's wiring (docs/in-place.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Wiring {
+    /// From the job's pod template (`rebound inject`, or written by hand).
+    Template,
+    /// Added when the pod was created, by rebound's MutatingAdmissionPolicy
+    /// (its agent carries [`inplace::admission::WIRED_BY_ENV`]).
+    Admission,
+}
+
+impl Wiring {
+    /// How the agent of `spec` came there (call on a wired pod).
+    pub fn of(spec: &k8s_openapi::api::core::v1::PodSpec) -> Wiring {
+        let admission = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.name == inplace::AGENT_CONTAINER)
+            .flat_map(|c| c.env.iter().flatten())
+            .any(|e| {
+                e.name == inplace::admission::WIRED_BY_ENV
+                    && e.value.as_deref() == Some(inplace::admission::WIRED_BY_ADMISSION)
+            });
+        if admission {
+            Wiring::Admission
+        } else {
+            Wiring::Template
+        }
+    }
 }
 
 /// Where a pod's agent stands.
@@ -286,8 +320,11 @@ impl PodInfo {
         let labels = Labels::new(m.labels.as_ref(), pool);
         let conditions = status.and_then(|s| s.conditions.as_ref());
         let condition = |t: &str| conditions.into_iter().flatten().find(|c| c.type_ == t);
-        let agent = spec.and_then(agent_exit_code).map(|exit_code| AgentStatus {
+        let agent =
+            spec.and_then(|sp| agent_exit_code(sp).map(|exit_code| (exit_code, Wiring::of(sp))));
+        let agent = agent.map(|(exit_code, wiring)| AgentStatus {
             exit_code,
+            wiring,
             phase: AgentPhase::of(
                 status
                     .and_then(|s| s.init_container_statuses.as_ref())
@@ -454,5 +491,33 @@ mod tests {
         pool.sweep();
         assert!(pool.len() < before);
         assert!(pool.is_empty(), "nothing holds the strings any more");
+    }
+
+    #[test]
+    fn a_pod_says_whether_its_agent_came_from_its_template_or_from_admission() {
+        use crate::inplace::inject::{InjectOptions, inject_document};
+        let mut job = serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j"},
+            "spec": {"template": {"spec": {"containers": [{"name": "w", "image": "i"}]}}}});
+        inject_document(&mut job, &InjectOptions::default(), "job").expect("inject");
+        let mut spec: k8s_openapi::api::core::v1::PodSpec =
+            serde_json::from_value(job["spec"]["template"]["spec"].clone()).expect("spec");
+        assert_eq!(agent_exit_code(&spec), Some(87));
+        assert_eq!(Wiring::of(&spec), Wiring::Template);
+        let agent = spec
+            .init_containers
+            .iter_mut()
+            .flatten()
+            .find(|c| c.name == inplace::AGENT_CONTAINER)
+            .expect("agent");
+        agent
+            .env
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::EnvVar {
+                name: inplace::admission::WIRED_BY_ENV.into(),
+                value: Some(inplace::admission::WIRED_BY_ADMISSION.into()),
+                ..Default::default()
+            });
+        assert_eq!(Wiring::of(&spec), Wiring::Admission);
     }
 }

@@ -37,6 +37,7 @@ macro_rules! e2e {
     };
 }
 
+mod admission;
 mod ascend_ranktable;
 mod ascend_view;
 mod bounds;
