@@ -19,7 +19,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 mod assets;
-pub use assets::{Assets, AssetsError, resolve_assets};
+pub mod node;
+pub mod oci;
+pub use assets::{Assets, AssetsError, NodeAssets, resolve_assets, resolve_node_assets};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

@@ -192,46 +192,103 @@ fn stamp_of(path: &Path, sha: &str) -> Option<String> {
 
 /// Unpacks (or re-uses) every binary of `shared` into `out`, verified.
 fn unpack_shared(shared: &Path, out: &Path) -> Result<PathBuf, AssetsError> {
+    for name in BINARIES {
+        if name == "kubectl" && !shared.join("kubectl.xz").is_file() {
+            continue; // a convenience, not needed to run the tests
+        }
+        unpack_verified(shared, out, name)?;
+    }
+    Ok(out.to_owned())
+}
+
+/// Unpacks (or re-uses) `shared/<name>.xz` as `out/<name>`, checked against
+/// the sha256 the README of `shared` lists for it; the path of the binary.
+pub(crate) fn unpack_verified(
+    shared: &Path,
+    out: &Path,
+    name: &str,
+) -> Result<PathBuf, AssetsError> {
     let readme = shared.join("README.md");
     let text =
         std::fs::read_to_string(&readme).map_err(io(format!("read {}", readme.display())))?;
     let sums = readme_checksums(&text);
     std::fs::create_dir_all(out).map_err(io(format!("create {}", out.display())))?;
-    for name in BINARIES {
-        let xz = shared.join(format!("{name}.xz"));
-        if !xz.is_file() {
-            if name == "kubectl" {
-                continue; // a convenience, not needed to run the tests
-            }
-            return Err(AssetsError::Missing {
-                name: format!("{name}.xz"),
-                dir: shared.to_owned(),
-            });
-        }
-        let expected = sums
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, h)| h.clone())
-            .ok_or_else(|| AssetsError::NoChecksum {
-                readme: readme.clone(),
-                name: name.into(),
-            })?;
-        let bin = out.join(name);
-        let stamp_path = out.join(format!("{name}.sha256-stamp"));
-        let fresh = std::fs::read_to_string(&stamp_path)
-            .ok()
-            .is_some_and(|s| stamp_of(&bin, &expected).is_some_and(|now| now == s.trim()));
-        if fresh {
-            continue;
-        }
-        if bin.is_file() && sha256_file(&bin)? == expected {
-            write_stamp(&bin, &stamp_path, &expected)?;
-            continue;
-        }
-        unpack_one(&xz, &bin, &expected, &readme)?;
-        write_stamp(&bin, &stamp_path, &expected)?;
+    let xz = shared.join(format!("{name}.xz"));
+    if !xz.is_file() {
+        return Err(AssetsError::Missing {
+            name: format!("{name}.xz"),
+            dir: shared.to_owned(),
+        });
     }
-    Ok(out.to_owned())
+    let expected = sums
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, h)| h.clone())
+        .ok_or_else(|| AssetsError::NoChecksum {
+            readme: readme.clone(),
+            name: name.into(),
+        })?;
+    let bin = out.join(name);
+    let stamp_path = out.join(format!("{name}.sha256-stamp"));
+    let fresh = std::fs::read_to_string(&stamp_path)
+        .ok()
+        .is_some_and(|s| stamp_of(&bin, &expected).is_some_and(|now| now == s.trim()));
+    if fresh {
+        return Ok(bin);
+    }
+    if bin.is_file() && sha256_file(&bin)? == expected {
+        write_stamp(&bin, &stamp_path, &expected)?;
+        return Ok(bin);
+    }
+    unpack_one(&xz, &bin, &expected, &readme)?;
+    write_stamp(&bin, &stamp_path, &expected)?;
+    Ok(bin)
+}
+
+/// The binaries a real node needs beside the control plane's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAssets {
+    /// kubelet v1.36.2.
+    pub kubelet: PathBuf,
+    /// The static `pause` binary, the sandbox image's only file.
+    pub pause: PathBuf,
+}
+
+/// Finds `kubelet` and `pause` for the project at `project_root`: in
+/// `REBOUND_TEST_ASSETS` when set, else unpacked from `../shared/k8s` into
+/// `target/envtest-assets/` and verified like the control plane's.
+pub fn resolve_node_assets(project_root: &Path) -> Result<NodeAssets, AssetsError> {
+    if let Some(d) = std::env::var_os(super::ASSETS_ENV).filter(|v| !v.is_empty()) {
+        let dir = PathBuf::from(d);
+        for name in ["kubelet", "pause"] {
+            if !dir.join(name).is_file() {
+                return Err(AssetsError::Missing {
+                    name: name.into(),
+                    dir,
+                });
+            }
+        }
+        return Ok(NodeAssets {
+            kubelet: dir.join("kubelet"),
+            pause: dir.join("pause"),
+        });
+    }
+    let shared = project_root.join("../shared/k8s");
+    if !shared.join("kubelet.xz").is_file() {
+        return Err(AssetsError::Missing {
+            name: "kubelet.xz".into(),
+            dir: shared,
+        });
+    }
+    let out = std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root.join("target"))
+        .join("envtest-assets");
+    Ok(NodeAssets {
+        kubelet: unpack_verified(&shared, &out, "kubelet")?,
+        pause: unpack_verified(&shared, &out, "pause")?,
+    })
 }
 
 fn write_stamp(bin: &Path, stamp_path: &Path, sha: &str) -> Result<(), AssetsError> {

@@ -49,6 +49,7 @@ mod nodes;
 mod policies;
 mod proxy;
 mod rbac;
+mod real_node;
 mod recovery_core;
 mod resilience;
 mod tiers;

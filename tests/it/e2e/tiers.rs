@@ -14,7 +14,7 @@ use rebound::sim::cluster::{JobOptions, SimConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-const TIERS: &str = r#"
+pub(super) const TIERS: &str = r#"
 apiVersion: rebound.dev/v1alpha1
 kind: RecoveryPolicy
 metadata: {name: tiers, namespace: ml}
@@ -86,7 +86,7 @@ pub(super) async fn job_annotations(
 }
 
 /// How often the pod's agent has been restarted.
-fn agent_restarts(p: &Pod) -> i32 {
+pub(super) fn agent_restarts(p: &Pod) -> i32 {
     p.status
         .as_ref()
         .and_then(|s| s.init_container_statuses.as_ref())
@@ -131,7 +131,7 @@ pub(super) async fn running_job(
 
 /// The controller's requests that delete pods or restart the job by its
 /// operator, as `verb path`.
-fn destructive(bed: &Testbed) -> Vec<String> {
+pub(super) fn destructive(bed: &Testbed) -> Vec<String> {
     bed.requests()
         .iter()
         .filter(|r| by_controller(r) && r.status < 300)
@@ -144,7 +144,7 @@ fn destructive(bed: &Testbed) -> Vec<String> {
 }
 
 /// The controller's writes of the job object.
-fn job_writes(bed: &Testbed, kind: Kind) -> usize {
+pub(super) fn job_writes(bed: &Testbed, kind: Kind) -> usize {
     bed.requests()
         .iter()
         .filter(|r| {
@@ -229,7 +229,7 @@ fn watch_order(
     seen
 }
 
-fn worker_restarts(p: &Pod) -> i32 {
+pub(super) fn worker_restarts(p: &Pod) -> i32 {
     p.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())

@@ -1,0 +1,366 @@
+//! In-place restarts on a real kubelet: the real control plane, a real
+//! node beside it (kubelet v1.36.2, containerd, runc: src/sim/envtest/node.rs)
+//! and the real `rebound restart-agent` in every pod, built into an image
+//! by the test bed. What the simulated kubelet assumes is checked here
+//! against the real one: the agent's exit code triggers
+//! `RestartAllContainers`, the pod keeps its uid, every container's
+//! restart count goes up, the pod shows `AllContainersRestarting`, and the
+//! startup-probe barrier holds the workers until rebound releases the
+//! generation.
+//!
+//! Real server only. The pods use the host's network (no pod network
+//! here), so each pod of a job needs its own probe port: the Volcano Job
+//! has one task per pod, the batch Job one pod.
+
+use super::tiers::{
+    Kind, TIERS, agent_restarts, destructive, job_annotations, job_writes, ready, uid,
+    worker_restarts,
+};
+use super::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams, PostParams};
+use rebound::inplace::inject::{InjectOptions, inject_document};
+use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION};
+use rebound::sim::envtest::node::{REBOUND_IMAGE, RealNode, shared_node};
+use rebound::sim::testbed::Server;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+/// Runs `async fn $name(node: &'static RealNode)` as `$name::real_node`
+/// when a real server and a real node are there (see [`real_node_or_skip`]).
+macro_rules! real_node {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn real_node() {
+                let _watchdog = $crate::watchdog::start();
+                if let Some(node) = super::real_node_or_skip(module_path!()).await {
+                    let t = std::time::Instant::now();
+                    super::$name(node).await;
+                    eprintln!("{}::real_node took {:?}", module_path!(), t.elapsed());
+                }
+            }
+        }
+    };
+}
+
+/// The process's real node (started on first use), or `None` after
+/// printing why there is none; with `REBOUND_REQUIRE_REAL_SERVER=1` (CI) a
+/// missing node fails the test instead.
+async fn real_node_or_skip(test: &str) -> Option<&'static RealNode> {
+    if !real_server_or_skip(test) {
+        return None;
+    }
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_rebound"));
+    let r = tokio::task::spawn_blocking(move || shared_node(bin))
+        .await
+        .unwrap_or_else(|e| Err(format!("the node's start panicked: {e}")));
+    match r {
+        Ok(n) => Some(n),
+        Err(why) if rebound::sim::envtest::real_server_required() => panic!(
+            "{test}: no real node: {why} ({} is set)",
+            rebound::sim::envtest::REQUIRE_ENV
+        ),
+        Err(why) => {
+            eprintln!("SKIPPED on the real node: {test}: {why}");
+            None
+        }
+    }
+}
+
+/// How long a real pod may take to start or restart (containerd and the
+/// kubelet share two cores with the control plane).
+const RT: Duration = Duration::from_secs(60);
+
+/// The API server's port, for the agents (no kube-proxy: they reach it
+/// over the host's loopback).
+fn api_port() -> String {
+    rebound::sim::envtest::shared()
+        .ok()
+        .and_then(|cp| cp.url().rsplit(':').next().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A pod template for the real node: one worker (`/pause` of the
+/// rebound image: runs until stopped), host network, bound to `node`.
+fn template(node: &str, policy: &str) -> Value {
+    json!({
+        "metadata": {"labels": {OPT_IN.0: OPT_IN.1}},
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": true,
+            "restartPolicy": policy,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "worker", "image": REBOUND_IMAGE, "command": ["/pause"]}],
+        },
+    })
+}
+
+/// Wires the template at `ptr` of `job` as `rebound inject` does, with the
+/// agent on `port`, and points its agent at the API server's loopback
+/// address.
+fn wire_template(job: &mut Value, ptr: &str, port: u16) {
+    // Each template separately: each pod needs its own probe port.
+    let opts = InjectOptions {
+        image: REBOUND_IMAGE.to_string(),
+        probe_port: port,
+        ..InjectOptions::default()
+    };
+    inject_document(job, &opts, "job").expect("rebound inject");
+    let spec = job.pointer_mut(ptr).expect("the template's spec");
+    let agent = spec["initContainers"]
+        .as_array_mut()
+        .and_then(|a| a.iter_mut().find(|c| c["name"] == AGENT_CONTAINER))
+        .expect("the agent");
+    let env = agent["env"].as_array_mut().expect("the agent's env");
+    env.push(json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}));
+    env.push(json!({"name": "KUBERNETES_SERVICE_PORT", "value": api_port()}));
+}
+
+/// Creates the job `j` of `kind` in `ns` with `pods` pods on `node`.
+async fn create_job(bed: &Testbed, ns: &str, kind: Kind, pods: usize, node: &str) {
+    let labels = json!({OPT_IN.0: OPT_IN.1});
+    let mut job = match kind {
+        Kind::Volcano => {
+            let tasks: Vec<Value> = (0..pods)
+                .map(|i| {
+                    let mut t = template(node, "Never");
+                    t["metadata"]["name"] = json!(format!("w{i}"));
+                    json!({"name": format!("w{i}"), "replicas": 1, "template": t})
+                })
+                .collect();
+            json!({
+                "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "metadata": {"name": super::tiers::JOB, "namespace": ns, "labels": labels},
+                "spec": {"schedulerName": "volcano", "queue": "default",
+                         "minAvailable": pods, "tasks": tasks},
+            })
+        }
+        Kind::Batch => {
+            assert_eq!(pods, 1, "host network: one pod per template");
+            json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": super::tiers::JOB, "namespace": ns, "labels": labels},
+                "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0,
+                         "template": template(node, "Never")},
+            })
+        }
+        Kind::JobSet => panic!("not on the real node"),
+    };
+    // `rebound inject` wires every template alike; each gets its port by
+    // wiring it alone.
+    if let Kind::Volcano = kind {
+        let tasks = job["spec"]["tasks"].take();
+        let mut wired = Vec::new();
+        for t in tasks.as_array().into_iter().flatten() {
+            let mut one = job.clone();
+            one["spec"]["tasks"] = json!([t]);
+            wire_template(&mut one, "/spec/tasks/0/template/spec", free_port());
+            wired.push(one["spec"]["tasks"][0].take());
+        }
+        job["spec"]["tasks"] = json!(wired);
+    } else {
+        wire_template(&mut job, "/spec/template/spec", free_port());
+    }
+    let obj: kube::api::DynamicObject = serde_json::from_value(job).expect("job object");
+    Api::<kube::api::DynamicObject>::namespaced_with(bed.client(), ns, &kind.resource())
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create the job");
+}
+
+/// The agent's RBAC for the namespace's `default` ServiceAccount: the
+/// chart's rules (get and watch the job kinds).
+async fn agent_rbac(bed: &Testbed, ns: &str) {
+    let rules: Value = serde_saphyr::from_str(include_str!(
+        "../../../chart/rebound/files/rbac/restart-agent-rules.yaml"
+    ))
+    .expect("the chart's agent rules");
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "rebound-restart-agent", "namespace": ns},
+        "rules": rules,
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "rebound-restart-agent", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "rebound-restart-agent"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
+    });
+    let pp = PatchParams::apply("rebound-e2e").force();
+    for (plural, obj) in [("roles", role), ("rolebindings", binding)] {
+        let ar = kube::api::ApiResource {
+            group: "rbac.authorization.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "rbac.authorization.k8s.io/v1".into(),
+            kind: obj["kind"].as_str().unwrap_or_default().into(),
+            plural: plural.into(),
+        };
+        Api::<kube::api::DynamicObject>::namespaced_with(bed.client(), ns, &ar)
+            .patch(
+                "rebound-restart-agent",
+                &pp,
+                &Patch::Apply(
+                    &serde_json::from_value::<kube::api::DynamicObject>(obj).expect("rbac"),
+                ),
+            )
+            .await
+            .expect("the agent's RBAC");
+    }
+}
+
+/// Pod condition types seen by a watch of the job's pods, per pod.
+fn watch_conditions(bed: &Testbed, ns: &str, kind: Kind) -> Arc<Mutex<BTreeSet<(String, String)>>> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let s = seen.clone();
+    let pods: Api<Pod> = Api::namespaced(bed.client(), ns);
+    tokio::spawn(async move {
+        let mut w = watcher(pods, watcher::Config::default().labels(kind.selector()))
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(p)) = w.next().await {
+            for c in p.status.iter().flat_map(|s| s.conditions.iter().flatten()) {
+                if c.status == "True" {
+                    s.lock()
+                        .expect("seen")
+                        .insert((p.name_any(), c.type_.clone()));
+                }
+            }
+        }
+    });
+    seen
+}
+
+/// The job's pods, running and ready on the real node.
+async fn running_on(bed: &Testbed, ns: &str, kind: Kind, n: usize, node: &RealNode) -> Vec<Pod> {
+    wait_long(
+        "the job's pods running and ready on the real node",
+        RT,
+        node,
+        || async {
+            let p = running(bed, ns, kind.selector()).await;
+            (p.len() == n && p.iter().all(ready)).then_some(p)
+        },
+    )
+    .await
+}
+
+/// [`wait`] that adds the kubelet's last log lines to the panic.
+async fn wait_long<T, F, Fut>(what: &str, within: Duration, node: &RealNode, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let r = tokio::time::timeout(within + Duration::from_secs(1), wait(what, within, check)).await;
+    match r {
+        Ok(v) => v,
+        Err(_) => panic!(
+            "{what}: timed out; kubelet:\n{}",
+            node.log_tail("kubelet", 40)
+        ),
+    }
+}
+
+/// A fault under a wired job's pods on the real node: rebound's two job
+/// writes, the real agents exit, the real kubelet restarts every container
+/// of every pod in place, the barrier releases, the workers run again.
+async fn in_place_on_the_real_kubelet(node: &'static RealNode, kind: Kind, pods: usize, xid: &str) {
+    let (bed, ctl) = bed_with(Server::Real, 1, TIERS, None).await;
+    let ml = bed.ns("ml");
+    agent_rbac(&bed, &ml).await;
+    create_job(&bed, &ml, kind, pods, node.name()).await;
+    let before = running_on(&bed, &ml, kind, pods, node).await;
+    let conditions = watch_conditions(&bed, &ml, kind);
+    let t0 = Instant::now();
+    xid_condition(&bed, node.name(), xid).await;
+    let after = wait_long(
+        "every pod restarted in place and released",
+        RT,
+        node,
+        || async {
+            let a = job_annotations(&bed, &ml, kind).await;
+            let p = running(&bed, &ml, kind.selector()).await;
+            (a.get(GENERATION_ANNOTATION).map(String::as_str) == Some("1")
+                && a.get(RELEASED_ANNOTATION).map(String::as_str) == Some("1")
+                && p.len() == pods
+                && p.iter().all(|p| ready(p) && agent_restarts(p) >= 1))
+            .then_some(p)
+        },
+    )
+    .await;
+    eprintln!(
+        "fault → every pod Running and Ready again: {:?}",
+        t0.elapsed()
+    );
+    // Same pods, each container restarted once, nothing deleted.
+    let was: BTreeSet<String> = before.iter().map(uid).collect();
+    let now: BTreeSet<String> = after.iter().map(uid).collect();
+    assert_eq!(now, was, "the same pods");
+    for p in &after {
+        let old = before
+            .iter()
+            .find(|b| uid(b) == uid(p))
+            .expect("the pod was there before");
+        assert_eq!(
+            agent_restarts(p),
+            agent_restarts(old) + 1,
+            "{}: agent",
+            p.name_any()
+        );
+        assert_eq!(
+            worker_restarts(p),
+            worker_restarts(old) + 1,
+            "{}: worker",
+            p.name_any()
+        );
+    }
+    assert_eq!(destructive(&bed), Vec::<String>::new());
+    let seen = conditions.lock().expect("seen").clone();
+    for p in &after {
+        assert!(
+            seen.contains(&(p.name_any(), "AllContainersRestarting".into())),
+            "{}: AllContainersRestarting never seen True: {seen:?}",
+            p.name_any()
+        );
+    }
+    wait("both writes logged", T, || async {
+        (job_writes(&bed, kind) >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(job_writes(&bed, kind), 2, "one record, one release");
+    // Leave the shared node as found: no fault for the next test's controller.
+    bed.cluster
+        .set_node_condition(
+            node.name(),
+            rebound::fault::wire::GPU_CONDITION,
+            "False",
+            "NoFault",
+            "",
+        )
+        .await
+        .expect("clear the fault");
+    ctl.shutdown().await;
+}
+
+async fn a_wired_volcano_job_restarts_in_place_on_a_real_kubelet(node: &'static RealNode) {
+    in_place_on_the_real_kubelet(node, Kind::Volcano, 2, "13").await;
+}
+
+async fn a_wired_batch_job_restarts_in_place_on_a_real_kubelet(node: &'static RealNode) {
+    in_place_on_the_real_kubelet(node, Kind::Batch, 1, "31").await;
+}
+
+real_node!(a_wired_volcano_job_restarts_in_place_on_a_real_kubelet);
+real_node!(a_wired_batch_job_restarts_in_place_on_a_real_kubelet);
