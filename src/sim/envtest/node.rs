@@ -179,6 +179,7 @@ pub fn images(assets: &NodeAssets, rebound: &Path) -> Result<Vec<ImageSpec>, Nod
 }
 
 mod config;
+pub mod measure;
 
 impl RealNode {
     /// Starts containerd, imports `images`, starts the kubelet as node

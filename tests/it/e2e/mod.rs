@@ -50,6 +50,7 @@ mod policies;
 mod proxy;
 mod rbac;
 mod real_node;
+mod real_node_costs;
 mod recovery_core;
 mod resilience;
 mod tiers;

@@ -49,7 +49,7 @@ macro_rules! real_node {
 /// The process's real node (started on first use), or `None` after
 /// printing why there is none; with `REBOUND_REQUIRE_REAL_SERVER=1` (CI) a
 /// missing node fails the test instead.
-async fn real_node_or_skip(test: &str) -> Option<&'static RealNode> {
+pub(super) async fn real_node_or_skip(test: &str) -> Option<&'static RealNode> {
     if !real_server_or_skip(test) {
         return None;
     }
@@ -76,7 +76,7 @@ const RT: Duration = Duration::from_secs(60);
 
 /// The API server's port, for the agents (no kube-proxy: they reach it
 /// over the host's loopback).
-fn api_port() -> String {
+pub(super) fn api_port() -> String {
     rebound::sim::envtest::shared()
         .ok()
         .and_then(|cp| cp.url().rsplit(':').next().map(str::to_owned))
