@@ -340,6 +340,31 @@ async fn in_place_on_the_real_kubelet(node: &'static RealNode, kind: Kind, pods:
     })
     .await;
     assert_eq!(job_writes(&bed, kind), 2, "one record, one release");
+    // A wired pod stops at once when deleted: its agent ends on SIGTERM
+    // (as its container's PID 1 it has no default action for it) instead
+    // of holding the pod for the whole grace period.
+    let gone = &after[0];
+    let t = Instant::now();
+    Api::<Pod>::namespaced(bed.client(), &ml)
+        .delete(
+            &gone.name_any(),
+            &kube::api::DeleteParams::default().grace_period(30),
+        )
+        .await
+        .expect("delete a pod");
+    wait_long("the deleted pod gone", RT, node, || async {
+        let p = Api::<Pod>::namespaced(bed.client(), &ml)
+            .get_opt(&gone.name_any())
+            .await
+            .expect("get the pod");
+        p.is_none_or(|p| uid(&p) != uid(gone)).then_some(())
+    })
+    .await;
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "a deleted wired pod took {:?} to stop (grace period 30 s)",
+        t.elapsed()
+    );
     // Leave the shared node as found: no fault for the next test's controller.
     bed.cluster
         .set_node_condition(

@@ -217,7 +217,10 @@ pub async fn measure(
     let api: Api<Pod> = Api::namespaced(client, ns);
     let names: Vec<String> = (0..pods).map(|i| format!("m{i}")).collect();
     let seen: Arc<Mutex<Measured>> = Arc::new(Mutex::new(
-        names.iter().map(|n| (n.clone(), Steps::default())).collect(),
+        names
+            .iter()
+            .map(|n| (n.clone(), Steps::default()))
+            .collect(),
     ));
     let lock = |m: &Mutex<Measured>| {
         m.lock()
@@ -227,7 +230,8 @@ pub async fn measure(
     let s = seen.clone();
     let w = api.clone();
     let watch = tokio::spawn(async move {
-        let mut events = watcher(w, watcher::Config::default().labels("app=rebound-measure")).boxed();
+        let mut events =
+            watcher(w, watcher::Config::default().labels("app=rebound-measure")).boxed();
         while let Some(Ok(ev)) = events.next().await {
             let now = Instant::now();
             let mut g = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -257,7 +261,8 @@ pub async fn measure(
         let api = api.clone();
         let seen = seen.clone();
         async move {
-            let p: Pod = serde_json::from_value(body).map_err(|e| MeasureError::Wire(e.to_string()))?;
+            let p: Pod =
+                serde_json::from_value(body).map_err(|e| MeasureError::Wire(e.to_string()))?;
             seen.lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .entry(n.clone())
@@ -348,12 +353,22 @@ pub fn report(m: &Measured) -> Vec<Row> {
     }
     let spans: [(&'static str, Span); 9] = [
         ("create → sandbox ready", |s| d(s.created, s.sandbox)),
-        ("sandbox ready → agent running", |s| d(s.sandbox, s.agent_running)),
-        ("agent running → started (probe)", |s| d(s.agent_running, s.agent_started)),
-        ("agent started → worker running", |s| d(s.agent_started, s.worker_running)),
+        ("sandbox ready → agent running", |s| {
+            d(s.sandbox, s.agent_running)
+        }),
+        ("agent running → started (probe)", |s| {
+            d(s.agent_running, s.agent_started)
+        }),
+        ("agent started → worker running", |s| {
+            d(s.agent_started, s.worker_running)
+        }),
         ("create → Ready", |s| d(s.created, s.ready)),
-        ("generation → agent running again", |s| d(s.raised, s.agent_again)),
-        ("release → worker running again", |s| d(s.released, s.worker_again)),
+        ("generation → agent running again", |s| {
+            d(s.raised, s.agent_again)
+        }),
+        ("release → worker running again", |s| {
+            d(s.released, s.worker_again)
+        }),
         ("release → Ready again", |s| d(s.released, s.ready_again)),
         ("delete → gone", |s| d(s.deleted, s.gone)),
     ];
