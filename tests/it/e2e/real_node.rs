@@ -25,7 +25,7 @@ use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATI
 use rebound::sim::envtest::node::{REBOUND_IMAGE, RealNode, shared_node};
 use rebound::sim::testbed::Server;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 /// Runs `async fn $name(node: &'static RealNode)` as `$name::real_node`
@@ -72,7 +72,7 @@ pub(super) async fn real_node_or_skip(test: &str) -> Option<&'static RealNode> {
 
 /// How long a real pod may take to start or restart (containerd and the
 /// kubelet share two cores with the control plane).
-const RT: Duration = Duration::from_secs(60);
+pub(super) const RT: Duration = Duration::from_secs(60);
 
 /// The API server's port, for the agents (no kube-proxy: they reach it
 /// over the host's loopback).
@@ -108,10 +108,10 @@ fn template(node: &str, policy: &str) -> Value {
 /// Wires the template at `ptr` of `job` as `rebound inject` does, with the
 /// agent on `port`, and points its agent at the API server's loopback
 /// address.
-fn wire_template(job: &mut Value, ptr: &str, port: u16) {
+fn wire_template(job: &mut Value, ptr: &str, port: u16, image: &str) {
     // Each template separately: each pod needs its own probe port.
     let opts = InjectOptions {
-        image: REBOUND_IMAGE.to_string(),
+        image: image.to_string(),
         probe_port: port,
         ..InjectOptions::default()
     };
@@ -126,8 +126,16 @@ fn wire_template(job: &mut Value, ptr: &str, port: u16) {
     env.push(json!({"name": "KUBERNETES_SERVICE_PORT", "value": api_port()}));
 }
 
-/// Creates the job `j` of `kind` in `ns` with `pods` pods on `node`.
-async fn create_job(bed: &Testbed, ns: &str, kind: Kind, pods: usize, node: &str) {
+/// Creates the job `j` of `kind` in `ns` with `pods` pods on `node`,
+/// pod `i`'s agent from `agent_image(i)`.
+pub(super) async fn create_job(
+    bed: &Testbed,
+    ns: &str,
+    kind: Kind,
+    pods: usize,
+    node: &str,
+    agent_image: impl Fn(usize) -> String,
+) {
     let labels = json!({OPT_IN.0: OPT_IN.1});
     let mut job = match kind {
         Kind::Volcano => {
@@ -161,15 +169,25 @@ async fn create_job(bed: &Testbed, ns: &str, kind: Kind, pods: usize, node: &str
     if let Kind::Volcano = kind {
         let tasks = job["spec"]["tasks"].take();
         let mut wired = Vec::new();
-        for t in tasks.as_array().into_iter().flatten() {
+        for (i, t) in tasks.as_array().into_iter().flatten().enumerate() {
             let mut one = job.clone();
             one["spec"]["tasks"] = json!([t]);
-            wire_template(&mut one, "/spec/tasks/0/template/spec", free_port());
+            wire_template(
+                &mut one,
+                "/spec/tasks/0/template/spec",
+                free_port(),
+                &agent_image(i),
+            );
             wired.push(one["spec"]["tasks"][0].take());
         }
         job["spec"]["tasks"] = json!(wired);
     } else {
-        wire_template(&mut job, "/spec/template/spec", free_port());
+        wire_template(
+            &mut job,
+            "/spec/template/spec",
+            free_port(),
+            &agent_image(0),
+        );
     }
     let obj: kube::api::DynamicObject = serde_json::from_value(job).expect("job object");
     Api::<kube::api::DynamicObject>::namespaced_with(bed.client(), ns, &kind.resource())
@@ -180,7 +198,7 @@ async fn create_job(bed: &Testbed, ns: &str, kind: Kind, pods: usize, node: &str
 
 /// The agent's RBAC for the namespace's `default` ServiceAccount: the
 /// chart's rules (get and watch the job kinds).
-async fn agent_rbac(bed: &Testbed, ns: &str) {
+pub(super) async fn agent_rbac(bed: &Testbed, ns: &str) {
     let rules: Value = serde_saphyr::from_str(include_str!(
         "../../../chart/rebound/files/rbac/restart-agent-rules.yaml"
     ))
@@ -244,7 +262,13 @@ fn watch_conditions(bed: &Testbed, ns: &str, kind: Kind) -> Arc<Mutex<BTreeSet<(
 }
 
 /// The job's pods, running and ready on the real node.
-async fn running_on(bed: &Testbed, ns: &str, kind: Kind, n: usize, node: &RealNode) -> Vec<Pod> {
+pub(super) async fn running_on(
+    bed: &Testbed,
+    ns: &str,
+    kind: Kind,
+    n: usize,
+    node: &RealNode,
+) -> Vec<Pod> {
     wait_long(
         "the job's pods running and ready on the real node",
         RT,
@@ -258,7 +282,12 @@ async fn running_on(bed: &Testbed, ns: &str, kind: Kind, n: usize, node: &RealNo
 }
 
 /// [`wait`] that adds the kubelet's last log lines to the panic.
-async fn wait_long<T, F, Fut>(what: &str, within: Duration, node: &RealNode, check: F) -> T
+pub(super) async fn wait_long<T, F, Fut>(
+    what: &str,
+    within: Duration,
+    node: &RealNode,
+    check: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -276,15 +305,42 @@ where
 /// A fault under a wired job's pods on the real node: rebound's two job
 /// writes, the real agents exit, the real kubelet restarts every container
 /// of every pod in place, the barrier releases, the workers run again.
-async fn in_place_on_the_real_kubelet(node: &'static RealNode, kind: Kind, pods: usize, xid: &str) {
+async fn in_place_on_the_real_kubelet(
+    node: &'static RealNode,
+    kind: Kind,
+    pods: usize,
+    xid: &str,
+    second: Option<&str>,
+) {
     let (bed, ctl) = bed_with(Server::Real, 1, TIERS, None).await;
     let ml = bed.ns("ml");
     agent_rbac(&bed, &ml).await;
-    create_job(&bed, &ml, kind, pods, node.name()).await;
+    create_job(&bed, &ml, kind, pods, node.name(), |_| REBOUND_IMAGE.into()).await;
     let before = running_on(&bed, &ml, kind, pods, node).await;
+    let restarts: BTreeMap<String, i32> = before
+        .iter()
+        .map(|p| (p.name_any(), worker_restarts(p)))
+        .collect();
+    let order = super::tiers::watch_order(&bed, &ml, kind, restarts);
     let conditions = watch_conditions(&bed, &ml, kind);
     let t0 = Instant::now();
     xid_condition(&bed, node.name(), xid).await;
+    if let Some(code) = second {
+        // A second fault under the job while it restarts (cooldown 0s:
+        // only the recovery in progress stops another one).
+        wait("generation 1 raised", T, || async {
+            let a = job_annotations(&bed, &ml, kind).await;
+            (a.get(GENERATION_ANNOTATION).map(String::as_str) == Some("1")).then_some(())
+        })
+        .await;
+        xid_condition(&bed, node.name(), code).await;
+        let a = job_annotations(&bed, &ml, kind).await;
+        assert_ne!(
+            a.get(RELEASED_ANNOTATION).map(String::as_str),
+            Some("1"),
+            "the second fault came after the release: the restart was over before it"
+        );
+    }
     let after = wait_long(
         "every pod restarted in place and released",
         RT,
@@ -340,6 +396,37 @@ async fn in_place_on_the_real_kubelet(node: &'static RealNode, kind: Kind, pods:
     })
     .await;
     assert_eq!(job_writes(&bed, kind), 2, "one record, one release");
+    // Every worker ran again only after the release (resourceVersions of
+    // one etcd: which came first).
+    let (released, first_worker) = wait("every worker seen running again", T, || async {
+        let g = order.lock().expect("seen");
+        (g.released.is_some() && g.workers_again.len() == pods).then(|| {
+            (
+                g.released.unwrap_or(0),
+                g.workers_again
+                    .values()
+                    .filter_map(|v| v.iter().min().copied())
+                    .min()
+                    .unwrap_or(0),
+            )
+        })
+    })
+    .await;
+    assert!(
+        first_worker > released,
+        "a worker ran again (rv {first_worker}) before the barrier was released (rv {released})"
+    );
+    if second.is_some() {
+        // Let the second fault be decided: still one recovery.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let a = job_annotations(&bed, &ml, kind).await;
+        assert_eq!(
+            a.get("rebound.dev/restart-count").map(String::as_str),
+            Some("1")
+        );
+        assert_eq!(a.get(GENERATION_ANNOTATION).map(String::as_str), Some("1"));
+        assert_eq!(job_writes(&bed, kind), 2, "one record, one release");
+    }
     // A wired pod stops at once when deleted: its agent ends on SIGTERM
     // (as its container's PID 1 it has no default action for it) instead
     // of holding the pod for the whole grace period.
@@ -379,13 +466,16 @@ async fn in_place_on_the_real_kubelet(node: &'static RealNode, kind: Kind, pods:
     ctl.shutdown().await;
 }
 
-async fn a_wired_volcano_job_restarts_in_place_on_a_real_kubelet(node: &'static RealNode) {
-    in_place_on_the_real_kubelet(node, Kind::Volcano, 2, "13").await;
+/// With a second fault during the restart: still one recovery.
+async fn a_wired_volcano_job_restarts_in_place_on_a_real_kubelet_once_for_two_faults(
+    node: &'static RealNode,
+) {
+    in_place_on_the_real_kubelet(node, Kind::Volcano, 2, "13", Some("43")).await;
 }
 
 async fn a_wired_batch_job_restarts_in_place_on_a_real_kubelet(node: &'static RealNode) {
-    in_place_on_the_real_kubelet(node, Kind::Batch, 1, "31").await;
+    in_place_on_the_real_kubelet(node, Kind::Batch, 1, "31", None).await;
 }
 
-real_node!(a_wired_volcano_job_restarts_in_place_on_a_real_kubelet);
+real_node!(a_wired_volcano_job_restarts_in_place_on_a_real_kubelet_once_for_two_faults);
 real_node!(a_wired_batch_job_restarts_in_place_on_a_real_kubelet);

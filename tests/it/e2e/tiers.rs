@@ -161,12 +161,12 @@ pub(super) fn job_writes(bed: &Testbed, kind: Kind) -> usize {
 /// (one etcd revision sequence on a real server, one counter on the
 /// embedded one): which came first.
 #[derive(Default)]
-struct Seen {
+pub(super) struct Seen {
     /// resourceVersion at which the job first showed `restart-released: 1`.
-    released: Option<u64>,
+    pub(super) released: Option<u64>,
     /// For each pod: resourceVersions at which a worker container ran with
     /// a higher restart count than before the fault.
-    workers_again: BTreeMap<String, Vec<u64>>,
+    pub(super) workers_again: BTreeMap<String, Vec<u64>>,
 }
 
 fn rv(m: &kube::api::ObjectMeta) -> u64 {
@@ -176,7 +176,7 @@ fn rv(m: &kube::api::ObjectMeta) -> u64 {
         .unwrap_or(0)
 }
 
-fn watch_order(
+pub(super) fn watch_order(
     bed: &Testbed,
     ns: &str,
     kind: Kind,
