@@ -248,7 +248,6 @@ impl RealNode {
             .arg("--kubeconfig")
             .arg(cp.kubeconfig_path())
             .arg(format!("--hostname-override={name}"))
-            .arg("--node-ip=127.0.0.1")
             .arg(format!("--node-labels={REAL_NODE_LABEL}=true"))
             .arg("--root-dir")
             .arg(dir.join("kubelet"))

@@ -49,8 +49,10 @@ mod nodes;
 mod policies;
 mod proxy;
 mod rbac;
+#[macro_use]
 mod real_node;
 mod real_node_costs;
+mod real_node_faults;
 mod recovery_core;
 mod resilience;
 mod tiers;

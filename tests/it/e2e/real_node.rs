@@ -36,7 +36,8 @@ macro_rules! real_node {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn real_node() {
                 let _watchdog = $crate::watchdog::start();
-                if let Some(node) = super::real_node_or_skip(module_path!()).await {
+                if let Some(node) = $crate::e2e::real_node::real_node_or_skip(module_path!()).await
+                {
                     let t = std::time::Instant::now();
                     super::$name(node).await;
                     eprintln!("{}::real_node took {:?}", module_path!(), t.elapsed());
@@ -58,7 +59,10 @@ pub(super) async fn real_node_or_skip(test: &str) -> Option<&'static RealNode> {
         .await
         .unwrap_or_else(|e| Err(format!("the node's start panicked: {e}")));
     match r {
-        Ok(n) => Some(n),
+        Ok(n) => {
+            reset(n).await;
+            Some(n)
+        }
         Err(why) if rebound::sim::envtest::real_server_required() => panic!(
             "{test}: no real node: {why} ({} is set)",
             rebound::sim::envtest::REQUIRE_ENV
@@ -68,6 +72,41 @@ pub(super) async fn real_node_or_skip(test: &str) -> Option<&'static RealNode> {
             None
         }
     }
+}
+
+/// The shared node as a test expects it, whatever an earlier test left:
+/// no GPU fault, schedulable.
+async fn reset(node: &RealNode) {
+    use k8s_openapi::api::core::v1::Node;
+    let cfg = Testbed::real_upstream().await.expect("the control plane");
+    let api: Api<Node> = Api::all(kube::Client::try_from(cfg).expect("client"));
+    for _ in 0..8 {
+        let mut n = api.get_status(node.name()).await.expect("the real node");
+        for c in n
+            .status
+            .iter_mut()
+            .flat_map(|s| s.conditions.iter_mut().flatten())
+        {
+            if c.type_ == rebound::fault::wire::GPU_CONDITION {
+                c.status = "False".into();
+                c.message = None;
+            }
+        }
+        if api
+            .replace_status(node.name(), &PostParams::default(), &n)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+    }
+    api.patch(
+        node.name(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"unschedulable": null}})),
+    )
+    .await
+    .expect("uncordon the real node");
 }
 
 /// How long a real pod may take to start or restart (containerd and the
@@ -286,19 +325,24 @@ pub(super) async fn wait_long<T, F, Fut>(
     what: &str,
     within: Duration,
     node: &RealNode,
-    check: F,
+    mut check: F,
 ) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let r = tokio::time::timeout(within + Duration::from_secs(1), wait(what, within, check)).await;
-    match r {
-        Ok(v) => v,
-        Err(_) => panic!(
-            "{what}: timed out; kubelet:\n{}",
-            node.log_tail("kubelet", 40)
-        ),
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > within {
+            panic!(
+                "timed out after {within:?} waiting for: {what}; kubelet:\n{}",
+                node.log_tail("kubelet", 40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
