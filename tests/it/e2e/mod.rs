@@ -53,6 +53,7 @@ mod rbac;
 mod real_node;
 mod real_node_costs;
 mod real_node_faults;
+mod real_node_setup;
 mod recovery_core;
 mod resilience;
 mod tiers;

@@ -12,6 +12,8 @@
 //! here), so each pod of a job needs its own probe port: the Volcano Job
 //! has one task per pod, the batch Job one pod.
 
+use super::real_node_setup::reset;
+pub(super) use super::real_node_setup::{agent_rbac, wait_long};
 use super::tiers::{
     Kind, TIERS, agent_restarts, destructive, job_annotations, job_writes, ready, uid,
     worker_restarts,
@@ -19,7 +21,7 @@ use super::tiers::{
 use super::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use rebound::inplace::inject::{InjectOptions, inject_document};
 use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION};
 use rebound::sim::envtest::node::{REBOUND_IMAGE, RealNode, shared_node};
@@ -72,41 +74,6 @@ pub(super) async fn real_node_or_skip(test: &str) -> Option<&'static RealNode> {
             None
         }
     }
-}
-
-/// The shared node as a test expects it, whatever an earlier test left:
-/// no GPU fault, schedulable.
-async fn reset(node: &RealNode) {
-    use k8s_openapi::api::core::v1::Node;
-    let cfg = Testbed::real_upstream().await.expect("the control plane");
-    let api: Api<Node> = Api::all(kube::Client::try_from(cfg).expect("client"));
-    for _ in 0..8 {
-        let mut n = api.get_status(node.name()).await.expect("the real node");
-        for c in n
-            .status
-            .iter_mut()
-            .flat_map(|s| s.conditions.iter_mut().flatten())
-        {
-            if c.type_ == rebound::fault::wire::GPU_CONDITION {
-                c.status = "False".into();
-                c.message = None;
-            }
-        }
-        if api
-            .replace_status(node.name(), &PostParams::default(), &n)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-    }
-    api.patch(
-        node.name(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"unschedulable": null}})),
-    )
-    .await
-    .expect("uncordon the real node");
 }
 
 /// How long a real pod may take to start or restart (containerd and the
@@ -235,47 +202,6 @@ pub(super) async fn create_job(
         .expect("create the job");
 }
 
-/// The agent's RBAC for the namespace's `default` ServiceAccount: the
-/// chart's rules (get and watch the job kinds).
-pub(super) async fn agent_rbac(bed: &Testbed, ns: &str) {
-    let rules: Value = serde_saphyr::from_str(include_str!(
-        "../../../chart/rebound/files/rbac/restart-agent-rules.yaml"
-    ))
-    .expect("the chart's agent rules");
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "rebound-restart-agent", "namespace": ns},
-        "rules": rules,
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "rebound-restart-agent", "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "rebound-restart-agent"},
-        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
-    });
-    let pp = PatchParams::apply("rebound-e2e").force();
-    for (plural, obj) in [("roles", role), ("rolebindings", binding)] {
-        let ar = kube::api::ApiResource {
-            group: "rbac.authorization.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "rbac.authorization.k8s.io/v1".into(),
-            kind: obj["kind"].as_str().unwrap_or_default().into(),
-            plural: plural.into(),
-        };
-        Api::<kube::api::DynamicObject>::namespaced_with(bed.client(), ns, &ar)
-            .patch(
-                "rebound-restart-agent",
-                &pp,
-                &Patch::Apply(
-                    &serde_json::from_value::<kube::api::DynamicObject>(obj).expect("rbac"),
-                ),
-            )
-            .await
-            .expect("the agent's RBAC");
-    }
-}
-
 /// Pod condition types seen by a watch of the job's pods, per pod.
 fn watch_conditions(bed: &Testbed, ns: &str, kind: Kind) -> Arc<Mutex<BTreeSet<(String, String)>>> {
     use futures::StreamExt;
@@ -318,32 +244,6 @@ pub(super) async fn running_on(
         },
     )
     .await
-}
-
-/// [`wait`] that adds the kubelet's last log lines to the panic.
-pub(super) async fn wait_long<T, F, Fut>(
-    what: &str,
-    within: Duration,
-    node: &RealNode,
-    mut check: F,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if start.elapsed() > within {
-            panic!(
-                "timed out after {within:?} waiting for: {what}; kubelet:\n{}",
-                node.log_tail("kubelet", 40)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// A fault under a wired job's pods on the real node: rebound's two job
