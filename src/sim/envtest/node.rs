@@ -195,6 +195,7 @@ impl RealNode {
         if let Some(why) = missing_host_pieces() {
             return Err(NodeError::NotInstalled(why));
         }
+        config::sweep_stale(&std::env::temp_dir());
         let dir = std::env::temp_dir().join(format!(
             "rebound-envtest-{}-node-{}",
             std::process::id(),

@@ -2,6 +2,7 @@
 //! `../shared/k8s/NODE.md` found necessary here (each one was needed).
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 
 /// containerd's own config: its root, state, socket and CNI under `dir`,
 /// the CRI's sandbox image and `restrict_oom_score_adj` (without it runc
@@ -124,3 +125,35 @@ cut -d' ' -f2 /proc/mounts | grep -F "$1/" | sort -r | while read -r m; do
 done
 rm -rf "$1"
 "#;
+
+/// Cleans up after nodes of processes that are gone and whose reaper did
+/// not finish (it was killed too): the reaper's work, run here at once.
+pub(super) fn sweep_stale(base: &Path) {
+    let Ok(rd) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(pid) = name
+            .strip_prefix("rebound-envtest-")
+            .and_then(|r| r.split_once("-node-"))
+            .and_then(|(p, _)| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let dir = e.path();
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(REAPER)
+            .arg("reaper")
+            .arg(&dir)
+            .arg(dir.join("containerd.sock"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
