@@ -10,6 +10,7 @@ mod inject;
 mod inplace;
 mod packaging;
 mod samples;
+mod samples_conditions;
 mod sim_actors;
 mod sim_bench;
 mod sim_server;
