@@ -117,6 +117,15 @@ pub struct AgentArgs {
     #[arg(long, env = "REBOUND_NVML", default_value_t = true, action = ArgAction::Set)]
     pub nvml: bool,
 
+    /// The driver's NVML library by full path, instead of `libnvidia-ml.so.1`
+    /// found by the dynamic loader (the NVIDIA container toolkit puts it on
+    /// the loader's path). For a host driver directory mounted into the
+    /// container: only this file is loaded from it, its dependencies (libc)
+    /// still come from the image, which `LD_LIBRARY_PATH` on the host's
+    /// library directory would not guarantee.
+    #[arg(long, env = "REBOUND_NVML_LIBRARY")]
+    pub nvml_library: Option<PathBuf>,
+
     /// Time between two NVML health polls.
     #[arg(long, env = "REBOUND_NVML_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub nvml_interval: Duration,

@@ -1,4 +1,4 @@
-//! NVML health (feature `nvml`, off by default): critical XID events, GPU
+//! NVML health (feature `nvml`, on by default): critical XID events, GPU
 //! lost, uncorrected ECC errors and pages pending retirement.
 //!
 //! libnvidia-ml is loaded at run time (dlopen through `nvml-wrapper`), so
@@ -85,8 +85,20 @@ pub fn faults_from_sample(s: &NvmlSample) -> Vec<AgentFault> {
     out
 }
 
+/// What NVML says about one GPU, for people: printed by a dry run and
+/// logged once at start, so a maintainer can check the agent sees the GPUs
+/// the node has (tests/gpu/run.sh compares it with `nvidia-smi -L`).
+pub fn describe_gpu(index: u32, name: Option<&str>, uuid: Option<&str>) -> String {
+    format!(
+        "GPU {index}: {} ({})",
+        name.unwrap_or("unknown model"),
+        uuid.unwrap_or("no UUID")
+    )
+}
+
 #[cfg(feature = "nvml")]
 mod imp {
+    use std::path::Path;
     use std::time::{Duration, SystemTime};
 
     use nvml_wrapper::Nvml;
@@ -96,33 +108,115 @@ mod imp {
     use nvml_wrapper::error::NvmlError;
     use tokio::sync::mpsc::Sender;
 
-    use super::{NvmlSample, faults_from_sample};
+    use super::{NvmlSample, describe_gpu, faults_from_sample};
     use crate::agent::fault::SourceEvent;
 
-    /// Poll NVML every `interval` (waiting on XID events in between) until
-    /// the receiver is gone. Blocking: run it on a blocking thread.
-    pub fn watch_blocking(tx: Sender<SourceEvent>, interval: Duration) {
-        let nvml = match Nvml::init() {
+    /// Load the driver's library and say what it found: `Up` (and the
+    /// driver and each GPU as `Found`), or one warning and `Up false`.
+    /// `None` when NVML is not there or the receiver is gone.
+    fn open(tx: &Sender<SourceEvent>, library: Option<&Path>) -> Option<(Nvml, u32)> {
+        let loaded = match library {
+            Some(path) => Nvml::builder().lib_path(path.as_os_str()).init(),
+            None => Nvml::init(),
+        };
+        let nvml = match loaded {
             Ok(n) => n,
             Err(e) => {
-                tracing::warn!(error = %e, "NVML not available on this node; NVML source off");
+                tracing::warn!(
+                    error = %e,
+                    library = %library.map_or("libnvidia-ml.so.1".into(), |p| p.display().to_string()),
+                    "NVML not available (libnvidia-ml.so.1 not loadable: no NVIDIA driver, or \
+                     not mounted into the container); NVML source off, other sources go on"
+                );
                 let _ = tx.blocking_send(SourceEvent::Up {
                     source: "nvml",
                     up: false,
                 });
-                return;
+                return None;
             }
         };
-        if tx
+        let count = match nvml.device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "NVML loaded but cannot count GPUs; NVML source off");
+                let _ = tx.blocking_send(SourceEvent::Up {
+                    source: "nvml",
+                    up: false,
+                });
+                return None;
+            }
+        };
+        let driver = nvml
+            .sys_driver_version()
+            .unwrap_or_else(|_| "unknown".into());
+        let version = nvml.sys_nvml_version().unwrap_or_else(|_| "unknown".into());
+        let mut found = vec![format!("NVML {version}, driver {driver}: {count} GPU(s)")];
+        for i in 0..count {
+            let dev = nvml.device_by_index(i).ok();
+            let name = dev.as_ref().and_then(|d| d.name().ok());
+            let uuid = dev.as_ref().and_then(|d| d.uuid().ok());
+            found.push(describe_gpu(i, name.as_deref(), uuid.as_deref()));
+        }
+        for detail in &found {
+            tracing::info!(source = "nvml", "{detail}");
+        }
+        let sent = tx
             .blocking_send(SourceEvent::Up {
                 source: "nvml",
                 up: true,
             })
-            .is_err()
-        {
-            return;
+            .is_ok()
+            && found.into_iter().all(|detail| {
+                tx.blocking_send(SourceEvent::Found {
+                    source: "nvml",
+                    detail,
+                })
+                .is_ok()
+            });
+        sent.then_some((nvml, count))
+    }
+
+    /// One health reading of GPU `i`.
+    fn sample(nvml: &Nvml, i: u32) -> Option<NvmlSample> {
+        let mut sample = NvmlSample {
+            index: i,
+            ..NvmlSample::default()
+        };
+        match nvml.device_by_index(i) {
+            Err(NvmlError::GpuLost) => sample.lost = true,
+            Err(_) => return None,
+            Ok(dev) => {
+                match dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
+                    Err(NvmlError::GpuLost) => sample.lost = true,
+                    r => sample.ecc_uncorrected = r.ok(),
+                }
+                sample.pages_pending = dev.are_pages_pending_retired().ok();
+            }
         }
-        let count = nvml.device_count().unwrap_or(0);
+        Some(sample)
+    }
+
+    /// Load NVML, read every GPU once, send what was found; no XID events
+    /// (they need a wait). For `--once` and the dry run.
+    pub fn poll_once(tx: &Sender<SourceEvent>, library: Option<&Path>) {
+        let Some((nvml, count)) = open(tx, library) else {
+            return;
+        };
+        for i in 0..count {
+            if let Some(s) = sample(&nvml, i)
+                && !send(tx, &s)
+            {
+                return;
+            }
+        }
+    }
+
+    /// Poll NVML every `interval` (waiting on XID events in between) until
+    /// the receiver is gone. Blocking: run it on a blocking thread.
+    pub fn watch_blocking(tx: Sender<SourceEvent>, interval: Duration, library: Option<&Path>) {
+        let Some((nvml, count)) = open(&tx, library) else {
+            return;
+        };
         let mut set = nvml.create_event_set().ok();
         for i in 0..count {
             if let (Ok(dev), Some(s)) = (nvml.device_by_index(i), set.take()) {
@@ -138,26 +232,15 @@ mod imp {
         let wait_ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
         loop {
             for i in 0..count {
-                let mut sample = NvmlSample {
-                    index: i,
-                    ..NvmlSample::default()
-                };
-                match nvml.device_by_index(i) {
-                    Err(NvmlError::GpuLost) => sample.lost = true,
-                    Err(_) => continue,
-                    Ok(dev) => {
-                        match dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
-                            Err(NvmlError::GpuLost) => sample.lost = true,
-                            r => sample.ecc_uncorrected = r.ok(),
-                        }
-                        sample.pages_pending = dev.are_pages_pending_retired().ok();
-                    }
-                }
-                if !send(&tx, &sample) {
+                if let Some(s) = sample(&nvml, i)
+                    && !send(&tx, &s)
+                {
                     return;
                 }
             }
-            match set.as_ref().map(|s| s.wait(wait_ms)) {
+            // No GPU registered for events (none, or none supports them):
+            // sleep instead, a wait on an empty set may return at once.
+            match set.as_ref().filter(|_| count > 0).map(|s| s.wait(wait_ms)) {
                 Some(Ok(ev)) => {
                     if let (Some(XidError::Value(xid)), Ok(index)) =
                         (ev.event_data, ev.device.index())
@@ -194,22 +277,48 @@ mod imp {
     }
 }
 
-/// Watch NVML until the receiver is gone (blocking; run on a blocking
-/// thread). Without the `nvml` feature, says so once and returns.
+/// Say once that this build has no NVML.
+#[cfg(not(feature = "nvml"))]
+fn without_nvml(tx: &tokio::sync::mpsc::Sender<super::fault::SourceEvent>) {
+    tracing::warn!("built without the `nvml` feature; NVML source off");
+    let _ = tx.blocking_send(super::fault::SourceEvent::Up {
+        source: "nvml",
+        up: false,
+    });
+}
+
+/// Watch NVML until the receiver is gone (blocking; run it on a blocking
+/// thread). Without a driver, or without the `nvml` feature, says so once
+/// (a log line and `Up false`, which sets `rebound_agent_source_up{source="nvml"} 0`)
+/// and returns: never an error that would restart the agent.
+/// `library`: the driver's library by path (`--nvml-library`), else
+/// `libnvidia-ml.so.1` from the loader's search path.
 pub fn watch_blocking(
     tx: tokio::sync::mpsc::Sender<super::fault::SourceEvent>,
     interval: std::time::Duration,
+    library: Option<&std::path::Path>,
 ) {
     #[cfg(feature = "nvml")]
-    imp::watch_blocking(tx, interval);
+    imp::watch_blocking(tx, interval, library);
     #[cfg(not(feature = "nvml"))]
     {
-        let _ = interval;
-        tracing::info!("built without the `nvml` feature; NVML source off");
-        let _ = tx.blocking_send(super::fault::SourceEvent::Up {
-            source: "nvml",
-            up: false,
-        });
+        let _ = (interval, library);
+        without_nvml(&tx);
+    }
+}
+
+/// Read NVML once (`--once`, the dry run): the driver and GPUs it finds as
+/// `Found`, then one health reading per GPU. Blocking.
+pub fn poll_once(
+    tx: &tokio::sync::mpsc::Sender<super::fault::SourceEvent>,
+    library: Option<&std::path::Path>,
+) {
+    #[cfg(feature = "nvml")]
+    imp::poll_once(tx, library);
+    #[cfg(not(feature = "nvml"))]
+    {
+        let _ = library;
+        without_nvml(tx);
     }
 }
 

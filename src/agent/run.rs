@@ -1,7 +1,7 @@
 //! Wiring: sources → fold state → conditions and Events, and the one-shot
 //! dry run that prints what would be reported.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
@@ -50,6 +50,11 @@ pub struct DryRunReport {
     pub conditions: Vec<ConditionView>,
     /// Input that had a fault marker but did not parse.
     pub parse_errors: u64,
+    /// Whether each source that ran worked (`nvml: false`: no driver
+    /// library), as `rebound_agent_source_up` would say.
+    pub sources: BTreeMap<&'static str, bool>,
+    /// What the sources found: the NVML driver and each GPU's identity.
+    pub found: Vec<String>,
 }
 
 /// A condition as printed.
@@ -86,13 +91,18 @@ pub fn fold_report(
 ) -> DryRunReport {
     let mut state = FoldState::new(cfg);
     let mut parse_errors = 0;
+    let mut sources = BTreeMap::new();
+    let mut found = Vec::new();
     for ev in events {
         match ev {
             SourceEvent::Fault { fault, at, timed } => {
                 state.observe_as(fault.clone(), *at, now, *timed);
             }
             SourceEvent::ParseErrors { n, .. } => parse_errors += n,
-            SourceEvent::Up { .. } => {}
+            SourceEvent::Up { source, up } => {
+                sources.insert(*source, *up);
+            }
+            SourceEvent::Found { detail, .. } => found.push(detail.clone()),
         }
     }
     let mut faults = Vec::new();
@@ -112,6 +122,8 @@ pub fn fold_report(
         faults,
         conditions,
         parse_errors,
+        sources,
+        found,
     }
 }
 
@@ -130,7 +142,8 @@ pub fn device_map(args: &AgentArgs) -> anyhow::Result<DeviceMap> {
 }
 
 /// Read every enabled source once (the kernel log to its end, one `dcgmi`
-/// and `npu-smi` run; NVML is not polled) and return the events.
+/// and `npu-smi` run, one NVML reading of each GPU; no waiting for NVML XID
+/// events) and return the events.
 pub async fn collect_once(args: &AgentArgs) -> anyhow::Result<Vec<SourceEvent>> {
     let map = device_map(args)?;
     let (tx, mut rx) = mpsc::channel(CHANNEL_CAPACITY);
@@ -158,6 +171,13 @@ pub async fn collect_once(args: &AgentArgs) -> anyhow::Result<Vec<SourceEvent>> 
     }
     if args.npu_smi {
         let _ = npu_source(args).poll(&tx).await;
+    }
+    if args.nvml {
+        let tx = tx.clone();
+        let library = args.nvml_library.clone();
+        tokio::task::spawn_blocking(move || super::nvml::poll_once(&tx, library.as_deref()))
+            .await
+            .context("NVML reader")?;
     }
     drop(tx);
     collector.await.context("collecting source events")
@@ -425,6 +445,8 @@ fn handle(ev: SourceEvent, state: &mut FoldState, metrics: &Metrics) {
         }
         SourceEvent::Up { source, up } => metrics.source_up(source, up),
         SourceEvent::ParseErrors { source, n } => metrics.parse_errors(source, n),
+        // Logged by the source when found.
+        SourceEvent::Found { .. } => {}
     }
 }
 
@@ -524,9 +546,10 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
     if args.nvml {
         let tx = tx.clone();
         let interval = args.nvml_interval;
+        let library = args.nvml_library.clone();
         std::thread::Builder::new()
             .name("rebound-nvml".into())
-            .spawn(move || super::nvml::watch_blocking(tx, interval))
+            .spawn(move || super::nvml::watch_blocking(tx, interval, library.as_deref()))
             .context("starting the NVML thread")?;
     }
     drop(tx);

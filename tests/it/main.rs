@@ -1,6 +1,9 @@
 //! Integration tests, one binary (ECOSYSTEM.md: each test binary links ~200 MB).
 
 mod agent;
+mod agent_image;
+#[cfg(feature = "nvml")]
+mod agent_nvml;
 mod conformance;
 mod crds;
 mod demo;
