@@ -112,6 +112,16 @@ pub struct AgentArgs {
     #[arg(long, env = "REBOUND_DCGM_HEALTH", default_value_t = true, action = ArgAction::Set)]
     pub dcgm_health: bool,
 
+    /// Scrape this node's dcgm-exporter for DCGM health (XID gauge, row-remap
+    /// failure, double-bit ECC, pages pending retirement), e.g.
+    /// `http://$(HOST_IP):9400/metrics`. Empty: off. Needs no `dcgmi`.
+    #[arg(long, env = "REBOUND_DCGM_EXPORTER_URL", default_value = "")]
+    pub dcgm_exporter_url: String,
+
+    /// Time between two dcgm-exporter scrapes.
+    #[arg(long, env = "REBOUND_DCGM_EXPORTER_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub dcgm_exporter_interval: Duration,
+
     /// Poll NVML (needs a build with the `nvml` feature; the library is
     /// loaded at run time).
     #[arg(long, env = "REBOUND_NVML", default_value_t = true, action = ArgAction::Set)]

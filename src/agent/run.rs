@@ -19,7 +19,7 @@ use super::npusmi::REASON_NPU;
 use super::nvml::REASON_NVML;
 use super::pci::DeviceMap;
 use super::report::{ExistingCondition, KubeReporter, build_event, timestamp};
-use super::sources::{DcgmSource, KmsgSource, NpuSmiSource, boot_time};
+use super::sources::{DcgmExporterSource, DcgmSource, KmsgSource, NpuSmiSource, boot_time};
 use super::state::{DesiredCondition, EventDue, FoldConfig, FoldState, Observed};
 use super::xid::{REASON_SXID, REASON_XID};
 use crate::fault::wire::WireFault;
@@ -172,6 +172,11 @@ pub async fn collect_once(args: &AgentArgs) -> anyhow::Result<Vec<SourceEvent>> 
     if args.npu_smi {
         let _ = npu_source(args).poll(&tx).await;
     }
+    if let Some(src) = exporter_source(args) {
+        // One scrape: no earlier XID to compare with, so only the standing
+        // state (row-remap failure, ECC, pending pages) shows.
+        let _ = src.poll(&mut Default::default(), &mut None, &tx).await;
+    }
     if args.nvml {
         let tx = tx.clone();
         let library = args.nvml_library.clone();
@@ -203,6 +208,15 @@ fn dcgm_source(args: &AgentArgs) -> DcgmSource {
         timeout: args.dcgm_timeout,
         health: args.dcgm_health,
     }
+}
+
+fn exporter_source(args: &AgentArgs) -> Option<DcgmExporterSource> {
+    let url = args.dcgm_exporter_url.trim();
+    (!url.is_empty()).then(|| DcgmExporterSource {
+        url: url.to_string(),
+        interval: args.dcgm_exporter_interval,
+        timeout: Duration::from_secs(10),
+    })
 }
 
 fn npu_source(args: &AgentArgs) -> NpuSmiSource {
@@ -542,6 +556,9 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
     }
     if args.npu_smi {
         tokio::spawn(npu_source(&args).run(tx.clone()));
+    }
+    if let Some(src) = exporter_source(&args) {
+        tokio::spawn(src.run(tx.clone()));
     }
     if args.nvml {
         let tx = tx.clone();

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::Sender;
 
 use super::cmd::CmdError;
 use super::dcgm::{self, DcgmError};
+use super::dcgm_exporter::{self, ExporterState};
 use super::fault::SourceEvent;
 use super::kmsg::MAX_LINE_BYTES;
 use super::npusmi;
@@ -371,6 +372,75 @@ impl NpuSmiSource {
                 Ok(true) => {}
                 Ok(false) | Err(_) => return,
             }
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+}
+
+/// Settings of the dcgm-exporter scraper.
+#[derive(Clone, Debug)]
+pub struct DcgmExporterSource {
+    /// `http://host:port/metrics` of this node's exporter.
+    pub url: String,
+    /// Time between scrapes.
+    pub interval: Duration,
+    /// Longest scrape.
+    pub timeout: Duration,
+}
+
+impl DcgmExporterSource {
+    /// Scrape once and send what it shows. `up` is what the last scrape
+    /// said: a failure is logged as a warning only when the source goes
+    /// down (one line for an exporter that is not there, not one a scrape).
+    pub async fn poll(
+        &self,
+        state: &mut ExporterState,
+        up: &mut Option<bool>,
+        tx: &Sender<SourceEvent>,
+    ) -> Result<(), tokio::sync::mpsc::error::SendError<SourceEvent>> {
+        let source = "dcgm_exporter";
+        match dcgm_exporter::scrape(&self.url, self.timeout).await {
+            Ok(text) => {
+                if *up != Some(true) {
+                    tracing::info!(url = %self.url, "reading DCGM health from dcgm-exporter");
+                }
+                *up = Some(true);
+                tx.send(SourceEvent::Up { source, up: true }).await?;
+                let (samples, errors) = dcgm_exporter::parse_exposition(&text);
+                if errors > 0 {
+                    tx.send(SourceEvent::ParseErrors { source, n: errors })
+                        .await?;
+                }
+                let at = SystemTime::now();
+                for fault in state.faults(&samples) {
+                    tx.send(SourceEvent::Fault {
+                        fault,
+                        at,
+                        timed: false,
+                    })
+                    .await?;
+                }
+            }
+            Err(e) => {
+                if *up != Some(false) {
+                    tracing::warn!(url = %self.url, error = %e, "dcgm-exporter not reachable; retrying every interval");
+                } else {
+                    tracing::debug!(url = %self.url, error = %e, "dcgm-exporter still not reachable");
+                }
+                *up = Some(false);
+                tx.send(SourceEvent::Up { source, up: false }).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Scrape every interval until the receiver is gone. An exporter that
+    /// is missing may come later (it starts after the agent on a new node),
+    /// so the source keeps trying.
+    pub async fn run(self, tx: Sender<SourceEvent>) {
+        let mut state = ExporterState::default();
+        let mut up = None;
+        while self.poll(&mut state, &mut up, &tx).await.is_ok() {
             tokio::time::sleep(self.interval).await;
         }
     }

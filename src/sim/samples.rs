@@ -28,6 +28,10 @@ pub const SAMPLES: &[(&str, &str)] = &[
         include_str!("../../samples/classifications/nvsentinel.yaml"),
     ),
     (
+        "classifications/gpu-health.yaml",
+        include_str!("../../samples/classifications/gpu-health.yaml"),
+    ),
+    (
         "classifications/kube-event.yaml",
         include_str!("../../samples/classifications/kube-event.yaml"),
     ),

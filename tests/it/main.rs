@@ -1,6 +1,7 @@
 //! Integration tests, one binary (ECOSYSTEM.md: each test binary links ~200 MB).
 
 mod agent;
+mod agent_gpu_health;
 mod agent_image;
 #[cfg(feature = "nvml")]
 mod agent_nvml;
