@@ -125,3 +125,44 @@ fn agent_image_is_glibc_with_nvml_and_controller_stays_static() {
         "docs/agent.md: the agent image"
     );
 }
+
+/// The maintainers' GPU check (tests/gpu/run.sh; CI has no GPU and does not
+/// run it) passes only flags `rebound agent` has, so it does not rot.
+#[test]
+fn gpu_check_script_uses_real_agent_flags() {
+    let script = read("tests/gpu/run.sh");
+    let flags: Vec<&str> = script
+        .lines()
+        .filter(|l| l.trim_start().starts_with("args"))
+        .flat_map(|l| l.split(|c: char| c.is_whitespace() || c == '(' || c == ')'))
+        .filter(|w| w.starts_with("--"))
+        .collect();
+    assert!(
+        flags.contains(&"--dry-run") && flags.contains(&"--once"),
+        "{flags:?}"
+    );
+    for f in &flags {
+        let mut argv = vec![f.to_string()];
+        // Every flag but the switches takes a value.
+        if !matches!(*f, "--once" | "--dry-run") {
+            argv.push(match *f {
+                "--dcgm-level" => "1".into(),
+                "--dcgm-timeout" => "1m".into(),
+                "--kmsg" | "--dcgm" => "false".into(),
+                _ => "x".into(),
+            });
+        }
+        rebound::agent::args::AgentArgs::from_args(&argv)
+            .unwrap_or_else(|e| panic!("tests/gpu/run.sh passes {argv:?}: {e}"));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode =
+            std::fs::metadata(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/run.sh"))
+                .expect("tests/gpu/run.sh")
+                .permissions()
+                .mode();
+        assert!(mode & 0o111 != 0, "tests/gpu/run.sh is executable");
+    }
+}
