@@ -108,6 +108,12 @@ pub struct AgentArgs {
     #[arg(long, env = "REBOUND_DCGM_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pub dcgm_timeout: Duration,
 
+    /// Run `dcgmi diag` also while compute processes run on the GPUs (NVML
+    /// tells; without NVML the agent cannot tell and runs it). Off: a
+    /// diagnostic loads the GPUs a job is training on.
+    #[arg(long, env = "REBOUND_DCGM_DIAG_WHILE_BUSY", default_value_t = false, action = ArgAction::Set)]
+    pub dcgm_diag_while_busy: bool,
+
     /// Also run `dcgmi health -c -j` with each diagnostic.
     #[arg(long, env = "REBOUND_DCGM_HEALTH", default_value_t = true, action = ArgAction::Set)]
     pub dcgm_health: bool,

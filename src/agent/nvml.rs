@@ -277,6 +277,36 @@ mod imp {
     }
 }
 
+/// Whether any GPU runs a compute process now (a job training), for the
+/// DCGM source to keep its diagnostic off busy GPUs. `None` when NVML cannot
+/// tell (no driver library, no `nvml` feature, a query failed). `library`
+/// as for [`watch_blocking`]. Blocking and quick (one NVML call per GPU).
+pub fn gpus_busy(library: Option<&std::path::Path>) -> Option<bool> {
+    #[cfg(feature = "nvml")]
+    {
+        let nvml = match library {
+            Some(p) => nvml_wrapper::Nvml::builder().lib_path(p.as_os_str()).init(),
+            None => nvml_wrapper::Nvml::init(),
+        }
+        .ok()?;
+        let mut busy = false;
+        for i in 0..nvml.device_count().ok()? {
+            busy |= nvml
+                .device_by_index(i)
+                .ok()?
+                .running_compute_processes_count()
+                .ok()?
+                > 0;
+        }
+        Some(busy)
+    }
+    #[cfg(not(feature = "nvml"))]
+    {
+        let _ = library;
+        None
+    }
+}
+
 /// Say once that this build has no NVML.
 #[cfg(not(feature = "nvml"))]
 fn without_nvml(tx: &tokio::sync::mpsc::Sender<super::fault::SourceEvent>) {

@@ -207,6 +207,9 @@ fn dcgm_source(args: &AgentArgs) -> DcgmSource {
         interval: args.dcgm_interval,
         timeout: args.dcgm_timeout,
         health: args.dcgm_health,
+        diag_while_busy: args.dcgm_diag_while_busy,
+        busy: super::nvml::gpus_busy,
+        nvml_library: args.nvml_library.clone(),
     }
 }
 

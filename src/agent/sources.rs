@@ -223,17 +223,46 @@ pub struct DcgmSource {
     pub timeout: Duration,
     /// Also `dcgmi health -c -j`.
     pub health: bool,
+    /// Run `dcgmi diag` also while compute processes run on the GPUs (a
+    /// job training). Off by default: diag loads the GPUs it tests.
+    pub diag_while_busy: bool,
+    /// Whether a compute process runs on any GPU now (`None`: cannot tell,
+    /// e.g. no NVML; diag then runs as configured), given the NVML library
+    /// path below. NVML's answer in the agent, a fixed one in tests.
+    pub busy: fn(Option<&Path>) -> Option<bool>,
+    /// `--nvml-library`.
+    pub nvml_library: Option<PathBuf>,
 }
 
 impl DcgmSource {
     /// Run once; `Ok(false)` when `dcgmi` is missing (source disabled).
+    /// `dcgmi diag` is skipped while the GPUs are busy unless
+    /// `diag_while_busy`; `dcgmi health` only reads the hostengine's
+    /// watches and always runs.
     pub async fn poll(
         &self,
         tx: &Sender<SourceEvent>,
     ) -> Result<bool, tokio::sync::mpsc::error::SendError<SourceEvent>> {
         let now = SystemTime::now();
-        match dcgm::run_diag(&self.binary, self.level, self.timeout).await {
-            Ok(failures) => {
+        let skip_diag = !self.diag_while_busy && {
+            let (busy, lib) = (self.busy, self.nvml_library.clone());
+            tokio::task::spawn_blocking(move || busy(lib.as_deref()))
+                .await
+                .ok()
+                .flatten()
+                == Some(true)
+        };
+        if skip_diag {
+            tracing::info!("compute processes run on the GPUs; dcgmi diag skipped this round");
+        }
+        let diag = if skip_diag {
+            None
+        } else {
+            Some(dcgm::run_diag(&self.binary, self.level, self.timeout).await)
+        };
+        match diag {
+            None => {}
+            Some(Ok(failures)) => {
                 tx.send(SourceEvent::Up {
                     source: "dcgm",
                     up: true,
@@ -248,7 +277,7 @@ impl DcgmSource {
                     .await?;
                 }
             }
-            Err(DcgmError::Cmd(CmdError::Missing { binary })) => {
+            Some(Err(DcgmError::Cmd(CmdError::Missing { binary }))) => {
                 tracing::info!(%binary, "dcgmi not found; DCGM source off");
                 tx.send(SourceEvent::Up {
                     source: "dcgm",
@@ -257,7 +286,7 @@ impl DcgmSource {
                 .await?;
                 return Ok(false);
             }
-            Err(e @ (DcgmError::Json { .. } | DcgmError::Shape)) => {
+            Some(Err(e @ (DcgmError::Json { .. } | DcgmError::Shape))) => {
                 tracing::warn!(error = %e, "dcgmi diag output not understood");
                 tx.send(SourceEvent::ParseErrors {
                     source: "dcgm",
@@ -270,7 +299,7 @@ impl DcgmSource {
                 })
                 .await?;
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 tracing::warn!(error = %e, "dcgmi diag failed");
                 tx.send(SourceEvent::Up {
                     source: "dcgm",
@@ -290,6 +319,15 @@ impl DcgmSource {
                         })
                         .await?;
                     }
+                }
+                Err(DcgmError::Cmd(CmdError::Missing { binary })) if skip_diag => {
+                    tracing::info!(%binary, "dcgmi not found; DCGM source off");
+                    tx.send(SourceEvent::Up {
+                        source: "dcgm",
+                        up: false,
+                    })
+                    .await?;
+                    return Ok(false);
                 }
                 Err(e) => tracing::debug!(error = %e, "dcgmi health gave nothing usable"),
             }
@@ -445,3 +483,7 @@ impl DcgmExporterSource {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "sources_tests.rs"]
+mod tests;
