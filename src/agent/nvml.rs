@@ -5,10 +5,10 @@
 //! the agent runs on a node without a driver: it logs that once and goes on
 //! with its other sources. Faults use the kernel log's codes where one
 //! exists, so the same incident seen by both folds into one: an XID event is
-//! `NvidiaXid`/`<xid>`, a lost GPU is `NvidiaXid`/`79`; ECC and retired
-//! pages are `NodeCondition`/`nvml-ecc-uncorrected` and
-//! `nvml-retired-pages-pending`. Row-remap pending is not read (no safe
-//! wrapper in nvml-wrapper 0.13); it shows in the kernel log as Xid 63/64.
+//! `NvidiaXid`/`<xid>`, a lost GPU is `NvidiaXid`/`79`; ECC, retired
+//! pages and row remapping are `NodeCondition`/`nvml-ecc-uncorrected`,
+//! `nvml-retired-pages-pending`, `nvml-row-remap-pending` and
+//! `nvml-row-remap-failure` (samples/classifications/gpu-health.yaml).
 
 use super::fault::{Accelerator, AgentFault, SOURCE_NODE_CONDITION, SOURCE_NVIDIA_XID};
 
@@ -28,6 +28,10 @@ pub struct NvmlSample {
     pub ecc_uncorrected: Option<u64>,
     /// Pages pending retirement (pre-Ampere), when supported.
     pub pages_pending: Option<bool>,
+    /// Rows waiting to be remapped at the next reset (Ampere+), when supported.
+    pub remap_pending: Option<bool>,
+    /// Row remapping failed (no spare rows), when supported.
+    pub remap_failed: Option<bool>,
     /// A critical XID event delivered for this GPU.
     pub xid: Option<u64>,
 }
@@ -69,6 +73,24 @@ pub fn faults_from_sample(s: &NvmlSample) -> Vec<AgentFault> {
             "nvml-ecc-uncorrected",
             format!(
                 "NVML: {n} uncorrected ECC errors since driver load on GPU {}",
+                s.index
+            ),
+        ));
+    }
+    if s.remap_failed == Some(true) {
+        out.push(nc(
+            "nvml-row-remap-failure",
+            format!(
+                "NVML: row remapping failed on GPU {} (no spare rows)",
+                s.index
+            ),
+        ));
+    }
+    if s.remap_pending == Some(true) {
+        out.push(nc(
+            "nvml-row-remap-pending",
+            format!(
+                "NVML: GPU {} has rows pending remapping (reset needed)",
                 s.index
             ),
         ));
@@ -191,9 +213,25 @@ mod imp {
                     r => sample.ecc_uncorrected = r.ok(),
                 }
                 sample.pages_pending = dev.are_pages_pending_retired().ok();
+                if let Some((pending, failed)) = remapped_rows(nvml, &dev) {
+                    sample.remap_pending = Some(pending);
+                    sample.remap_failed = Some(failed);
+                }
             }
         }
         Some(sample)
+    }
+
+    /// `nvmlDeviceGetRemappedRows` (Ampere+): (pending, failure occurred).
+    /// nvml-wrapper 0.13 has no safe call for it, so the raw symbol;
+    /// `None` where the driver lacks it or the GPU does not remap rows.
+    fn remapped_rows(nvml: &Nvml, dev: &nvml_wrapper::Device<'_>) -> Option<(bool, bool)> {
+        let f = nvml.lib().nvmlDeviceGetRemappedRows.as_ref().ok()?;
+        let (mut corr, mut unc, mut pending, mut failed) = (0, 0, 0, 0);
+        // SAFETY: the handle belongs to this live NVML instance (`dev`
+        // borrows it), and the four out-pointers are valid for the call.
+        let rc = unsafe { f(dev.handle(), &mut corr, &mut unc, &mut pending, &mut failed) };
+        (rc == 0).then_some((pending != 0, failed != 0))
     }
 
     /// Load NVML, read every GPU once, send what was found; no XID events
@@ -363,6 +401,8 @@ mod tests {
             lost: true,
             ecc_uncorrected: Some(3),
             pages_pending: Some(true),
+            remap_pending: Some(true),
+            remap_failed: Some(true),
             xid: Some(48),
         };
         let f = faults_from_sample(&s);
@@ -373,6 +413,8 @@ mod tests {
                 ("NvidiaXid", "79"),
                 ("NvidiaXid", "48"),
                 ("NodeCondition", "nvml-ecc-uncorrected"),
+                ("NodeCondition", "nvml-row-remap-failure"),
+                ("NodeCondition", "nvml-row-remap-pending"),
                 ("NodeCondition", "nvml-retired-pages-pending"),
             ]
         );
@@ -381,6 +423,8 @@ mod tests {
             index: 0,
             ecc_uncorrected: Some(0),
             pages_pending: Some(false),
+            remap_pending: Some(false),
+            remap_failed: Some(false),
             ..NvmlSample::default()
         };
         assert!(faults_from_sample(&healthy).is_empty());

@@ -55,6 +55,8 @@ fn nvml_health_events_get_the_samples_levels() {
         lost: true,
         ecc_uncorrected: Some(3),
         pages_pending: Some(true),
+        remap_pending: Some(true),
+        remap_failed: Some(false),
         xid: Some(48),
     });
     let got = levels(&f);
@@ -76,6 +78,11 @@ fn nvml_health_events_get_the_samples_levels() {
                 "nvml-ecc-uncorrected".into(),
                 Level::ResetDevice,
                 "gpu-health/uncorrected-ecc".into()
+            ),
+            (
+                "nvml-row-remap-pending".into(),
+                Level::PreSeparate,
+                "gpu-health/pages-pending-retirement".into()
             ),
             (
                 "nvml-retired-pages-pending".into(),

@@ -85,7 +85,8 @@ fn agent_loads_the_driver_library_and_reads_its_gpus() {
         ],
         "{report:#}"
     );
-    // The stub's 2 uncorrected ECC errors on GPU 0, read through NVML.
+    // The stub's 2 uncorrected ECC errors and pending row remap on GPU 0,
+    // read through NVML (the remap through the raw symbol).
     let faults: Vec<(&str, &str, &str)> = report["faults"]
         .as_array()
         .expect("faults")
@@ -100,7 +101,10 @@ fn agent_loads_the_driver_library_and_reads_its_gpus() {
         .collect();
     assert_eq!(
         faults,
-        [("NodeCondition", "nvml-ecc-uncorrected", "0")],
+        [
+            ("NodeCondition", "nvml-ecc-uncorrected", "0"),
+            ("NodeCondition", "nvml-row-remap-pending", "0")
+        ],
         "{report:#}"
     );
     assert_eq!(report["conditions"][0]["type"], "GpuFault");

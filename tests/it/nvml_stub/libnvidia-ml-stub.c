@@ -2,8 +2,8 @@
  * A stand-in for the NVIDIA driver's libnvidia-ml.so.1, for the test that
  * the agent build loads the driver's library at run time (tests/it/agent_nvml.rs).
  * It exports the NVML entry points the agent calls (signatures as in NVIDIA's
- * nvml.h) and describes one healthy-looking GPU with 2 uncorrected ECC errors,
- * so the agent's answer proves the library was loaded and read.
+ * nvml.h) and describes one GPU with 2 uncorrected ECC errors and rows
+ * pending remapping, so the agent's answer proves the library was loaded and read.
  * Compiled by the test with `cc -shared -fPIC`; not part of any build.
  */
 #include <string.h>
@@ -78,6 +78,18 @@ nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t dev, int *pendi
     (void)dev;
     if (pending == 0) return NVML_ERROR_INVALID_ARGUMENT;
     *pending = 0;
+    return NVML_SUCCESS;
+}
+
+/* Rows pending remapping, no failure (Ampere+ row remapper). */
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failed) {
+    (void)dev;
+    if (corr == 0 || unc == 0 || pending == 0 || failed == 0) return NVML_ERROR_INVALID_ARGUMENT;
+    *corr = 0;
+    *unc = 1;
+    *pending = 1;
+    *failed = 0;
     return NVML_SUCCESS;
 }
 
