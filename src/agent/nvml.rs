@@ -147,8 +147,9 @@ mod imp {
                 tracing::warn!(
                     error = %e,
                     library = %library.map_or("libnvidia-ml.so.1".into(), |p| p.display().to_string()),
-                    "NVML not available (libnvidia-ml.so.1 not loadable: no NVIDIA driver, or \
-                     not mounted into the container); NVML source off, other sources go on"
+                    "NVML not available (no NVIDIA driver library in the container, or the \
+                     driver's /dev/nvidia* devices not accessible); NVML source off, other \
+                     sources go on"
                 );
                 let _ = tx.blocking_send(SourceEvent::Up {
                     source: "nvml",
