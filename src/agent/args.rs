@@ -108,14 +108,39 @@ pub struct AgentArgs {
     #[arg(long, env = "REBOUND_DCGM_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pub dcgm_timeout: Duration,
 
+    /// Run `dcgmi diag` also while compute processes run on the GPUs (NVML
+    /// tells; without NVML the agent cannot tell and runs it). Off: a
+    /// diagnostic loads the GPUs a job is training on.
+    #[arg(long, env = "REBOUND_DCGM_DIAG_WHILE_BUSY", default_value_t = false, action = ArgAction::Set)]
+    pub dcgm_diag_while_busy: bool,
+
     /// Also run `dcgmi health -c -j` with each diagnostic.
     #[arg(long, env = "REBOUND_DCGM_HEALTH", default_value_t = true, action = ArgAction::Set)]
     pub dcgm_health: bool,
+
+    /// Scrape this node's dcgm-exporter for DCGM health (XID gauge, row-remap
+    /// failure, double-bit ECC, pages pending retirement), e.g.
+    /// `http://$(HOST_IP):9400/metrics`. Empty: off. Needs no `dcgmi`.
+    #[arg(long, env = "REBOUND_DCGM_EXPORTER_URL", default_value = "")]
+    pub dcgm_exporter_url: String,
+
+    /// Time between two dcgm-exporter scrapes.
+    #[arg(long, env = "REBOUND_DCGM_EXPORTER_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub dcgm_exporter_interval: Duration,
 
     /// Poll NVML (needs a build with the `nvml` feature; the library is
     /// loaded at run time).
     #[arg(long, env = "REBOUND_NVML", default_value_t = true, action = ArgAction::Set)]
     pub nvml: bool,
+
+    /// The driver's NVML library by full path, instead of `libnvidia-ml.so.1`
+    /// found by the dynamic loader (the NVIDIA container toolkit puts it on
+    /// the loader's path). For a host driver directory mounted into the
+    /// container: only this file is loaded from it, its dependencies (libc)
+    /// still come from the image, which `LD_LIBRARY_PATH` on the host's
+    /// library directory would not guarantee.
+    #[arg(long, env = "REBOUND_NVML_LIBRARY")]
+    pub nvml_library: Option<PathBuf>,
 
     /// Time between two NVML health polls.
     #[arg(long, env = "REBOUND_NVML_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]

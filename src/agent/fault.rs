@@ -124,6 +124,14 @@ pub enum SourceEvent {
         /// Whether it works.
         up: bool,
     },
+    /// What a source found on the node (the driver, each GPU's model and
+    /// UUID), for people: logged, and listed by a dry run.
+    Found {
+        /// The source.
+        source: &'static str,
+        /// One line, e.g. `GPU 0: NVIDIA H100 80GB HBM3 (GPU-…)`.
+        detail: String,
+    },
     /// Input a source could not parse.
     ParseErrors {
         /// The source.

@@ -8,6 +8,7 @@
 pub mod args;
 pub mod cmd;
 pub mod dcgm;
+pub mod dcgm_exporter;
 pub mod fault;
 pub mod kmsg;
 pub mod metrics;

@@ -1,7 +1,7 @@
 //! Wiring: sources → fold state → conditions and Events, and the one-shot
 //! dry run that prints what would be reported.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
@@ -19,7 +19,7 @@ use super::npusmi::REASON_NPU;
 use super::nvml::REASON_NVML;
 use super::pci::DeviceMap;
 use super::report::{ExistingCondition, KubeReporter, build_event, timestamp};
-use super::sources::{DcgmSource, KmsgSource, NpuSmiSource, boot_time};
+use super::sources::{DcgmExporterSource, DcgmSource, KmsgSource, NpuSmiSource, boot_time};
 use super::state::{DesiredCondition, EventDue, FoldConfig, FoldState, Observed};
 use super::xid::{REASON_SXID, REASON_XID};
 use crate::fault::wire::WireFault;
@@ -50,6 +50,11 @@ pub struct DryRunReport {
     pub conditions: Vec<ConditionView>,
     /// Input that had a fault marker but did not parse.
     pub parse_errors: u64,
+    /// Whether each source that ran worked (`nvml: false`: no driver
+    /// library), as `rebound_agent_source_up` would say.
+    pub sources: BTreeMap<&'static str, bool>,
+    /// What the sources found: the NVML driver and each GPU's identity.
+    pub found: Vec<String>,
 }
 
 /// A condition as printed.
@@ -86,13 +91,18 @@ pub fn fold_report(
 ) -> DryRunReport {
     let mut state = FoldState::new(cfg);
     let mut parse_errors = 0;
+    let mut sources = BTreeMap::new();
+    let mut found = Vec::new();
     for ev in events {
         match ev {
             SourceEvent::Fault { fault, at, timed } => {
                 state.observe_as(fault.clone(), *at, now, *timed);
             }
             SourceEvent::ParseErrors { n, .. } => parse_errors += n,
-            SourceEvent::Up { .. } => {}
+            SourceEvent::Up { source, up } => {
+                sources.insert(*source, *up);
+            }
+            SourceEvent::Found { detail, .. } => found.push(detail.clone()),
         }
     }
     let mut faults = Vec::new();
@@ -112,6 +122,8 @@ pub fn fold_report(
         faults,
         conditions,
         parse_errors,
+        sources,
+        found,
     }
 }
 
@@ -130,7 +142,8 @@ pub fn device_map(args: &AgentArgs) -> anyhow::Result<DeviceMap> {
 }
 
 /// Read every enabled source once (the kernel log to its end, one `dcgmi`
-/// and `npu-smi` run; NVML is not polled) and return the events.
+/// and `npu-smi` run, one NVML reading of each GPU; no waiting for NVML XID
+/// events) and return the events.
 pub async fn collect_once(args: &AgentArgs) -> anyhow::Result<Vec<SourceEvent>> {
     let map = device_map(args)?;
     let (tx, mut rx) = mpsc::channel(CHANNEL_CAPACITY);
@@ -159,6 +172,18 @@ pub async fn collect_once(args: &AgentArgs) -> anyhow::Result<Vec<SourceEvent>> 
     if args.npu_smi {
         let _ = npu_source(args).poll(&tx).await;
     }
+    if let Some(src) = exporter_source(args) {
+        // One scrape: no earlier XID to compare with, so only the standing
+        // state (row-remap failure, ECC, pending pages) shows.
+        let _ = src.poll(&mut Default::default(), &mut None, &tx).await;
+    }
+    if args.nvml {
+        let tx = tx.clone();
+        let library = args.nvml_library.clone();
+        tokio::task::spawn_blocking(move || super::nvml::poll_once(&tx, library.as_deref()))
+            .await
+            .context("NVML reader")?;
+    }
     drop(tx);
     collector.await.context("collecting source events")
 }
@@ -182,7 +207,19 @@ fn dcgm_source(args: &AgentArgs) -> DcgmSource {
         interval: args.dcgm_interval,
         timeout: args.dcgm_timeout,
         health: args.dcgm_health,
+        diag_while_busy: args.dcgm_diag_while_busy,
+        busy: super::nvml::gpus_busy,
+        nvml_library: args.nvml_library.clone(),
     }
+}
+
+fn exporter_source(args: &AgentArgs) -> Option<DcgmExporterSource> {
+    let url = args.dcgm_exporter_url.trim();
+    (!url.is_empty()).then(|| DcgmExporterSource {
+        url: url.to_string(),
+        interval: args.dcgm_exporter_interval,
+        timeout: Duration::from_secs(10),
+    })
 }
 
 fn npu_source(args: &AgentArgs) -> NpuSmiSource {
@@ -425,6 +462,8 @@ fn handle(ev: SourceEvent, state: &mut FoldState, metrics: &Metrics) {
         }
         SourceEvent::Up { source, up } => metrics.source_up(source, up),
         SourceEvent::ParseErrors { source, n } => metrics.parse_errors(source, n),
+        // Logged by the source when found.
+        SourceEvent::Found { .. } => {}
     }
 }
 
@@ -521,12 +560,16 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
     if args.npu_smi {
         tokio::spawn(npu_source(&args).run(tx.clone()));
     }
+    if let Some(src) = exporter_source(&args) {
+        tokio::spawn(src.run(tx.clone()));
+    }
     if args.nvml {
         let tx = tx.clone();
         let interval = args.nvml_interval;
+        let library = args.nvml_library.clone();
         std::thread::Builder::new()
             .name("rebound-nvml".into())
-            .spawn(move || super::nvml::watch_blocking(tx, interval))
+            .spawn(move || super::nvml::watch_blocking(tx, interval, library.as_deref()))
             .context("starting the NVML thread")?;
     }
     drop(tx);

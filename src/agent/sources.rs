@@ -13,6 +13,7 @@ use tokio::sync::mpsc::Sender;
 
 use super::cmd::CmdError;
 use super::dcgm::{self, DcgmError};
+use super::dcgm_exporter::{self, ExporterState};
 use super::fault::SourceEvent;
 use super::kmsg::MAX_LINE_BYTES;
 use super::npusmi;
@@ -222,17 +223,46 @@ pub struct DcgmSource {
     pub timeout: Duration,
     /// Also `dcgmi health -c -j`.
     pub health: bool,
+    /// Run `dcgmi diag` also while compute processes run on the GPUs (a
+    /// job training). Off by default: diag loads the GPUs it tests.
+    pub diag_while_busy: bool,
+    /// Whether a compute process runs on any GPU now (`None`: cannot tell,
+    /// e.g. no NVML; diag then runs as configured), given the NVML library
+    /// path below. NVML's answer in the agent, a fixed one in tests.
+    pub busy: fn(Option<&Path>) -> Option<bool>,
+    /// `--nvml-library`.
+    pub nvml_library: Option<PathBuf>,
 }
 
 impl DcgmSource {
     /// Run once; `Ok(false)` when `dcgmi` is missing (source disabled).
+    /// `dcgmi diag` is skipped while the GPUs are busy unless
+    /// `diag_while_busy`; `dcgmi health` only reads the hostengine's
+    /// watches and always runs.
     pub async fn poll(
         &self,
         tx: &Sender<SourceEvent>,
     ) -> Result<bool, tokio::sync::mpsc::error::SendError<SourceEvent>> {
         let now = SystemTime::now();
-        match dcgm::run_diag(&self.binary, self.level, self.timeout).await {
-            Ok(failures) => {
+        let skip_diag = !self.diag_while_busy && {
+            let (busy, lib) = (self.busy, self.nvml_library.clone());
+            tokio::task::spawn_blocking(move || busy(lib.as_deref()))
+                .await
+                .ok()
+                .flatten()
+                == Some(true)
+        };
+        if skip_diag {
+            tracing::info!("compute processes run on the GPUs; dcgmi diag skipped this round");
+        }
+        let diag = if skip_diag {
+            None
+        } else {
+            Some(dcgm::run_diag(&self.binary, self.level, self.timeout).await)
+        };
+        match diag {
+            None => {}
+            Some(Ok(failures)) => {
                 tx.send(SourceEvent::Up {
                     source: "dcgm",
                     up: true,
@@ -247,7 +277,7 @@ impl DcgmSource {
                     .await?;
                 }
             }
-            Err(DcgmError::Cmd(CmdError::Missing { binary })) => {
+            Some(Err(DcgmError::Cmd(CmdError::Missing { binary }))) => {
                 tracing::info!(%binary, "dcgmi not found; DCGM source off");
                 tx.send(SourceEvent::Up {
                     source: "dcgm",
@@ -256,7 +286,7 @@ impl DcgmSource {
                 .await?;
                 return Ok(false);
             }
-            Err(e @ (DcgmError::Json { .. } | DcgmError::Shape)) => {
+            Some(Err(e @ (DcgmError::Json { .. } | DcgmError::Shape))) => {
                 tracing::warn!(error = %e, "dcgmi diag output not understood");
                 tx.send(SourceEvent::ParseErrors {
                     source: "dcgm",
@@ -269,7 +299,7 @@ impl DcgmSource {
                 })
                 .await?;
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 tracing::warn!(error = %e, "dcgmi diag failed");
                 tx.send(SourceEvent::Up {
                     source: "dcgm",
@@ -289,6 +319,15 @@ impl DcgmSource {
                         })
                         .await?;
                     }
+                }
+                Err(DcgmError::Cmd(CmdError::Missing { binary })) if skip_diag => {
+                    tracing::info!(%binary, "dcgmi not found; DCGM source off");
+                    tx.send(SourceEvent::Up {
+                        source: "dcgm",
+                        up: false,
+                    })
+                    .await?;
+                    return Ok(false);
                 }
                 Err(e) => tracing::debug!(error = %e, "dcgmi health gave nothing usable"),
             }
@@ -375,3 +414,76 @@ impl NpuSmiSource {
         }
     }
 }
+
+/// Settings of the dcgm-exporter scraper.
+#[derive(Clone, Debug)]
+pub struct DcgmExporterSource {
+    /// `http://host:port/metrics` of this node's exporter.
+    pub url: String,
+    /// Time between scrapes.
+    pub interval: Duration,
+    /// Longest scrape.
+    pub timeout: Duration,
+}
+
+impl DcgmExporterSource {
+    /// Scrape once and send what it shows. `up` is what the last scrape
+    /// said: a failure is logged as a warning only when the source goes
+    /// down (one line for an exporter that is not there, not one a scrape).
+    pub async fn poll(
+        &self,
+        state: &mut ExporterState,
+        up: &mut Option<bool>,
+        tx: &Sender<SourceEvent>,
+    ) -> Result<(), tokio::sync::mpsc::error::SendError<SourceEvent>> {
+        let source = "dcgm_exporter";
+        match dcgm_exporter::scrape(&self.url, self.timeout).await {
+            Ok(text) => {
+                if *up != Some(true) {
+                    tracing::info!(url = %self.url, "reading DCGM health from dcgm-exporter");
+                }
+                *up = Some(true);
+                tx.send(SourceEvent::Up { source, up: true }).await?;
+                let (samples, errors) = dcgm_exporter::parse_exposition(&text);
+                if errors > 0 {
+                    tx.send(SourceEvent::ParseErrors { source, n: errors })
+                        .await?;
+                }
+                let at = SystemTime::now();
+                for fault in state.faults(&samples) {
+                    tx.send(SourceEvent::Fault {
+                        fault,
+                        at,
+                        timed: false,
+                    })
+                    .await?;
+                }
+            }
+            Err(e) => {
+                if *up != Some(false) {
+                    tracing::warn!(url = %self.url, error = %e, "dcgm-exporter not reachable; retrying every interval");
+                } else {
+                    tracing::debug!(url = %self.url, error = %e, "dcgm-exporter still not reachable");
+                }
+                *up = Some(false);
+                tx.send(SourceEvent::Up { source, up: false }).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Scrape every interval until the receiver is gone. An exporter that
+    /// is missing may come later (it starts after the agent on a new node),
+    /// so the source keeps trying.
+    pub async fn run(self, tx: Sender<SourceEvent>) {
+        let mut state = ExporterState::default();
+        let mut up = None;
+        while self.poll(&mut state, &mut up, &tx).await.is_ok() {
+            tokio::time::sleep(self.interval).await;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "sources_tests.rs"]
+mod tests;

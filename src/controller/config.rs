@@ -68,12 +68,13 @@ pub struct ControllerArgs {
     #[arg(long, env = "REBOUND_NO_AUTO_UNCORDON")]
     pub no_auto_uncordon: bool,
     /// Node condition types read as faults (besides the agent's GpuFault and
-    /// NpuFault, and Ready). node-problem-detector's by default.
+    /// NpuFault, and Ready). By default those the shipped samples classify:
+    /// node-problem-detector's (upstream and AKS's) and NVSentinel's.
     #[arg(
         long,
         env = "REBOUND_CONDITION_TYPES",
         value_delimiter = ',',
-        default_value = "KernelDeadlock,ReadonlyFilesystem,FrequentKubeletRestart,FrequentDockerRestart,FrequentContainerdRestart,GPUProblem,NPUProblem"
+        default_value = crate::fault::node::DEFAULT_CONDITION_TYPES
     )]
     pub condition_types: Vec<String>,
     /// Decide and record everything, act on nothing.

@@ -13,6 +13,31 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition};
 /// The code of the fault a `Ready` condition that is not `True` becomes.
 pub const NOT_READY: &str = "NotReady";
 
+/// Condition types the controller reads by default (`--condition-types`),
+/// besides the agent's and `Ready`: those the shipped samples classify, so a
+/// cluster that already runs node-problem-detector (upstream configs, AKS's
+/// GPU checks) or NVSentinel needs no setting for them. Each comes from its
+/// writer's own config or docs, cited in the sample that classifies it
+/// (`samples/classifications/node-condition.yaml`,
+/// `aks-node-problem-detector.yaml`, `nvsentinel.yaml`). A type no rule
+/// names would be read and ignored, so only classified types are here.
+pub const DEFAULT_CONDITION_TYPES: &str = concat!(
+    // node-problem-detector (upstream config/*.json), and custom plugins'
+    // generic accelerator conditions.
+    "KernelDeadlock,ReadonlyFilesystem,XfsShutdown,FrequentKubeletRestart,",
+    "FrequentDockerRestart,FrequentContainerdRestart,FrequentUnregisterNetDevice,",
+    "CorruptDockerOverlay2,KubeletUnhealthy,ContainerRuntimeUnhealthy,GPUProblem,NPUProblem,",
+    // AKS's node-problem-detector plugins.
+    "FilesystemCorruptionProblem,KubeletProblem,ContainerRuntimeProblem,VMEventScheduled,",
+    "GPUMissing,NVLinkStatusInactive,XIDErrors,GPUXIDErrors,IBLinkFlapping,",
+    "GPUClockThrottling,UnhealthyNvidiaDevicePlugin,",
+    // NVSentinel's platform connector (fatal health events only).
+    "SysLogsXIDError,SysLogsSXIDError,SysLogsGPUFallenOff,GpuXidError,GpuPcieWatch,",
+    "GpuNvlinkWatch,GpuPmuWatch,GpuMcuWatch,GpuMemWatch,GpuSmWatch,GpuInforomWatch,",
+    "GpuThermalWatch,GpuPowerWatch,GpuDriverWatch,GpuNvswitchNonfatalWatch,",
+    "GpuNvswitchFatalWatch,GpuAllWatch,GpuDcgmConnectivityFailure,GpuDcgmUnresponsive"
+);
+
 /// Faults a Node carries now.
 ///
 /// - `GpuFault` / `NpuFault` conditions with status `True`: each line of the

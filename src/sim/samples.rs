@@ -20,6 +20,18 @@ pub const SAMPLES: &[(&str, &str)] = &[
         include_str!("../../samples/classifications/node-condition.yaml"),
     ),
     (
+        "classifications/aks-node-problem-detector.yaml",
+        include_str!("../../samples/classifications/aks-node-problem-detector.yaml"),
+    ),
+    (
+        "classifications/nvsentinel.yaml",
+        include_str!("../../samples/classifications/nvsentinel.yaml"),
+    ),
+    (
+        "classifications/gpu-health.yaml",
+        include_str!("../../samples/classifications/gpu-health.yaml"),
+    ),
+    (
         "classifications/kube-event.yaml",
         include_str!("../../samples/classifications/kube-event.yaml"),
     ),

@@ -431,6 +431,8 @@ async fn dry_run_reports_folded_faults_from_a_file() {
         "--dry-run",
         "--dcgm",
         "false",
+        "--nvml",
+        "false",
         "--nvidia-proc-dir",
         "/nonexistent",
         "--pci-map",

@@ -1,6 +1,10 @@
 //! Integration tests, one binary (ECOSYSTEM.md: each test binary links ~200 MB).
 
 mod agent;
+mod agent_gpu_health;
+mod agent_image;
+#[cfg(feature = "nvml")]
+mod agent_nvml;
 mod conformance;
 mod crds;
 mod demo;
@@ -10,6 +14,7 @@ mod inject;
 mod inplace;
 mod packaging;
 mod samples;
+mod samples_conditions;
 mod sim_actors;
 mod sim_bench;
 mod sim_server;

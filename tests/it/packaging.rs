@@ -610,10 +610,16 @@ fn agent_daemonset_reads_only_the_kernel_log() {
     ] {
         assert!(t.contains(line), "chart daemonset lacks `{line}`");
     }
+    // /dev/kmsg, and the driver's library directory only when
+    // agent.nvml.hostLibDir asks for it (read-only like every mount, above).
     assert_eq!(
         t.matches("hostPath:").count(),
-        1,
-        "chart agent: one host path"
+        2,
+        "chart agent: /dev/kmsg and the optional driver library directory"
+    );
+    assert!(
+        t.contains("{{- with .Values.agent.nvml.hostLibDir }}\n      - name: driver-lib"),
+        "chart agent: the driver library mount is optional"
     );
     assert_eq!(
         values()["controller"]["taintKey"],

@@ -109,7 +109,7 @@ fn every_sample_file_loads_and_compiles_without_warnings() {
         }
     }
     files.sort();
-    assert_eq!(files.len(), 8, "sample files: {files:?}");
+    assert_eq!(files.len(), 11, "sample files: {files:?}");
     for f in &files {
         let loaded = load_paths(std::slice::from_ref(f)).unwrap_or_else(|e| panic!("{e}"));
         let objects = loaded.classifications.len() + loaded.policies.len();
@@ -138,7 +138,7 @@ fn every_sample_file_loads_and_compiles_without_warnings() {
     assert_eq!(all.policies.len(), 3);
     let (engine, warnings) = engine_from(&all, ROOT_NS, 100).expect("samples/ compiles");
     assert!(warnings.is_empty(), "{warnings:?}");
-    assert_eq!(engine.classifier.in_use().count(), 5);
+    assert_eq!(engine.classifier.in_use().count(), 8);
 }
 
 // --- NVIDIA XID ----------------------------------------------------------------------------
@@ -907,17 +907,10 @@ fn samples_classify_what_the_pod_parser_reports() {
 fn samples_classify_what_the_node_parser_reports() {
     let now = Utc::now();
     // The controller's default --condition-types.
-    let watched: Vec<String> = [
-        "KernelDeadlock",
-        "ReadonlyFilesystem",
-        "FrequentKubeletRestart",
-        "FrequentDockerRestart",
-        "FrequentContainerdRestart",
-        "GPUProblem",
-        "NPUProblem",
-    ]
-    .map(String::from)
-    .into();
+    let watched: Vec<String> = rebound::fault::node::DEFAULT_CONDITION_TYPES
+        .split(',')
+        .map(String::from)
+        .collect();
     let node = |conditions: serde_json::Value| -> Node {
         serde_json::from_value(
             json!({"metadata": {"name": "gpu-7"}, "status": {"conditions": conditions}}),

@@ -16,6 +16,12 @@
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The agent image (`docker build --target agent`): glibc, with NVML. */}}
+{{- define "rebound.agentImage" -}}
+{{- $repo := default (printf "%s-agent" .Values.image.repository) .Values.agent.image.repository -}}
+{{- printf "%s:%s" $repo (default (default .Chart.AppVersion .Values.image.tag) .Values.agent.image.tag) -}}
+{{- end -}}
+
 {{- define "rebound.labels" -}}
 app.kubernetes.io/name: rebound
 app.kubernetes.io/instance: {{ .Release.Name }}
