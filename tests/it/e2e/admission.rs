@@ -249,16 +249,36 @@ async fn restarts_in_place(
     let before = uids(&pods);
     xid_condition(bed, &node_name(&pods[0]), "13").await;
     let jobs: Api<DynamicObject> = Api::namespaced_with(bed.client(), ml, &api);
-    let after = wait("every pod restarted in place, released", T, || async {
-        let j = jobs.get(name).await.ok()?;
-        let a = j.annotations();
-        let p = running(bed, ml, selector).await;
-        (a.get(GENERATION_ANNOTATION).map(String::as_str) == Some("1")
-            && a.get(RELEASED_ANNOTATION).map(String::as_str) == Some("1")
-            && p.len() == n
-            && p.iter().all(|p| ready(p) && agent_restarts(p) >= 1))
-        .then_some(p)
-    })
+    // What was last seen, for the failure message: the suite's other
+    // real-server tests load the machine, so a slow restart and a stuck
+    // one must be told apart.
+    let seen = std::sync::Mutex::new(String::new());
+    let after = wait_for(
+        "every pod restarted in place, released",
+        2 * T,
+        || async {
+            let j = jobs.get(name).await.ok()?;
+            let a = j.annotations();
+            let p = running(bed, ml, selector).await;
+            if let Ok(mut s) = seen.lock() {
+                *s = format!(
+                    "generation {:?}, released {:?}, {} running: {:?}",
+                    a.get(GENERATION_ANNOTATION),
+                    a.get(RELEASED_ANNOTATION),
+                    p.len(),
+                    p.iter()
+                        .map(|p| (p.name_any(), ready(p), agent_restarts(p)))
+                        .collect::<Vec<_>>()
+                );
+            }
+            (a.get(GENERATION_ANNOTATION).map(String::as_str) == Some("1")
+                && a.get(RELEASED_ANNOTATION).map(String::as_str) == Some("1")
+                && p.len() == n
+                && p.iter().all(|p| ready(p) && agent_restarts(p) >= 1))
+            .then_some(p)
+        },
+        || seen.lock().map(|s| s.clone()).unwrap_or_default(),
+    )
     .await;
     assert_eq!(uids(&after), before, "the same pods");
     assert_eq!(destructive(bed), Vec::<String>::new(), "nothing deleted");

@@ -199,8 +199,13 @@ pub async fn ready_bed_with_args(
     (bed, ctl)
 }
 
-/// Wait until `check` returns Some, or panic saying what did not happen.
-pub async fn wait<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// [`wait`], and on a timeout also `last()`: what was last seen.
+pub async fn wait_for<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut check: F,
+    last: impl Fn() -> String,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -210,12 +215,24 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
+        if start.elapsed() >= timeout {
+            let seen = last();
+            if seen.is_empty() {
+                panic!("timed out after {timeout:?} waiting for: {what}");
+            }
+            panic!("timed out after {timeout:?} waiting for: {what}; last seen: {seen}");
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Wait until `check` returns Some, or panic saying what did not happen.
+pub async fn wait<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_for(what, timeout, check, String::new).await
 }
 
 /// Whether a logged request is the controller's (by its User-Agent, which
