@@ -31,6 +31,7 @@ use serde_json::{Map, Value, json};
 use super::children::{ChildPod, InFlight, PodIndex, observe};
 use super::create::{CreateBackoff, Created, spawn_create};
 use super::jobstore::JobStore;
+use super::ratelimit::ClientLimit;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_ref, is_not_found, key, now_rfc3339, str_at};
 
@@ -406,10 +407,17 @@ enum Input {
 
 /// Runs the Volcano job controller until aborted.
 pub async fn run(client: Client) {
+    run_limited(client, ClientLimit::NONE).await;
+}
+
+/// Runs the Volcano job controller until aborted, every request of its client waiting on
+/// `limit` as the real component's client does (see [`super::ratelimit`]).
+pub async fn run_limited(client: Client, limit: ClientLimit) {
     let jobs_api: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
     let cmds_api: Api<DynamicObject> = Api::all_with(client.clone(), &command_resource());
     let pods: Api<Pod> = Api::all(client.clone());
     let (writer, results) = Writer::new(32);
+    let writer = writer.limited(limit);
     let mut input = futures::stream::select_all(vec![
         watch_stream(jobs_api, None, "volcano jobs")
             .map(Input::Job)
@@ -425,7 +433,11 @@ pub async fn run(client: Client) {
     ]);
     let mut store = JobStore::default();
     let mut index = PodIndex::default();
-    let mut in_flight = InFlight::default();
+    let mut in_flight = if limit.is_limited() {
+        InFlight::with_ttl(InFlight::LIMITED_TTL)
+    } else {
+        InFlight::default()
+    };
     let mut backoff = CreateBackoff::default();
     // The status this controller last wrote, by job uid: the controller is
     // its only writer, so it is newer than what the watch may still show.
@@ -606,20 +618,21 @@ pub async fn run(client: Client) {
                 let jk2 = jk.clone();
                 spawn_create(&writer, api, pod, move |c| Input::Created(k, jk2, c));
             }
-            for name in p.deletes {
-                let k = key(&ns, &name);
-                in_flight.insert_delete(k.clone());
-                own_deletes.insert(k.clone());
-                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-                let jk2 = jk.clone();
-                writer.spawn(async move {
-                    if let Err(e) = api.delete(&name, &DeleteParams::default()).await
-                        && !is_not_found(&e)
-                    {
-                        tracing::debug!(pod = %name, error = %e, "delete volcano pod");
-                    }
-                    Input::Done(k, Some(jk2))
-                });
+            if !p.deletes.is_empty() {
+                let mut keys = Vec::with_capacity(p.deletes.len());
+                for name in &p.deletes {
+                    let k = key(&ns, name);
+                    in_flight.insert_delete(k.clone());
+                    own_deletes.insert(k.clone());
+                    keys.push(k);
+                }
+                spawn_kill(
+                    &writer,
+                    Api::namespaced(client.clone(), &ns),
+                    p.deletes,
+                    keys,
+                    jk.clone(),
+                );
             }
             if let Some(status) = p.status {
                 status_cache.insert(uid.clone(), status.clone());
@@ -640,6 +653,49 @@ pub async fn run(client: Client) {
             }
         }
     }
+}
+
+/// Annotation the simulated controller writes on a pod before it deletes
+/// it, standing for the real `killPods`' out-of-sync JSON patch
+/// (`jobhelpers.OutOfSyncJSONPatch`), whose exact content this simulation
+/// does not copy: what is modelled is the request.
+pub const OUT_OF_SYNC: &str = "rebound.dev/sim-volcano-out-of-sync";
+
+/// Kills pods as volcano-controller-manager's `killPods` does (since
+/// v1.14, `pkg/controllers/job/job_controller_actions.go`): one loop that
+/// patches every pod out of sync, one request after another, then one
+/// loop that deletes them, one after another, all through the controller's
+/// rate-limited client, within one sync of the job (one worker holds the
+/// job meanwhile). Each pod's end is reported as [`Input::Done`].
+fn spawn_kill(writer: &Writer<Input>, api: Api<Pod>, names: Vec<String>, keys: Vec<String>, jk: String) {
+    let bucket = writer.bucket();
+    let tx = writer.sender();
+    tokio::spawn(async move {
+        let patch = json!({"metadata": {"annotations": {OUT_OF_SYNC: "true"}}});
+        for name in &names {
+            if let Some(b) = &bucket {
+                b.wait().await;
+            }
+            if let Err(e) = api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                && !is_not_found(&e)
+            {
+                tracing::debug!(pod = %name, error = %e, "mark volcano pod out of sync");
+            }
+        }
+        for (name, k) in names.iter().zip(keys) {
+            if let Some(b) = &bucket {
+                b.wait().await;
+            }
+            if let Err(e) = api.delete(name, &DeleteParams::default()).await
+                && !is_not_found(&e)
+            {
+                tracing::debug!(pod = %name, error = %e, "delete volcano pod");
+            }
+            let _ = tx.send(Input::Done(k, Some(jk.clone())));
+        }
+    });
 }
 
 #[cfg(test)]
