@@ -97,6 +97,9 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
                 ..Default::default()
             },
             operator_limits: args.operator_limits.clone(),
+            // A deleted pod stays until its kubelet stopped it, as on a
+            // real server: a recreate pays the old pods' stop.
+            hold_pod_deletion: true,
             ..SimConfig::default()
         },
     )
@@ -247,7 +250,7 @@ async fn run_tier(
     let log = env.server_log_from_now()?;
     let job_key = kind.storage_key();
     let job_events_before = env.watch_events_sent(&job_key);
-    tracker.arm(size);
+    tracker.arm(size, tier == "Recreate");
     let first = before
         .iter()
         .map(|p| p.name.clone())

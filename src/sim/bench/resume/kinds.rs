@@ -147,8 +147,11 @@ impl JobKind {
         let (policy, container) = match self {
             Self::Volcano => ("OnFailure", "worker"),
             Self::PyTorchJob => ("OnFailure", "pytorch"),
-            Self::TrainJob => ("Never", trainer::NODE_CONTAINER),
-            Self::JobSet | Self::Job => ("Never", "worker"),
+            // The kubelet restarts the failed worker (OnFailure) while rebound
+            // restarts the whole pod: with `Never` the pod would fail and
+            // its Job replace it, which no in-place restart can avoid.
+            Self::TrainJob => ("OnFailure", trainer::NODE_CONTAINER),
+            Self::JobSet | Self::Job => ("OnFailure", "worker"),
         };
         let mut spec = json!({
             "initContainers": [{"name": "setup", "image": "busybox", "command": ["sh", "-c", "true"]}],
@@ -164,8 +167,10 @@ impl JobKind {
         }
         let template = json!({"metadata": {"labels": labels}, "spec": spec});
         let n = i64::try_from(pods)?;
-        // A batch Job's pods deleted by a recreate count as failed pods on
-        // a real Job controller: room for a few recreates.
+        // A Job counts its pods' container restarts (OnFailure) against
+        // `backoffLimit`, in-place restarts included, and a real Job
+        // controller counts pods deleted by a recreate as failed: room for
+        // a few restarts of every pod.
         let backoff = n.saturating_mul(4);
         let job_template = |parallel: i64, backoff: i64| {
             json!({"metadata": {"labels": labels},
@@ -194,7 +199,7 @@ impl JobKind {
             }
             Self::JobSet => json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
                 "spec": {"failurePolicy": {"maxRestarts": 3},
-                    "replicatedJobs": [{"name": "workers", "replicas": 1, "template": job_template(n, 0)}]}}),
+                    "replicatedJobs": [{"name": "workers", "replicas": 1, "template": job_template(n, backoff)}]}}),
             Self::Job => {
                 let mut j = job_template(n, backoff);
                 j["apiVersion"] = json!("batch/v1");
@@ -204,7 +209,7 @@ impl JobKind {
             }
             Self::TrainJob => {
                 let runtime = format!("{name}-runtime");
-                let mut jt = job_template(1, 0);
+                let mut jt = job_template(1, backoff);
                 jt["metadata"]["labels"][trainer::ANCESTOR_LABEL] = json!(trainer::ANCESTOR_TRAINER);
                 let mut rt = json!({"apiVersion": trainer::API_VERSION, "kind": "TrainingRuntime",
                     "metadata": {"name": runtime, "namespace": ns},

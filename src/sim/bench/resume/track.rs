@@ -79,16 +79,20 @@ struct Goal {
     pods: usize,
     /// The agent's restart count of every pod before the fault, by uid.
     before: HashMap<String, i32>,
+    /// Only new pods count (a recreate: an old pod whose agent restarted
+    /// it in place, as the generation rebound writes for its agents makes
+    /// it, is still to be replaced by the operator).
+    fresh_only: bool,
 }
 
 impl Goal {
     /// Whether `p` is back in the new generation.
     fn back(&self, p: &PodView) -> bool {
         p.serving()
-            && self
-                .before
-                .get(&p.uid)
-                .is_none_or(|r| p.agent_restarts > *r)
+            && match self.before.get(&p.uid) {
+                None => true,
+                Some(r) => !self.fresh_only && p.agent_restarts > *r,
+            }
     }
 
     fn met(&self, pods: &HashMap<String, PodView>) -> bool {
@@ -226,15 +230,19 @@ impl PodTracker {
     }
 
     /// From now on, watch for the job to resume with `pods` pods, against
-    /// the pods as they are now.
-    pub fn arm(&self, pods: usize) {
+    /// the pods as they are now (`fresh_only`: every pod must be new).
+    pub fn arm(&self, pods: usize, fresh_only: bool) {
         if let Ok(mut s) = self.state.lock() {
             let before = s
                 .pods
                 .values()
                 .map(|p| (p.uid.clone(), p.agent_restarts))
                 .collect();
-            s.goal = Some(Goal { pods, before });
+            s.goal = Some(Goal {
+                pods,
+                before,
+                fresh_only,
+            });
             s.resumed = None;
         }
     }
