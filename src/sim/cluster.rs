@@ -458,13 +458,10 @@ impl SimCluster {
             scope,
             rate: config.kubelet.costs.schedule_rate,
             burst: config.kubelet.costs.schedule_burst,
-            gang: config
-                .operators
-                .volcano
-                .then(|| scheduler::GangConfig {
-                    limit: limits.vc_scheduler,
-                    period: limits.vc_schedule_period,
-                }),
+            gang: config.operators.volcano.then(|| scheduler::GangConfig {
+                limit: limits.vc_scheduler,
+                period: limits.vc_schedule_period,
+            }),
         };
         match &config.shared {
             None => tasks.push(tokio::spawn(scheduler::run_with(

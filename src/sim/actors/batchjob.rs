@@ -471,7 +471,12 @@ pub async fn run_limited(client: Client, limit: ClientLimit, max_per_sync: usize
                 batch.push((name, pod));
             }
             if limit.is_limited() {
-                spawn_slow_start(&writer, Api::namespaced(client.clone(), &ns), batch, uid.clone());
+                spawn_slow_start(
+                    &writer,
+                    Api::namespaced(client.clone(), &ns),
+                    batch,
+                    uid.clone(),
+                );
             } else {
                 for (name, pod) in batch {
                     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -523,7 +528,12 @@ pub async fn run_limited(client: Client, limit: ClientLimit, max_per_sync: usize
 /// limit, and the next batch starts once all of them answered; after a
 /// failed batch the rest is skipped (reported failed, so the next sync
 /// retries them). Each pod's outcome goes back as [`Input::Created`].
-fn spawn_slow_start(writer: &Writer<Input>, api: Api<Pod>, pods: Vec<(String, Value)>, uid: String) {
+fn spawn_slow_start(
+    writer: &Writer<Input>,
+    api: Api<Pod>,
+    pods: Vec<(String, Value)>,
+    uid: String,
+) {
     if pods.is_empty() {
         return;
     }

@@ -667,7 +667,13 @@ pub const OUT_OF_SYNC: &str = "rebound.dev/sim-volcano-out-of-sync";
 /// loop that deletes them, one after another, all through the controller's
 /// rate-limited client, within one sync of the job (one worker holds the
 /// job meanwhile). Each pod's end is reported as [`Input::Done`].
-fn spawn_kill(writer: &Writer<Input>, api: Api<Pod>, names: Vec<String>, keys: Vec<String>, jk: String) {
+fn spawn_kill(
+    writer: &Writer<Input>,
+    api: Api<Pod>,
+    names: Vec<String>,
+    keys: Vec<String>,
+    jk: String,
+) {
     let bucket = writer.bucket();
     let tx = writer.sender();
     tokio::spawn(async move {

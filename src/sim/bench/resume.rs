@@ -49,7 +49,6 @@ use crate::sim::cluster::SimConfig;
 /// The tiers, in the order they are measured.
 pub const TIERS: [&str; 3] = ["InPlace", "ReplaceFaulty", "Recreate"];
 
-
 /// The longest wait for a job's pods to run, or to be gone.
 const SETUP_MAX: Duration = Duration::from_secs(1800);
 /// The longest wait for a job to resume after its fault.

@@ -285,7 +285,10 @@ mod tests {
     fn in_place_restarts_back_off_from_the_second_one_doubling_to_the_cap() {
         let m = PodCosts::modelled();
         let secs = |n| m.restart_backoff(n).as_secs();
-        assert_eq!([0, 1, 2, 3, 4, 5, 6, 7].map(secs), [0, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(
+            [0, 1, 2, 3, 4, 5, 6, 7].map(secs),
+            [0, 10, 20, 40, 80, 160, 300, 300]
+        );
         assert_eq!(m.restart_backoff(u32::MAX), Duration::from_secs(300));
         assert_eq!(PodCosts::default().restart_backoff(5), Duration::ZERO);
     }

@@ -22,7 +22,7 @@ use kube::{Client, ResourceExt};
 
 use super::super::ratelimit::ClientLimit;
 use super::super::volcano;
-use super::{Bucket, BoundPod, PendingPod};
+use super::{BoundPod, Bucket, PendingPod};
 
 /// Annotation naming a pod's PodGroup (the gang).
 pub const GROUP_ANNOTATION: &str = "scheduling.k8s.io/group-name";
@@ -142,9 +142,9 @@ pub(super) async fn read_min(client: Client, ns: String, job: String) -> i64 {
     let api: Api<DynamicObject> = Api::namespaced_with(client, &ns, &volcano::job_resource());
     match api.get(&job).await {
         Ok(j) => j.data["spec"]["minAvailable"].as_i64().unwrap_or_else(|| {
-            j.data["spec"]["tasks"]
-                .as_array()
-                .map_or(1, |t| t.iter().map(|t| t["replicas"].as_i64().unwrap_or(1)).sum())
+            j.data["spec"]["tasks"].as_array().map_or(1, |t| {
+                t.iter().map(|t| t["replicas"].as_i64().unwrap_or(1)).sum()
+            })
         }),
         Err(e) => {
             tracing::debug!(job = %job, error = %e, "vc-scheduler: gang size unknown, taken as 1");
@@ -181,8 +181,9 @@ mod tests {
         assert!(g.needs_min("ml/vj"));
         assert!(!g.needs_min("ml/vj"), "asked once");
         g.set_min("ml/vj".into(), 3);
-        let mut p: HashMap<String, PendingPod> =
-            (0..2).map(|i| (format!("ml/p{i}"), pending("ml/vj"))).collect();
+        let mut p: HashMap<String, PendingPod> = (0..2)
+            .map(|i| (format!("ml/p{i}"), pending("ml/vj")))
+            .collect();
         let b = HashMap::new();
         assert_eq!(g.session(t0, &p, &b), t0 + Duration::from_secs(1));
         assert!(!g.admitted("ml/vj"), "2 of 3 pods: not a gang yet");

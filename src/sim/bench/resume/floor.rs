@@ -143,12 +143,7 @@ pub fn recreate(
         // create per pod through its client; kube-scheduler binds them at
         // its rate, which keeps up unless it is the slower one.
         JobKind::PyTorchJob => {
-            secs(c.stop)
-                + secs(
-                    l.training_operator
-                        .time_for(n)
-                        .max(sched_time(c, n)),
-                )
+            secs(c.stop) + secs(l.training_operator.time_for(n).max(sched_time(c, n)))
         }
         // The Job controller creates the replacements under new names at
         // once, through its client; kube-scheduler binds them.
@@ -190,7 +185,8 @@ mod tests {
                 probed: true
             }
         );
-        let doc = json!({"spec": {"tasks": [{"template": {"spec": {"containers": [{"name": "c"}]}}}]}});
+        let doc =
+            json!({"spec": {"tasks": [{"template": {"spec": {"containers": [{"name": "c"}]}}}]}});
         assert_eq!(
             PodShape::of_manifest(&doc).map(|s| (s.containers, s.probed)),
             Some((1, false))
@@ -213,7 +209,10 @@ mod tests {
         let v = recreate(JobKind::Volcano, 1024, &m, &l, &s);
         assert!((v.per_pod_s - 12.0).abs() < 1e-9);
         // (2,048 - 100) / 50 + stop 5 + (1,024 - 100) / 50 + 0 (2,000 at once)
-        assert!((v.control_plane_s - (38.96 + 5.0 + 18.48)).abs() < 1e-9, "{v:?}");
+        assert!(
+            (v.control_plane_s - (38.96 + 5.0 + 18.48)).abs() < 1e-9,
+            "{v:?}"
+        );
         // stop 5 + (1,024 - 30) / 20
         let p = recreate(JobKind::PyTorchJob, 1024, &m, &l, &s);
         assert!((p.control_plane_s - (5.0 + 49.7)).abs() < 1e-9, "{p:?}");
@@ -223,7 +222,13 @@ mod tests {
         let free = recreate(JobKind::Job, 1024, &m, &OperatorLimits::none(), &s);
         assert!((free.control_plane_s - (1024.0 - 100.0) / 50.0).abs() < 1e-9);
         // Every recreate floor is above the in-place one.
-        for k in [JobKind::Volcano, JobKind::PyTorchJob, JobKind::TrainJob, JobKind::JobSet, JobKind::Job] {
+        for k in [
+            JobKind::Volcano,
+            JobKind::PyTorchJob,
+            JobKind::TrainJob,
+            JobKind::JobSet,
+            JobKind::Job,
+        ] {
             assert!(recreate(k, 1024, &m, &l, &s).total_s() > in_place(&m, &s).total_s());
         }
     }

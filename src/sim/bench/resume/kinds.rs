@@ -197,9 +197,11 @@ impl JobKind {
                 json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
                     "spec": {"runPolicy": {"cleanPodPolicy": "None"}, "pytorchReplicaSpecs": specs}})
             }
-            Self::JobSet => json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
+            Self::JobSet => {
+                json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
                 "spec": {"failurePolicy": {"maxRestarts": 3},
-                    "replicatedJobs": [{"name": "workers", "replicas": 1, "template": job_template(n, backoff)}]}}),
+                    "replicatedJobs": [{"name": "workers", "replicas": 1, "template": job_template(n, backoff)}]}})
+            }
             Self::Job => {
                 let mut j = job_template(n, backoff);
                 j["apiVersion"] = json!("batch/v1");
@@ -210,7 +212,8 @@ impl JobKind {
             Self::TrainJob => {
                 let runtime = format!("{name}-runtime");
                 let mut jt = job_template(1, backoff);
-                jt["metadata"]["labels"][trainer::ANCESTOR_LABEL] = json!(trainer::ANCESTOR_TRAINER);
+                jt["metadata"]["labels"][trainer::ANCESTOR_LABEL] =
+                    json!(trainer::ANCESTOR_TRAINER);
                 let mut rt = json!({"apiVersion": trainer::API_VERSION, "kind": "TrainingRuntime",
                     "metadata": {"name": runtime, "namespace": ns},
                     "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"failurePolicy": {"maxRestarts": 3},

@@ -293,7 +293,11 @@ pub fn print_text(r: &ResumeReport) {
         r.pod_shape.regular_inits,
         r.pod_shape.sidecars,
         r.pod_shape.containers,
-        if r.pod_shape.probed { ", Ready after its probe" } else { "" }
+        if r.pod_shape.probed {
+            ", Ready after its probe"
+        } else {
+            ""
+        }
     );
     println!("  pod costs:    {}", r.pod_costs);
     println!("  op. limits:   {}", r.operator_limits);
@@ -303,7 +307,15 @@ pub fn print_text(r: &ResumeReport) {
     );
     println!(
         "  {:<14} {:>12} {:>9} {:>17} {:>12} {:>9} {:>9} {:>8} {:>9}",
-        "tier", "resume", "floor", "(ctl + pod)", "(client)", "rebound", "recovery", "total", "replaced"
+        "tier",
+        "resume",
+        "floor",
+        "(ctl + pod)",
+        "(client)",
+        "rebound",
+        "recovery",
+        "total",
+        "replaced"
     );
     for t in &r.tiers {
         let total = t.total_writes.map_or_else(|| "-".into(), |n| n.to_string());
@@ -316,7 +328,10 @@ pub fn print_text(r: &ResumeReport) {
                 "not resumed".into()
             },
             format!("{:.2} s", t.floor.total_s()),
-            format!("({:.2} + {:.2})", t.floor.control_plane_s, t.floor.per_pod_s),
+            format!(
+                "({:.2} + {:.2})",
+                t.floor.control_plane_s, t.floor.per_pod_s
+            ),
             secs(t.client_time_to_resume_s),
             t.rebound_writes,
             t.rebound_recovery_writes,
@@ -365,7 +380,10 @@ pub fn print_text(r: &ResumeReport) {
                 t.floor.per_pod_s
             );
         }
-        if let Some(ttr) = t.time_to_resume_s.filter(|_| t.resumed && r.app_start_s > 0.0) {
+        if let Some(ttr) = t
+            .time_to_resume_s
+            .filter(|_| t.resumed && r.app_start_s > 0.0)
+        {
             println!(
                 "    with the application's own start ({:.2} s, --app-start): {:.2} s",
                 r.app_start_s,
@@ -408,22 +426,36 @@ pub fn floor_notes(
     let per = |d: std::time::Duration| d.as_secs_f64();
     let fresh = format!(
         "a fresh pod: devices {} + sandbox {} + {} init × (image {} + start {} + run {}) + {} sidecar/container × (image + start) + probe {} = {:.2} s",
-        per(c.devices), per(c.sandbox), shape.regular_inits, per(c.image), per(c.start), per(c.init),
-        shape.sidecars + shape.containers, per(c.ready), rc.floor.per_pod_s
+        per(c.devices),
+        per(c.sandbox),
+        shape.regular_inits,
+        per(c.image),
+        per(c.start),
+        per(c.init),
+        shape.sidecars + shape.containers,
+        per(c.ready),
+        rc.floor.per_pod_s
     );
     let ctl = match kind {
         JobKind::Volcano => format!(
             "volcano-controller-manager sends 2 × {pods} requests (out-of-sync patch, delete) one after another at {} → {:.2} s, the old pods stop ({:.2} s), then {pods} creates at the same limit → {:.2} s; vc-scheduler binds {pods} at {} → {:.2} s",
-            l.volcano, per(l.volcano.time_for(2 * pods as u64)), per(c.stop),
-            per(l.volcano.time_for(pods as u64)), l.vc_scheduler, per(l.vc_scheduler.time_for(pods as u64))
+            l.volcano,
+            per(l.volcano.time_for(2 * pods as u64)),
+            per(c.stop),
+            per(l.volcano.time_for(pods as u64)),
+            l.vc_scheduler,
+            per(l.vc_scheduler.time_for(pods as u64))
         ),
         JobKind::PyTorchJob => format!(
             "the old pods stop ({:.2} s; the operator reuses their names), then the training-operator creates {pods} pods at {} → {:.2} s",
-            per(c.stop), l.training_operator, per(l.training_operator.time_for(pods as u64))
+            per(c.stop),
+            l.training_operator,
+            per(l.training_operator.time_for(pods as u64))
         ),
         _ => format!(
             "the Job controller creates {pods} replacements at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
-            l.job_controller, per(l.job_controller.time_for(pods as u64))
+            l.job_controller,
+            per(l.job_controller.time_for(pods as u64))
         ),
     };
     let ratio = rc.floor.total_s() / ip.floor.total_s().max(f64::EPSILON);
