@@ -458,7 +458,7 @@ impl SimCluster {
             scope,
             rate: config.kubelet.costs.schedule_rate,
             burst: config.kubelet.costs.schedule_burst,
-            gang: config.operators.volcano.then(|| scheduler::GangConfig {
+            gang: config.operators.volcano.then_some(scheduler::GangConfig {
                 limit: limits.vc_scheduler,
                 period: limits.vc_schedule_period,
             }),

@@ -296,7 +296,11 @@ mod tests {
         s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), t);
         s.on_event(watcher::Event::Apply(pod("b", "j-1", true, 0, false)), t);
         let before = s.pods.values().map(|p| (p.uid.clone(), 0)).collect();
-        s.goal = Some(Goal { pods: 2, before });
+        s.goal = Some(Goal {
+            pods: 2,
+            before,
+            fresh_only: false,
+        });
         // Ready but not restarted: the old generation.
         s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), t);
         assert_eq!(s.resumed, None);
@@ -313,5 +317,25 @@ mod tests {
             Some("j-1"),
             "the new pod needs no restart"
         );
+    }
+
+    #[test]
+    fn a_recreate_counts_only_new_pods() {
+        let t = SystemTime::UNIX_EPOCH;
+        let mut s = State::default();
+        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), t);
+        let before = s.pods.values().map(|p| (p.uid.clone(), 0)).collect();
+        s.goal = Some(Goal {
+            pods: 1,
+            before,
+            fresh_only: true,
+        });
+        // The old pod's agent restarted it in place (the generation is
+        // released at once for a recreate): it is still to be replaced.
+        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 1, false)), t);
+        assert_eq!(s.resumed, None);
+        s.on_event(watcher::Event::Delete(pod("a", "j-0", true, 1, true)), t);
+        s.on_event(watcher::Event::Apply(pod("b", "j-0", true, 0, false)), t);
+        assert_eq!(s.resumed.as_ref().map(|r| r.last_pod.as_str()), Some("j-0"));
     }
 }
