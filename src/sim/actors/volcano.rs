@@ -402,6 +402,8 @@ enum Input {
     Done(String, Option<String>),
     /// A pod create returned: (pod key, job key, outcome).
     Created(String, String, Created),
+    /// A job's kill (every patch and delete) ended.
+    KillDone(String),
     Tick,
 }
 
@@ -442,6 +444,10 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
     // The status this controller last wrote, by job uid: the controller is
     // its only writer, so it is newer than what the watch may still show.
     let mut status_cache: HashMap<String, Value> = HashMap::new();
+    // Jobs whose kill is running, and jobs (by uid) whose newest status
+    // waits for the end of their kill to be written.
+    let mut killing: HashSet<String> = HashSet::new();
+    let mut unwritten: HashSet<String> = HashSet::new();
     let mut requests: HashMap<String, Vec<Request>> = HashMap::new();
     // Pod failures already turned into policy events, by pod uid.
     let mut handled: HashSet<String> = HashSet::new();
@@ -560,6 +566,10 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
                         dirty.insert(j);
                     }
                 }
+                Input::KillDone(jk) => {
+                    killing.remove(&jk);
+                    dirty.insert(jk);
+                }
                 Input::Created(k, jk, c) => {
                     in_flight.returned(&k, !c.exists());
                     if backoff.record(&jk, &c, Instant::now()) {
@@ -619,6 +629,7 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
                 spawn_create(&writer, api, pod, move |c| Input::Created(k, jk2, c));
             }
             if !p.deletes.is_empty() {
+                killing.insert(jk.clone());
                 let mut keys = Vec::with_capacity(p.deletes.len());
                 for name in &p.deletes {
                     let k = key(&ns, name);
@@ -634,8 +645,25 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
                     jk.clone(),
                 );
             }
+            // While its kill runs, the job's worker is busy in killPods:
+            // no status write for it until the kill ends (the real one
+            // writes the status once, after the kills).
+            let fresh = p.status.is_some();
             if let Some(status) = p.status {
-                status_cache.insert(uid.clone(), status.clone());
+                status_cache.insert(uid.clone(), status);
+            }
+            let status = if killing.contains(&jk) {
+                if fresh {
+                    unwritten.insert(uid.clone());
+                }
+                None
+            } else if fresh || unwritten.contains(&uid) {
+                unwritten.remove(&uid);
+                status_cache.get(&uid).cloned()
+            } else {
+                None
+            };
+            if let Some(status) = status {
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &ns, &job_resource());
                 let name = job.name_any();
@@ -701,6 +729,7 @@ fn spawn_kill(
             }
             let _ = tx.send(Input::Done(k, Some(jk.clone())));
         }
+        let _ = tx.send(Input::KillDone(jk));
     });
 }
 
