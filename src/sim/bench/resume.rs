@@ -363,12 +363,12 @@ async fn run_tier(
         (Some(r), Some(a)) => Some(ms_between(a, r.at) / 1000.0),
         _ => None,
     };
+    let plural = kind.resource().plural;
     let mut rebound_by_verb: BTreeMap<String, usize> = BTreeMap::new();
     let mut total_by_verb: BTreeMap<String, usize> = BTreeMap::new();
     let (mut rebound_writes, mut recovery_writes, mut total, mut ttr) = (0, 0, None, None);
     let mut released = None;
     let mut last_bound = None;
-    let plural = kind.resource().plural;
     if let Some(reqs) = &reqs {
         // The control plane's part: the last pod of the new generation
         // bound (recreated pods; in place, none is).
@@ -385,7 +385,7 @@ async fn run_tier(
             if r.by_controller() {
                 rebound_writes += 1;
                 *rebound_by_verb.entry(r.verb_key()).or_default() += 1;
-                if matches!(r.resource.as_str(), "jobs" | "pods" | "commands") {
+                if r.resource == plural || matches!(r.resource.as_str(), "pods" | "commands") {
                     recovery_writes += 1;
                 }
             }
