@@ -404,6 +404,8 @@ enum Input {
     Created(String, String, Created),
     /// A job's kill (every patch and delete) ended.
     KillDone(String),
+    /// A job's status write returned: (job key, job uid).
+    StatusDone(String, String),
     Tick,
 }
 
@@ -448,6 +450,7 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
     // waits for the end of their kill to be written.
     let mut killing: HashSet<String> = HashSet::new();
     let mut unwritten: HashSet<String> = HashSet::new();
+    let mut status_busy: HashSet<String> = HashSet::new();
     let mut requests: HashMap<String, Vec<Request>> = HashMap::new();
     // Pod failures already turned into policy events, by pod uid.
     let mut handled: HashSet<String> = HashSet::new();
@@ -570,6 +573,12 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
                     killing.remove(&jk);
                     dirty.insert(jk);
                 }
+                Input::StatusDone(jk, uid) => {
+                    status_busy.remove(&uid);
+                    if unwritten.contains(&uid) {
+                        dirty.insert(jk);
+                    }
+                }
                 Input::Created(k, jk, c) => {
                     in_flight.returned(&k, !c.exists());
                     if backoff.record(&jk, &c, Instant::now()) {
@@ -652,7 +661,10 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
             if let Some(status) = p.status {
                 status_cache.insert(uid.clone(), status);
             }
-            let status = if killing.contains(&jk) {
+            // Nor while its previous status write is under way: the real
+            // controller syncs a job in one worker at a time, one status
+            // write per sync, so writes never queue up behind its rate limit.
+            let status = if killing.contains(&jk) || status_busy.contains(&uid) {
                 if fresh {
                     unwritten.insert(uid.clone());
                 }
@@ -667,7 +679,8 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &ns, &job_resource());
                 let name = job.name_any();
-                let jk2 = jk.clone();
+                let (jk2, uid2) = (jk.clone(), uid.clone());
+                status_busy.insert(uid.clone());
                 writer.spawn(async move {
                     let patch = json!({"status": status});
                     if let Err(e) = api
@@ -676,7 +689,7 @@ pub async fn run_limited(client: Client, limit: ClientLimit) {
                     {
                         tracing::debug!(job = %name, error = %e, "volcano job status");
                     }
-                    Input::Done(String::new(), Some(jk2))
+                    Input::StatusDone(jk2, uid2)
                 });
             }
         }
