@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::actors::ascend::{self, AscendFault, AscendPlugin};
 use super::actors::kubelet::{Kubelet, KubeletConfig};
+use super::actors::ratelimit::OperatorLimits;
 use super::actors::{
     ActorError, ActorTasks, batchjob, jobset, kubeflow, scheduler, trainer, volcano,
 };
@@ -115,6 +116,9 @@ pub struct SimConfig {
     /// `Some` when the simulated parts share a real cluster (see
     /// [`SimCluster::connect`]); `None` for the embedded server.
     pub shared: Option<SharedCluster>,
+    /// The client limits of the simulated job operators and of Volcano's
+    /// scheduler (none by default; `rebound sim` uses the published ones).
+    pub operator_limits: OperatorLimits,
 }
 
 /// How the simulated nodes and pods keep out of a real cluster's way.
@@ -159,6 +163,7 @@ impl Default for SimConfig {
             server_threads: 0,
             node_prefix: "node-".into(),
             shared: None,
+            operator_limits: OperatorLimits::none(),
         }
     }
 }
@@ -448,10 +453,15 @@ impl SimCluster {
         let mut tasks = ActorTasks::new();
         let mut kubelet_cfg = config.kubelet.clone();
         // The scheduler's throughput is one of the modelled pod costs.
+        let limits = config.operator_limits.clone();
         let sched = |scope| scheduler::SchedulerConfig {
             scope,
             rate: config.kubelet.costs.schedule_rate,
             burst: config.kubelet.costs.schedule_burst,
+            gang: config.operators.volcano.then_some(scheduler::GangConfig {
+                limit: limits.vc_scheduler,
+                period: limits.vc_schedule_period,
+            }),
         };
         match &config.shared {
             None => tasks.push(tokio::spawn(scheduler::run_with(
@@ -480,21 +490,37 @@ impl SimCluster {
             kubelet_cfg,
         )));
         if config.operators.kubeflow {
-            tasks.push(tokio::spawn(kubeflow::run(client.clone())));
+            tasks.push(tokio::spawn(kubeflow::run_limited(
+                client.clone(),
+                limits.training_operator,
+            )));
         }
         if config.operators.volcano {
-            tasks.push(tokio::spawn(volcano::run(client.clone())));
+            tasks.push(tokio::spawn(volcano::run_limited(
+                client.clone(),
+                limits.volcano,
+            )));
         }
         if config.operators.jobset {
-            tasks.push(tokio::spawn(jobset::run(client.clone())));
+            tasks.push(tokio::spawn(jobset::run_limited(
+                client.clone(),
+                limits.jobset,
+            )));
             // A TrainJob runs as a JobSet: the Trainer comes with JobSet.
-            tasks.push(tokio::spawn(trainer::run(client.clone())));
+            tasks.push(tokio::spawn(trainer::run_limited(
+                client.clone(),
+                limits.trainer,
+            )));
         }
         // A real cluster runs kube-controller-manager's Job controller: the
         // simulated one would race it, so there it runs only when asked.
         let batch = config.operators.batch || (config.operators.jobset && config.shared.is_none());
         if batch {
-            tasks.push(tokio::spawn(batchjob::run(client.clone())));
+            tasks.push(tokio::spawn(batchjob::run_limited(
+                client.clone(),
+                limits.job_controller,
+                limits.job_max_per_sync,
+            )));
         }
         Self {
             kubelet: Kubelet::new(client.clone()),

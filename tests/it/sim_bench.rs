@@ -227,7 +227,101 @@ async fn resume_measures_each_tier_on_the_embedded_server() {
     assert!(!rf.faulty_node_pods.is_empty(), "{rf:?}");
     assert_eq!(rf.replaced_pods, rf.faulty_node_pods, "{rf:?}");
     assert_eq!(rc.pods_replaced, 16, "{rc:?}");
-    let goals: Vec<(&str, bool)> = r.goals.iter().map(|g| (g.goal.as_str(), g.pass)).collect();
-    assert_eq!(goals.len(), 3, "{goals:?}");
-    assert!(goals[1].1 && goals[2].1, "{:?}", r.goals);
+    let pass = |goal: &str| {
+        r.goals
+            .iter()
+            .find(|g| g.goal.contains(goal))
+            .unwrap_or_else(|| panic!("no goal {goal:?}: {:?}", r.goals))
+            .pass
+    };
+    assert!(pass("ReplaceFaulty replaced only"), "{:?}", r.goals);
+    assert!(pass("≤2 requests"), "{:?}", r.goals);
+    floors_hold(&r);
+    // The pods run a setup init container, the agent and a worker with a
+    // probe: the in-place floor counts the init container again.
+    assert_eq!(
+        (
+            r.pod_shape.regular_inits,
+            r.pod_shape.sidecars,
+            r.pod_shape.containers
+        ),
+        (1, 1, 1)
+    );
+    // kill 0.1 + setup (0.1 + 0.1 + 0.1) + agent (0.1 + 0.1) + worker (0.1 + 0.1) + probe 0.2
+    assert!((ip.floor.total_s() - 1.0).abs() < 1e-9, "{:?}", ip.floor);
+    assert!(rc.floor.control_plane_s > 0.0, "{:?}", rc.floor);
+    assert!(
+        rc.last_bound_s
+            .is_some_and(|b| b < rc.time_to_resume_s.unwrap_or(0.0)),
+        "the control plane's part ends before the resume: {rc:?}"
+    );
+}
+
+/// Every tier's time is at least its floor: the floor is what the
+/// modelled costs and limits allow at best, so a time under it means the
+/// simulation skipped a cost it models, or the floor counts one it does not.
+fn floors_hold(r: &rebound::sim::bench::resume::ResumeReport) {
+    for t in &r.tiers {
+        let (ttr, floor) = (t.time_to_resume_s.unwrap_or(0.0), t.floor.total_s());
+        assert!(floor > 0.0, "{t:?}");
+        assert!(
+            ttr >= floor,
+            "{}: {ttr:.3} s measured under its floor {floor:.3} s: {:?}",
+            t.tier,
+            t.floor
+        );
+    }
+}
+
+/// The other job kinds, tiny: each is recovered in every tier, in place
+/// without replacing a pod, and no tier beats its floor. The operators run
+/// with their published client limits (too few requests here to reach
+/// them: the figures at scale come from `rebound sim`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_measures_every_job_kind() {
+    let _watchdog = crate::watchdog::start();
+    use rebound::sim::bench::resume;
+    for kind in ["pytorchjob", "job", "jobset", "trainjob"] {
+        let r = resume::measure(&args(&[
+            "--scenario",
+            "resume",
+            "--job-kind",
+            kind,
+            "--nodes",
+            "8",
+            "--job-size",
+            "6",
+            "--in-process",
+            "--pod-costs",
+            "zero,schedule=100,schedule-burst=4,devices=100ms,sandbox=200ms,image=100ms,start=100ms,init=100ms,ready=200ms,stop=300ms,kill=100ms",
+        ]))
+        .await
+        .unwrap_or_else(|e| panic!("sim resume --job-kind {kind}: {e:#}"));
+        assert!(
+            r.job_kind.contains(match kind {
+                "pytorchjob" => "PyTorchJob",
+                "job" => "batch Job",
+                "jobset" => "JobSet",
+                _ => "TrainJob",
+            }),
+            "{kind}: {}",
+            r.job_kind
+        );
+        for t in &r.tiers {
+            assert!(t.resumed, "{kind}: {t:?}");
+            assert_eq!(
+                t.tier_recorded.as_deref(),
+                Some(t.tier.as_str()),
+                "{kind}: {t:?}"
+            );
+        }
+        let ip = &r.tiers[0];
+        assert_eq!(ip.pods_replaced, 0, "{kind}: {ip:?}");
+        // (≤ 2 recovery writes is the design's target; the report's goal
+        // line says whether each kind meets it: a batch Job took 3 when
+        // this was written, a finding for the controller, not the bench.)
+        assert!(ip.rebound_recovery_writes >= 2, "{kind}: {ip:?}");
+        assert_eq!(r.tiers[2].pods_replaced, 6, "{kind}: {:?}", r.tiers[2]);
+        floors_hold(&r);
+    }
 }

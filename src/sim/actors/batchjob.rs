@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::children::{ChildPod, InFlight, PodIndex, observe};
 use super::create::{CreateBackoff, Created, spawn_create};
+use super::ratelimit::{ClientLimit, slow_start_batches};
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_ref, is_not_found, key, name_suffix, now_rfc3339, str_at};
 
@@ -39,14 +40,17 @@ pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 #[derive(Debug, Default)]
 struct Creating {
     by_job: HashMap<String, HashMap<String, (Option<i32>, Instant)>>,
+    /// `None`: [`Self::TTL`].
+    ttl: Option<Duration>,
 }
 
 impl Creating {
     const TTL: Duration = Duration::from_secs(30);
 
     fn prune(&mut self, uid: &str, seen: &HashSet<&str>) {
+        let ttl = self.ttl.unwrap_or(Self::TTL);
         if let Some(m) = self.by_job.get_mut(uid) {
-            m.retain(|n, (_, t)| !seen.contains(n.as_str()) && t.elapsed() < Self::TTL);
+            m.retain(|n, (_, t)| !seen.contains(n.as_str()) && t.elapsed() < ttl);
         }
     }
 
@@ -288,9 +292,21 @@ enum Input {
 
 /// Runs the Job controller until aborted.
 pub async fn run(client: Client) {
+    run_limited(client, ClientLimit::NONE, 0).await;
+}
+
+/// Runs the Job controller until aborted, every request of its client waiting on
+/// `limit` as the real component's client does (see [`super::ratelimit`]).
+/// With a limit it also creates as kube-controller-manager's Job
+/// controller does: at most `max_per_sync` pods per sync (0: no cap,
+/// `MaxPodCreateDeletePerSync` = 500 there), in slow-start batches of 1, 2,
+/// 4, … (each waits for the previous one's answers), and no new creates
+/// while the job's earlier ones are not yet seen (its expectations).
+pub async fn run_limited(client: Client, limit: ClientLimit, max_per_sync: usize) {
     let jobs_api: Api<Job> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
     let (writer, results) = Writer::new(32);
+    let writer = writer.limited(limit);
     let mut input = futures::stream::select_all(vec![
         watch_stream(jobs_api, None, "job controller jobs")
             .map(Input::Job)
@@ -304,9 +320,16 @@ pub async fn run(client: Client) {
     let mut jobs: HashMap<String, Job> = HashMap::new();
     let mut uid_key: HashMap<String, String> = HashMap::new();
     let mut index = PodIndex::default();
-    let mut creating = Creating::default();
+    let mut creating = Creating {
+        ttl: limit.is_limited().then_some(InFlight::LIMITED_TTL),
+        ..Creating::default()
+    };
     let mut failed_seen: HashMap<String, HashSet<String>> = HashMap::new();
-    let mut in_flight = InFlight::default();
+    let mut in_flight = if limit.is_limited() {
+        InFlight::with_ttl(InFlight::LIMITED_TTL)
+    } else {
+        InFlight::default()
+    };
     let mut backoff = CreateBackoff::default();
     let mut snapshot: Option<HashSet<String>> = None;
     while let Some(batch) = next_batch(&mut input, 2048).await {
@@ -427,6 +450,14 @@ pub async fn run(client: Client) {
             } else {
                 p.creates
             };
+            let mut creates = creates;
+            if limit.is_limited() && !creating.of(&uid).is_empty() {
+                creates.clear();
+            }
+            if max_per_sync > 0 {
+                creates.truncate(max_per_sync);
+            }
+            let mut batch = Vec::with_capacity(creates.len());
             for (pod, idx) in creates {
                 let name = pod["metadata"]["name"]
                     .as_str()
@@ -437,9 +468,21 @@ pub async fn run(client: Client) {
                     .entry(uid.clone())
                     .or_default()
                     .insert(name.clone(), (idx, Instant::now()));
-                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-                let uid2 = uid.clone();
-                spawn_create(&writer, api, pod, move |c| Input::Created(uid2, name, c));
+                batch.push((name, pod));
+            }
+            if limit.is_limited() {
+                spawn_slow_start(
+                    &writer,
+                    Api::namespaced(client.clone(), &ns),
+                    batch,
+                    uid.clone(),
+                );
+            } else {
+                for (name, pod) in batch {
+                    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+                    let uid2 = uid.clone();
+                    spawn_create(&writer, api, pod, move |c| Input::Created(uid2, name, c));
+                }
             }
             for name in p.deletes {
                 let k = key(&ns, &name);
@@ -477,6 +520,57 @@ pub async fn run(client: Client) {
             }
         }
     }
+}
+
+/// Creates `pods` in slow-start batches ([`slow_start_batches`] from 1, as
+/// `slowStartBatch` in kubernetes `pkg/controller/job/job_controller.go`):
+/// the creates of a batch go out together, each through the client's rate
+/// limit, and the next batch starts once all of them answered; after a
+/// failed batch the rest is skipped (reported failed, so the next sync
+/// retries them). Each pod's outcome goes back as [`Input::Created`].
+fn spawn_slow_start(
+    writer: &Writer<Input>,
+    api: Api<Pod>,
+    pods: Vec<(String, Value)>,
+    uid: String,
+) {
+    if pods.is_empty() {
+        return;
+    }
+    let bucket = writer.bucket();
+    let tx = writer.sender();
+    tokio::spawn(async move {
+        let sizes = slow_start_batches(pods.len(), 1);
+        let mut rest = pods.into_iter();
+        let mut failed = false;
+        for size in sizes {
+            let batch: Vec<(String, Value)> = rest.by_ref().take(size).collect();
+            if failed {
+                for (name, _) in batch {
+                    let _ = tx.send(Input::Created(
+                        uid.clone(),
+                        name,
+                        Created::Failed("skipped after a failed slow-start batch".into()),
+                    ));
+                }
+                continue;
+            }
+            let outcomes = futures::future::join_all(batch.into_iter().map(|(name, pod)| {
+                let (api, bucket) = (api.clone(), bucket.clone());
+                async move {
+                    if let Some(b) = bucket {
+                        b.wait().await;
+                    }
+                    (name, super::create::create(&api, pod).await)
+                }
+            }))
+            .await;
+            for (name, c) in outcomes {
+                failed |= !c.exists();
+                let _ = tx.send(Input::Created(uid.clone(), name, c));
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -165,10 +165,29 @@ pub(crate) struct InFlight {
     creates: HashMap<String, Instant>,
     deletes: HashMap<String, Instant>,
     others: HashMap<String, Instant>,
+    /// `None`: [`Self::TTL`].
+    ttl: Option<Duration>,
 }
 
 impl InFlight {
     const TTL: Duration = Duration::from_secs(30);
+    /// The expectations timeout of kube-controller-manager's controllers
+    /// (`ExpectationsTimeout`, 5 minutes, `pkg/controller/controller_utils.go`),
+    /// for actors whose requests wait on a rate limit: a create queued
+    /// behind a thousand others must not expire before it is even sent.
+    pub const LIMITED_TTL: Duration = Duration::from_secs(300);
+
+    /// Expectations that last `ttl`.
+    pub fn with_ttl(ttl: Duration) -> Self {
+        Self {
+            ttl: Some(ttl),
+            ..Self::default()
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        self.ttl.unwrap_or(Self::TTL)
+    }
 
     /// A create of `k` was sent.
     pub fn insert_create(&mut self, k: String) {
@@ -189,7 +208,7 @@ impl InFlight {
     pub fn contains(&self, k: &str) -> bool {
         [&self.creates, &self.deletes, &self.others]
             .iter()
-            .any(|m| m.get(k).is_some_and(|t| t.elapsed() < Self::TTL))
+            .any(|m| m.get(k).is_some_and(|t| t.elapsed() < self.ttl()))
     }
 
     /// The watch shows `k` exists.
@@ -214,8 +233,9 @@ impl InFlight {
 
     /// Drops expired entries.
     pub fn expire(&mut self) {
+        let ttl = self.ttl();
         for m in [&mut self.creates, &mut self.deletes, &mut self.others] {
-            m.retain(|_, t| t.elapsed() < Self::TTL);
+            m.retain(|_, t| t.elapsed() < ttl);
         }
     }
 }

@@ -26,6 +26,7 @@ use serde_json::{Map, Value, json};
 use super::children::{InFlight, observe};
 use super::create::{CreateBackoff, Created, spawn_create};
 use super::jobstore::JobStore;
+use super::ratelimit::ClientLimit;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_of, controller_ref, is_not_found, key, now_rfc3339, str_at};
 
@@ -284,9 +285,16 @@ enum Input {
 
 /// Runs the JobSet controller until aborted.
 pub async fn run(client: Client) {
+    run_limited(client, ClientLimit::NONE).await;
+}
+
+/// Runs the JobSet controller until aborted, every request of its client waiting on
+/// `limit` as the real component's client does (see [`super::ratelimit`]).
+pub async fn run_limited(client: Client, limit: ClientLimit) {
     let sets: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource());
     let jobs: Api<Job> = Api::all(client.clone());
     let (writer, results) = Writer::new(16);
+    let writer = writer.limited(limit);
     let mut input = futures::stream::select_all(vec![
         watch_stream(sets, None, "jobsets").map(Input::Set).boxed(),
         watch_stream(jobs, Some(JOBSET_NAME), "jobset child jobs")
@@ -298,7 +306,11 @@ pub async fn run(client: Client) {
     let mut store = JobStore::default();
     // Child Jobs by owner uid, then by name.
     let mut children: HashMap<String, HashMap<String, ChildJob>> = HashMap::new();
-    let mut in_flight = InFlight::default();
+    let mut in_flight = if limit.is_limited() {
+        InFlight::with_ttl(InFlight::LIMITED_TTL)
+    } else {
+        InFlight::default()
+    };
     let mut backoff = CreateBackoff::default();
     while let Some(batch) = next_batch(&mut input, 1024).await {
         let mut dirty: HashSet<String> = HashSet::new();

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 use super::children::{ChildPod, InFlight, PodIndex, observe};
 use super::create::{CreateBackoff, Created, spawn_create};
 use super::jobstore::{JobStore, kind_of};
+use super::ratelimit::ClientLimit;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_ref, is_not_found, key, now_rfc3339, str_at};
 
@@ -474,6 +475,12 @@ enum Input {
 
 /// Runs the training operator for all three kinds until aborted.
 pub async fn run(client: Client) {
+    run_limited(client, ClientLimit::NONE).await;
+}
+
+/// Runs the Kubeflow operator until aborted, every request of its client waiting on
+/// `limit` as the real component's client does (see [`super::ratelimit`]).
+pub async fn run_limited(client: Client, limit: ClientLimit) {
     let mut streams = Vec::new();
     for k in KubeflowKind::ALL {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &k.api_resource());
@@ -491,12 +498,17 @@ pub async fn run(client: Client) {
             .boxed(),
     );
     let (writer, results) = Writer::new(32);
+    let writer = writer.limited(limit);
     streams.push(results.boxed());
     streams.push(ticks(STATUS_INTERVAL).map(|_| Input::Tick).boxed());
     let mut input = futures::stream::select_all(streams);
     let mut jobs = JobStore::default();
     let mut index = PodIndex::default();
-    let mut in_flight = InFlight::default();
+    let mut in_flight = if limit.is_limited() {
+        InFlight::with_ttl(InFlight::LIMITED_TTL)
+    } else {
+        InFlight::default()
+    };
     let mut backoff = CreateBackoff::default();
     // Status writes per job are spaced by STATUS_INTERVAL (a burst of pod
     // events makes one write, not one per event); the rest wait for a tick.

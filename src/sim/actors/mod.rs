@@ -14,6 +14,7 @@ pub mod batchjob;
 pub mod jobset;
 pub mod kubeflow;
 pub mod kubelet;
+pub mod ratelimit;
 pub mod scheduler;
 pub mod trainer;
 pub mod volcano;

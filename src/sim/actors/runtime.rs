@@ -15,6 +15,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
+use super::ratelimit::{ClientLimit, TokenBucket};
+
 /// Why a simulated-cluster operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ActorError {
@@ -145,6 +147,9 @@ where
 pub(crate) struct Writer<R> {
     sem: Arc<Semaphore>,
     tx: mpsc::UnboundedSender<R>,
+    /// The client's rate limit, as a real operator's client-go client has
+    /// one (see [`super::ratelimit`]); every request waits on it.
+    bucket: Option<Arc<TokenBucket>>,
 }
 
 impl<R: Send + 'static> Writer<R> {
@@ -156,9 +161,30 @@ impl<R: Send + 'static> Writer<R> {
             Self {
                 sem: Arc::new(Semaphore::new(limit.max(1))),
                 tx,
+                bucket: None,
             },
             stream,
         )
+    }
+
+    /// The same writer whose requests wait on `limit` (none if unlimited).
+    pub(crate) fn limited(mut self, limit: ClientLimit) -> Self {
+        self.bucket = limit
+            .is_limited()
+            .then(|| Arc::new(TokenBucket::new(limit)));
+        self
+    }
+
+    /// The client's bucket, for code that sends requests of its own (one
+    /// token per request).
+    pub(crate) fn bucket(&self) -> Option<Arc<TokenBucket>> {
+        self.bucket.clone()
+    }
+
+    /// A sender into the actor's loop, for a task that reports several
+    /// results (a slow-start batch of creates).
+    pub(crate) fn sender(&self) -> mpsc::UnboundedSender<R> {
+        self.tx.clone()
     }
 
     /// Starts one write.
@@ -168,8 +194,12 @@ impl<R: Send + 'static> Writer<R> {
     {
         let sem = self.sem.clone();
         let tx = self.tx.clone();
+        let bucket = self.bucket.clone();
         tokio::spawn(async move {
             let _permit = sem.acquire_owned().await;
+            if let Some(b) = bucket {
+                b.wait().await;
+            }
             let r = fut.await;
             let _ = tx.send(r);
         });

@@ -27,6 +27,10 @@ use serde_json::json;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{is_not_found, is_status, key};
 
+mod gang;
+pub use gang::GangConfig;
+use gang::Gangs;
+
 /// What the scheduler keeps of a node.
 #[derive(Debug, Clone, Default)]
 struct NodeView {
@@ -47,6 +51,8 @@ struct PendingPod {
     requests: HashMap<String, i64>,
     node_selector: BTreeMap<String, String>,
     tolerations: Vec<Toleration>,
+    /// `namespace/group` of a Volcano pod's gang (see [`gang`]).
+    group: Option<String>,
 }
 
 /// A pod that holds resources on a node.
@@ -54,6 +60,8 @@ struct PendingPod {
 struct BoundPod {
     node: String,
     requests: HashMap<String, i64>,
+    /// Its gang, as for [`PendingPod::group`].
+    group: Option<String>,
 }
 
 // One value per watch event, moved once into the loop: boxing the large
@@ -63,6 +71,8 @@ enum Input {
     Node(Event<Node>),
     Pod(Event<Pod>),
     Bound(String, String, Result<(), kube::Error>),
+    /// A gang's minimum was read: (`namespace/group`, minimum).
+    Gang(String, i64),
     Tick,
     /// The bind rate allows the next bind.
     Wake,
@@ -77,6 +87,10 @@ pub struct SchedulerConfig {
     pub rate: f64,
     /// Binds allowed at once before the rate applies (at least 1).
     pub burst: u32,
+    /// `Some`: Volcano's pods (those naming a PodGroup) are placed as
+    /// vc-scheduler does, in gangs, per session, through its own client
+    /// ([`GangConfig`]); `None`: like every other pod.
+    pub gang: Option<GangConfig>,
 }
 
 /// A token bucket: `rate` binds a second, at most `burst` at once.
@@ -302,7 +316,15 @@ impl State {
                 if !self.bound.contains_key(&k) {
                     let requests = pod_requests(pod);
                     self.charge(&node, &requests, 1);
-                    self.bound.insert(k, BoundPod { node, requests });
+                    let group = gang::gang_of(pod).map(|g| g.0);
+                    self.bound.insert(
+                        k,
+                        BoundPod {
+                            node,
+                            requests,
+                            group,
+                        },
+                    );
                 }
             }
             _ => {
@@ -326,6 +348,7 @@ impl State {
                             .and_then(|s| s.node_selector.clone())
                             .unwrap_or_default(),
                         tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
+                        group: gang::gang_of(pod).map(|g| g.0),
                     },
                 );
             }
@@ -406,6 +429,8 @@ pub async fn run_with(client: Client, cfg: SchedulerConfig) {
         wakes.map(|_| Input::Wake).boxed(),
     ]);
     let use_patch = Arc::new(AtomicBool::new(false));
+    let mut gangs = cfg.gang.clone().map(|g| Gangs::new(g, Instant::now()));
+    let mut session_wake: Option<Instant> = None;
     let mut st = State::new(scope);
     let mut pod_snapshot: Option<HashSet<String>> = None;
     while let Some(batch) = next_batch(&mut input, 2048).await {
@@ -424,6 +449,7 @@ pub async fn run_with(client: Client, cfg: SchedulerConfig) {
                         s.insert(key(&p.namespace().unwrap_or_default(), &p.name_any()));
                     }
                     st.on_pod(&p);
+                    ask_gang_min(&mut gangs, &p, &client, &writer);
                 }
                 Input::Pod(Event::InitDone) => {
                     if let Some(seen) = pod_snapshot.take() {
@@ -439,7 +465,15 @@ pub async fn run_with(client: Client, cfg: SchedulerConfig) {
                         }
                     }
                 }
-                Input::Pod(Event::Apply(p)) => st.on_pod(&p),
+                Input::Pod(Event::Apply(p)) => {
+                    st.on_pod(&p);
+                    ask_gang_min(&mut gangs, &p, &client, &writer);
+                }
+                Input::Gang(g, min) => {
+                    if let Some(gs) = gangs.as_mut() {
+                        gs.set_min(g, min);
+                    }
+                }
                 Input::Pod(Event::Delete(p)) => {
                     st.forget(&key(&p.namespace().unwrap_or_default(), &p.name_any()))
                 }
@@ -466,21 +500,64 @@ pub async fn run_with(client: Client, cfg: SchedulerConfig) {
         if unpark {
             st.parked.clear();
         }
+        let now = Instant::now();
+        if let Some(gs) = gangs.as_mut() {
+            let next = gs.session(now, &st.pending, &st.bound);
+            // Gang pods wait for the next session: wake for it.
+            let waiting = st
+                .pending
+                .values()
+                .any(|p| p.group.as_deref().is_some_and(|g| !gs.admitted(g)));
+            if waiting && session_wake.is_none_or(|w| w <= now) {
+                session_wake = Some(next);
+                let tx = wake_tx.clone();
+                let d = next.saturating_duration_since(now);
+                tokio::spawn(async move {
+                    tokio::time::sleep(d).await;
+                    let _ = tx.send(());
+                });
+            }
+        }
         let todo: Vec<String> = st
             .pending
             .keys()
             .filter(|k| !st.in_flight.contains_key(*k) && !st.parked.contains(*k))
             .cloned()
             .collect();
+        let mut gang_throttled = false;
         for k in todo {
             let Some(pod) = st.pending.get(&k).cloned() else {
                 continue;
+            };
+            let gang = match (&pod.group, gangs.as_ref()) {
+                (Some(g), Some(gs)) => {
+                    if gang_throttled || !gs.admitted(g) {
+                        continue;
+                    }
+                    true
+                }
+                _ => false,
             };
             let Some(node) = st.choose(&pod) else {
                 st.parked.insert(k);
                 continue;
             };
-            if !bucket.take(Instant::now()) {
+            if gang {
+                let Some(gs) = gangs.as_mut() else { continue };
+                if !gs.take(Instant::now()) {
+                    gang_throttled = true;
+                    if !wake_pending {
+                        wake_pending = true;
+                        let tx = wake_tx.clone();
+                        let d = gs.wait();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(d).await;
+                            let _ = tx.send(());
+                        });
+                    }
+                    continue;
+                }
+            } else if !bucket.take(Instant::now()) {
                 // Throttled: the rest waits for the next token.
                 if !wake_pending {
                     wake_pending = true;
@@ -491,7 +568,10 @@ pub async fn run_with(client: Client, cfg: SchedulerConfig) {
                         let _ = tx.send(());
                     });
                 }
-                break;
+                if gangs.is_none() {
+                    break;
+                }
+                continue;
             }
             st.pending.remove(&k);
             st.charge(&node, &pod.requests, 1);
@@ -500,6 +580,7 @@ pub async fn run_with(client: Client, cfg: SchedulerConfig) {
                 BoundPod {
                     node: node.clone(),
                     requests: pod.requests.clone(),
+                    group: pod.group.clone(),
                 },
             );
             st.in_flight.insert(k.clone(), pod.clone());
@@ -510,6 +591,18 @@ pub async fn run_with(client: Client, cfg: SchedulerConfig) {
                 Input::Bound(k, node, res)
             });
         }
+    }
+}
+
+/// Asks for the gang minimum of `pod`'s gang the first time it is seen.
+fn ask_gang_min(gangs: &mut Option<Gangs>, pod: &Pod, client: &Client, writer: &Writer<Input>) {
+    let Some(gs) = gangs.as_mut() else { return };
+    let Some((group, ns, job)) = gang::gang_of(pod) else {
+        return;
+    };
+    if gs.needs_min(&group) {
+        let client = client.clone();
+        writer.spawn(async move { Input::Gang(group, gang::read_min(client, ns, job).await) });
     }
 }
 
@@ -666,6 +759,7 @@ mod tests {
             requests: HashMap::from([("pods".into(), 1), ("nvidia.com/gpu".into(), 8)]),
             node_selector: BTreeMap::new(),
             tolerations: vec![],
+            group: None,
         };
         let mut n = NodeView {
             ready: true,

@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 use super::children::{InFlight, observe};
 use super::jobset;
 use super::jobstore::JobStore;
+use super::ratelimit::ClientLimit;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{
     controller_of, controller_ref, is_conflict, is_not_found, key, set_condition, str_at,
@@ -296,9 +297,16 @@ enum Input {
 
 /// Runs the Trainer v2 controller until aborted.
 pub async fn run(client: Client) {
+    run_limited(client, ClientLimit::NONE).await;
+}
+
+/// Runs the Trainer controller until aborted, every request of its client waiting on
+/// `limit` as the real component's client does (see [`super::ratelimit`]).
+pub async fn run_limited(client: Client, limit: ClientLimit) {
     let tjs: Api<DynamicObject> = Api::all_with(client.clone(), &trainjob_resource());
     let sets: Api<DynamicObject> = Api::all_with(client.clone(), &jobset::api_resource());
     let (writer, results) = Writer::new(16);
+    let writer = writer.limited(limit);
     let mut input = futures::stream::select_all(vec![
         watch_stream(tjs, None, "trainjobs")
             .map(Input::TrainJob)
@@ -313,7 +321,11 @@ pub async fn run(client: Client) {
     // The JobSet of each TrainJob, by the TrainJob's uid.
     let mut children: HashMap<String, DynamicObject> = HashMap::new();
     let mut errors: HashMap<String, String> = HashMap::new();
-    let mut in_flight = InFlight::default();
+    let mut in_flight = if limit.is_limited() {
+        InFlight::with_ttl(InFlight::LIMITED_TTL)
+    } else {
+        InFlight::default()
+    };
     while let Some(batch) = next_batch(&mut input, 1024).await {
         let mut dirty: HashSet<String> = HashSet::new();
         for ev in batch {

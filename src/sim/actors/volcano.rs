@@ -31,6 +31,7 @@ use serde_json::{Map, Value, json};
 use super::children::{ChildPod, InFlight, PodIndex, observe};
 use super::create::{CreateBackoff, Created, spawn_create};
 use super::jobstore::JobStore;
+use super::ratelimit::ClientLimit;
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{controller_ref, is_not_found, key, now_rfc3339, str_at};
 
@@ -401,15 +402,26 @@ enum Input {
     Done(String, Option<String>),
     /// A pod create returned: (pod key, job key, outcome).
     Created(String, String, Created),
+    /// A job's kill (every patch and delete) ended.
+    KillDone(String),
+    /// A job's status write returned: (job key, job uid).
+    StatusDone(String, String),
     Tick,
 }
 
 /// Runs the Volcano job controller until aborted.
 pub async fn run(client: Client) {
+    run_limited(client, ClientLimit::NONE).await;
+}
+
+/// Runs the Volcano job controller until aborted, every request of its client waiting on
+/// `limit` as the real component's client does (see [`super::ratelimit`]).
+pub async fn run_limited(client: Client, limit: ClientLimit) {
     let jobs_api: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
     let cmds_api: Api<DynamicObject> = Api::all_with(client.clone(), &command_resource());
     let pods: Api<Pod> = Api::all(client.clone());
     let (writer, results) = Writer::new(32);
+    let writer = writer.limited(limit);
     let mut input = futures::stream::select_all(vec![
         watch_stream(jobs_api, None, "volcano jobs")
             .map(Input::Job)
@@ -425,11 +437,20 @@ pub async fn run(client: Client) {
     ]);
     let mut store = JobStore::default();
     let mut index = PodIndex::default();
-    let mut in_flight = InFlight::default();
+    let mut in_flight = if limit.is_limited() {
+        InFlight::with_ttl(InFlight::LIMITED_TTL)
+    } else {
+        InFlight::default()
+    };
     let mut backoff = CreateBackoff::default();
     // The status this controller last wrote, by job uid: the controller is
     // its only writer, so it is newer than what the watch may still show.
     let mut status_cache: HashMap<String, Value> = HashMap::new();
+    // Jobs whose kill is running, and jobs (by uid) whose newest status
+    // waits for the end of their kill to be written.
+    let mut killing: HashSet<String> = HashSet::new();
+    let mut unwritten: HashSet<String> = HashSet::new();
+    let mut status_busy: HashSet<String> = HashSet::new();
     let mut requests: HashMap<String, Vec<Request>> = HashMap::new();
     // Pod failures already turned into policy events, by pod uid.
     let mut handled: HashSet<String> = HashSet::new();
@@ -548,6 +569,16 @@ pub async fn run(client: Client) {
                         dirty.insert(j);
                     }
                 }
+                Input::KillDone(jk) => {
+                    killing.remove(&jk);
+                    dirty.insert(jk);
+                }
+                Input::StatusDone(jk, uid) => {
+                    status_busy.remove(&uid);
+                    if unwritten.contains(&uid) {
+                        dirty.insert(jk);
+                    }
+                }
                 Input::Created(k, jk, c) => {
                     in_flight.returned(&k, !c.exists());
                     if backoff.record(&jk, &c, Instant::now()) {
@@ -606,27 +637,50 @@ pub async fn run(client: Client) {
                 let jk2 = jk.clone();
                 spawn_create(&writer, api, pod, move |c| Input::Created(k, jk2, c));
             }
-            for name in p.deletes {
-                let k = key(&ns, &name);
-                in_flight.insert_delete(k.clone());
-                own_deletes.insert(k.clone());
-                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-                let jk2 = jk.clone();
-                writer.spawn(async move {
-                    if let Err(e) = api.delete(&name, &DeleteParams::default()).await
-                        && !is_not_found(&e)
-                    {
-                        tracing::debug!(pod = %name, error = %e, "delete volcano pod");
-                    }
-                    Input::Done(k, Some(jk2))
-                });
+            if !p.deletes.is_empty() {
+                killing.insert(jk.clone());
+                let mut keys = Vec::with_capacity(p.deletes.len());
+                for name in &p.deletes {
+                    let k = key(&ns, name);
+                    in_flight.insert_delete(k.clone());
+                    own_deletes.insert(k.clone());
+                    keys.push(k);
+                }
+                spawn_kill(
+                    &writer,
+                    Api::namespaced(client.clone(), &ns),
+                    p.deletes,
+                    keys,
+                    jk.clone(),
+                );
             }
+            // While its kill runs, the job's worker is busy in killPods:
+            // no status write for it until the kill ends (the real one
+            // writes the status once, after the kills).
+            let fresh = p.status.is_some();
             if let Some(status) = p.status {
-                status_cache.insert(uid.clone(), status.clone());
+                status_cache.insert(uid.clone(), status);
+            }
+            // Nor while its previous status write is under way: the real
+            // controller syncs a job in one worker at a time, one status
+            // write per sync, so writes never queue up behind its rate limit.
+            let status = if killing.contains(&jk) || status_busy.contains(&uid) {
+                if fresh {
+                    unwritten.insert(uid.clone());
+                }
+                None
+            } else if fresh || unwritten.contains(&uid) {
+                unwritten.remove(&uid);
+                status_cache.get(&uid).cloned()
+            } else {
+                None
+            };
+            if let Some(status) = status {
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &ns, &job_resource());
                 let name = job.name_any();
-                let jk2 = jk.clone();
+                let (jk2, uid2) = (jk.clone(), uid.clone());
+                status_busy.insert(uid.clone());
                 writer.spawn(async move {
                     let patch = json!({"status": status});
                     if let Err(e) = api
@@ -635,11 +689,61 @@ pub async fn run(client: Client) {
                     {
                         tracing::debug!(job = %name, error = %e, "volcano job status");
                     }
-                    Input::Done(String::new(), Some(jk2))
+                    Input::StatusDone(jk2, uid2)
                 });
             }
         }
     }
+}
+
+/// Annotation the simulated controller writes on a pod before it deletes
+/// it, standing for the real `killPods`' out-of-sync JSON patch
+/// (`jobhelpers.OutOfSyncJSONPatch`), whose exact content this simulation
+/// does not copy: what is modelled is the request.
+pub const OUT_OF_SYNC: &str = "rebound.dev/sim-volcano-out-of-sync";
+
+/// Kills pods as volcano-controller-manager's `killPods` does (since
+/// v1.14, `pkg/controllers/job/job_controller_actions.go`): one loop that
+/// patches every pod out of sync, one request after another, then one
+/// loop that deletes them, one after another, all through the controller's
+/// rate-limited client, within one sync of the job (one worker holds the
+/// job meanwhile). Each pod's end is reported as [`Input::Done`].
+fn spawn_kill(
+    writer: &Writer<Input>,
+    api: Api<Pod>,
+    names: Vec<String>,
+    keys: Vec<String>,
+    jk: String,
+) {
+    let bucket = writer.bucket();
+    let tx = writer.sender();
+    tokio::spawn(async move {
+        let patch = json!({"metadata": {"annotations": {OUT_OF_SYNC: "true"}}});
+        for name in &names {
+            if let Some(b) = &bucket {
+                b.wait().await;
+            }
+            if let Err(e) = api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                && !is_not_found(&e)
+            {
+                tracing::debug!(pod = %name, error = %e, "mark volcano pod out of sync");
+            }
+        }
+        for (name, k) in names.iter().zip(keys) {
+            if let Some(b) = &bucket {
+                b.wait().await;
+            }
+            if let Err(e) = api.delete(name, &DeleteParams::default()).await
+                && !is_not_found(&e)
+            {
+                tracing::debug!(pod = %name, error = %e, "delete volcano pod");
+            }
+            let _ = tx.send(Input::Done(k, Some(jk.clone())));
+        }
+        let _ = tx.send(Input::KillDone(jk));
+    });
 }
 
 #[cfg(test)]

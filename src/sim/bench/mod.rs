@@ -113,6 +113,29 @@ pub struct SimArgs {
     /// docs/simulated-kubelet.md for the defaults and their sources.
     #[arg(long, default_value = "modelled", value_parser = parse_pod_costs)]
     pub pod_costs: super::actors::kubelet::PodCosts,
+    /// resume: the kind of the job measured (volcano | pytorchjob |
+    /// trainjob | jobset | job).
+    #[arg(long, default_value = "volcano", value_parser = resume::KIND_NAMES)]
+    pub job_kind: String,
+    /// The client limits of the simulated job operators and of Volcano's
+    /// scheduler: comma-separated key=value over the components' published
+    /// defaults, or over none after `none`. Keys: volcano-qps,
+    /// volcano-burst, vc-scheduler-qps, vc-scheduler-burst,
+    /// vc-scheduler-period, training-operator-qps, training-operator-burst,
+    /// job-controller-qps, job-controller-burst, job-max-per-sync,
+    /// jobset-qps, jobset-burst, trainer-qps, trainer-burst. See
+    /// docs/simulated-kubelet.md for each default and its source.
+    #[arg(long, default_value = "defaults", value_parser = parse_operator_limits)]
+    pub operator_limits: super::actors::ratelimit::OperatorLimits,
+    /// resume: the application's own start after its pods are Ready
+    /// (checkpoint load, process-group set-up), the same in every tier:
+    /// reported as a separate term beside each time-to-resume.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub app_start: Duration,
+}
+
+fn parse_operator_limits(s: &str) -> Result<super::actors::ratelimit::OperatorLimits, String> {
+    super::actors::ratelimit::OperatorLimits::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_pod_costs(s: &str) -> Result<super::actors::kubelet::PodCosts, String> {

@@ -1,19 +1,21 @@
 //! `rebound sim --scenario resume`: time-to-resume per recovery tier
-//! (issue #14). On one simulated cluster, with the modelled pod costs, a
-//! Volcano Job of `--job-size` pods wired for in-place restarts (by
-//! [`crate::inplace::inject::inject_document`], what `rebound inject`
-//! runs) is recovered once per tier, `InPlace`, `ReplaceFaulty`,
-//! `Recreate`, each under a RecoveryPolicy whose `spec.restart.tiers` is
-//! that tier alone. A fresh job per tier, created once the previous one is
-//! gone, so that no tier inherits another's restarted pods, cordoned node
-//! or cooldown.
+//! (issues #14, #21). On one simulated cluster, with the modelled pod
+//! costs and the job operators' and schedulers' published client limits,
+//! a job of `--job-kind` (default Volcano) and `--job-size` pods wired for
+//! in-place restarts (by [`crate::inplace::inject::inject_document`], what
+//! `rebound inject` runs) is recovered once per tier, `InPlace`,
+//! `ReplaceFaulty`, `Recreate`, each under a RecoveryPolicy whose
+//! `spec.restart.tiers` is that tier alone. A fresh job per tier, created
+//! once the previous one is gone, so that no tier inherits another's
+//! restarted pods, cordoned node or cooldown. Each time is printed beside
+//! its floor ([`floor`]), computed from the job's own containers and the
+//! limits of the component that recreates its pods.
 //!
-//! Why Volcano: the simulated Volcano controller creates its pods from the
-//! task template as JSON, so the agent's `restartPolicyRules` reach the
-//! pods (on the real-CRD path Kubeflow's schema prunes them, see
-//! docs/in-place.md), and its `Recreate` is a `RestartJob` Command, which
-//! deletes every pod and recreates them under the same names once the old
-//! ones are gone, as the real controller does.
+//! The simulated operators create pods through this build's typed `Pod`,
+//! which keeps `restartPolicyRules`; on a real control plane (`--assets`)
+//! Kubeflow's and Trainer's CRDs prune the rule from the templates (see
+//! docs/in-place.md), and batch Job and JobSet pods come from the real
+//! kube-controller-manager's Job controller.
 //!
 //! Faults: a worker container exiting with code 1 (level RestartJob) for
 //! `InPlace` and `Recreate`; XID 79 on the node of one pod (a node fault
@@ -22,9 +24,13 @@
 //! pod to be back Running and Ready in the new generation (see
 //! [`track`]); the client clock's figure is shown beside it.
 
+mod floor;
+mod kinds;
 mod report;
 mod track;
 
+pub use floor::{Floor, PodShape};
+pub use kinds::{JobKind, KIND_NAMES, TIER_LABEL};
 pub use report::{GoalCheck, ResumeReport, TierResult, goals, print_text};
 pub use track::{PodTracker, PodView, Resumed};
 
@@ -33,22 +39,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use serde_json::{Value, json};
 
 use super::analyse::{Injected, Subject, ms_between};
 use super::env::SimEnv;
 use super::serverlog::ServerRequest;
 use super::{Ctl, SimArgs, load_average, peak_rss_mib, set_xid, start_controller};
-use crate::inplace::inject::{InjectOptions, VOLCANO_JOB_NAME_LABEL, inject_document};
-use crate::sim::actors::kubelet::PodCosts;
-use crate::sim::actors::volcano;
 use crate::sim::cluster::SimConfig;
 
 /// The tiers, in the order they are measured.
 pub const TIERS: [&str; 3] = ["InPlace", "ReplaceFaulty", "Recreate"];
-
-/// The label that ties a job to the policy of its tier.
-const TIER_LABEL: &str = "rebound.dev/sim-resume-tier";
 
 /// The longest wait for a job's pods to run, or to be gone.
 const SETUP_MAX: Duration = Duration::from_secs(1800);
@@ -74,45 +73,15 @@ spec:
     )
 }
 
-/// A Volcano Job of `pods` workers: a setup init container, a worker with
-/// a readiness probe, restarted on failure by the kubelet; wired by
-/// `rebound inject`'s code.
-fn volcano_job(env: &SimEnv, name: &str, tier: &str, pods: usize) -> anyhow::Result<Value> {
-    let mut spec = json!({
-        "restartPolicy": "OnFailure",
-        "initContainers": [{"name": "setup", "image": "busybox", "command": ["sh", "-c", "true"]}],
-        "containers": [{"name": "worker", "image": "trainer", "command": ["python", "train.py"],
-            "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 5}}],
-    });
-    if let Some(sh) = &env.bed.cluster.config().shared {
-        spec["schedulerName"] = json!(sh.scheduler_name);
-        spec["tolerations"] = json!([{"key": sh.taint_key, "operator": "Exists"}]);
-    }
-    let mut job = json!({
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": env.ns, "labels": {TIER_LABEL: tier}},
-        "spec": {
-            "schedulerName": "volcano", "queue": "default", "minAvailable": pods,
-            "tasks": [{"name": "worker", "replicas": pods,
-                "template": {"metadata": {"name": "worker", "labels": {TIER_LABEL: tier}}, "spec": spec}}],
-        },
-    });
-    let report = inject_document(&mut job, &InjectOptions::default(), name)
-        .map_err(|e| anyhow::anyhow!("rebound inject refused the job: {e}"))?;
-    anyhow::ensure!(
-        report.templates == 1 && report.changed,
-        "rebound inject did not wire the job's template: {report:?}"
-    );
-    Ok(job)
-}
-
 /// Run the scenario and return its report. Progress goes to stderr.
 pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
     let setup = Instant::now();
     let (nodes, size) = (args.nodes(), args.job_size());
     anyhow::ensure!(size > 0, "--job-size must be at least 1");
+    let kind = JobKind::parse(&args.job_kind)
+        .ok_or_else(|| anyhow::anyhow!("unknown --job-kind {}", args.job_kind))?;
     eprintln!(
-        "sim resume: {nodes} nodes, one wired Volcano Job of {size} pods per tier ({})",
+        "sim resume: {nodes} nodes, one wired {kind:?} of {size} pods per tier ({})",
         TIERS.join(", ")
     );
     let env = SimEnv::start(
@@ -126,6 +95,10 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
                 costs: args.pod_costs.clone(),
                 ..Default::default()
             },
+            operator_limits: args.operator_limits.clone(),
+            // A deleted pod stays until its kubelet stopped it, as on a
+            // real server: a recreate pays the old pods' stop.
+            hold_pod_deletion: true,
             ..SimConfig::default()
         },
     )
@@ -148,9 +121,27 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
             std::thread::available_parallelism().map_or(0, |n| n.get())
         ));
     }
+    let real_cp = matches!(env.server, super::env::Server::ControlPlane(_));
+    let shape = kind
+        .manifests(&env, "floor", "InPlace", size)?
+        .iter()
+        .find_map(|(_, d)| PodShape::of_manifest(d))
+        .unwrap_or_default();
+    let pods = u32::try_from(size).unwrap_or(u32::MAX);
+    let floors = [
+        floor::in_place(&args.pod_costs, &shape),
+        // ReplaceFaulty: the faulty node's pods are recreated (a few, no
+        // rate term), the others restart in place: the larger of the two.
+        {
+            let f = floor::recreate(kind, 1, &args.pod_costs, &args.operator_limits, &shape);
+            let ip = floor::in_place(&args.pod_costs, &shape);
+            if f.total_s() > ip.total_s() { f } else { ip }
+        },
+        floor::recreate(kind, pods, &args.pod_costs, &args.operator_limits, &shape),
+    ];
     let mut tiers = Vec::new();
-    for tier in TIERS {
-        let r = run_tier(&env, tier, size, &mut notes).await;
+    for (tier, floor) in TIERS.into_iter().zip(floors) {
+        let r = run_tier(&env, kind, tier, size, floor, &mut notes).await;
         match r {
             Ok(t) => tiers.push(t),
             Err(e) => {
@@ -166,15 +157,17 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         ));
     }
     notes.push("each tier ran on a fresh job, created once the previous tier's job and pods were gone; the node made faulty for ReplaceFaulty stays cordoned for Recreate".into());
-    if let Some(n) = floor_note(&args.pod_costs, size) {
-        notes.push(n);
-    }
+    notes.extend(report::floor_notes(kind, &shape, &tiers, size, args));
     let goals = goals(&tiers);
     let report = ResumeReport {
         scenario: "resume".into(),
         nodes,
         job_size: size,
-        job_kind: "Volcano Job (batch.volcano.sh/v1alpha1), wired by rebound inject".into(),
+        job_kind: format!("{}, wired by rebound inject", kind.describe()),
+        pods_from: kind.pods_from(real_cp).into(),
+        operator_limits: args.operator_limits.to_string(),
+        app_start_s: args.app_start.as_secs_f64(),
+        pod_shape: shape,
         server: env.description.clone(),
         server_timing: match &env.server {
             super::env::Server::Embedded => Some("embedded request log".into()),
@@ -214,27 +207,30 @@ fn is_write(r: &ServerRequest) -> bool {
 
 /// Creates the tier's job, waits for it to run, injects the fault,
 /// measures until the job resumed and rebound settled, removes the job.
-/// The storage key of Volcano Jobs, whose watch events the report counts.
-const JOB_KEY: &str = "batch.volcano.sh/jobs";
-
 async fn run_tier(
     env: &SimEnv,
+    kind: JobKind,
     tier: &str,
     size: usize,
+    floor: Floor,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<TierResult> {
     let name = format!("resume-{}", tier.to_lowercase());
     let jobs: Api<DynamicObject> =
-        Api::namespaced_with(env.bed.client(), &env.ns, &volcano::job_resource());
-    let tracker = PodTracker::start(
-        &env.kubeconfig,
-        &env.ns,
-        &format!("{VOLCANO_JOB_NAME_LABEL}={name}"),
-    )
-    .await?;
+        Api::namespaced_with(env.bed.client(), &env.ns, &kind.resource());
+    let selector = kind.selector(&name);
+    let tracker = PodTracker::start(&env.kubeconfig, &env.ns, &selector).await?;
     let t0 = Instant::now();
-    let obj: DynamicObject = serde_json::from_value(volcano_job(env, &name, tier, size)?)?;
-    jobs.create(&PostParams::default(), &obj).await?;
+    for (res, doc) in kind.manifests(env, &name, tier, size)? {
+        let api: Api<DynamicObject> = Api::namespaced_with(env.bed.client(), &env.ns, &res);
+        let obj: DynamicObject = serde_json::from_value(doc)?;
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => {}
+            // A runtime left by an earlier run of the same name.
+            Err(kube::Error::Api(e)) if e.code == 409 && res.kind != kind.resource().kind => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     wait_until(
         &tracker,
         SETUP_MAX,
@@ -251,9 +247,14 @@ async fn run_tier(
     let before = tracker.pods();
     let gen_before = generation(&jobs, &name).await?;
     let log = env.server_log_from_now()?;
-    let job_events_before = env.watch_events_sent(JOB_KEY);
-    tracker.arm(size);
-    let first = format!("{name}-worker-0");
+    let job_key = kind.storage_key();
+    let job_events_before = env.watch_events_sent(&job_key);
+    tracker.arm(size, tier == "Recreate");
+    let first = before
+        .iter()
+        .map(|p| p.name.clone())
+        .min()
+        .ok_or_else(|| anyhow::anyhow!("{name} has no pods"))?;
     let (inj, fault, faulty_node) = if tier == "ReplaceFaulty" {
         let node = before
             .iter()
@@ -282,12 +283,12 @@ async fn run_tier(
         );
         env.bed
             .cluster
-            .fail_container(&env.ns, &first, "worker", 1, "Error")
+            .fail_container(&env.ns, &first, kind.worker(), 1, "Error")
             .await?;
         inj.answered = Some(SystemTime::now());
         (
             inj,
-            format!("container worker of {first} exited with code 1"),
+            format!("container {} of {first} exited with code 1", kind.worker()),
             None,
         )
     };
@@ -336,7 +337,7 @@ async fn run_tier(
     );
     settle(env, &log).await?;
     let job_watch_events = env
-        .watch_events_sent(JOB_KEY)
+        .watch_events_sent(&job_key)
         .zip(job_events_before)
         .map(|(after, before)| after.saturating_sub(before));
     let reqs = log.read(env)?.map(|(r, _)| r);
@@ -362,16 +363,29 @@ async fn run_tier(
         (Some(r), Some(a)) => Some(ms_between(a, r.at) / 1000.0),
         _ => None,
     };
+    let plural = kind.resource().plural;
     let mut rebound_by_verb: BTreeMap<String, usize> = BTreeMap::new();
     let mut total_by_verb: BTreeMap<String, usize> = BTreeMap::new();
     let (mut rebound_writes, mut recovery_writes, mut total, mut ttr) = (0, 0, None, None);
     let mut released = None;
+    let mut last_bound = None;
     if let Some(reqs) = &reqs {
+        // The control plane's part: the last pod of the new generation
+        // bound (recreated pods; in place, none is).
+        let names: HashSet<&str> = after.iter().map(|p| p.name.as_str()).collect();
+        if let Some(c) = inj.committed(reqs) {
+            last_bound = reqs
+                .iter()
+                .filter(|r| r.resource == "pods" && r.subresource == "binding" && r.status < 300)
+                .filter(|r| r.received >= c && r.name.as_deref().is_some_and(|n| names.contains(n)))
+                .map(|r| ms_between(c, r.completed) / 1000.0)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        }
         for r in reqs.iter().filter(|r| is_write(r)) {
             if r.by_controller() {
                 rebound_writes += 1;
                 *rebound_by_verb.entry(r.verb_key()).or_default() += 1;
-                if matches!(r.resource.as_str(), "jobs" | "pods" | "commands") {
+                if r.resource == plural || matches!(r.resource.as_str(), "pods" | "commands") {
                     recovery_writes += 1;
                 }
             }
@@ -397,7 +411,7 @@ async fn run_tier(
             released = reqs
                 .iter()
                 .filter(|r| r.by_controller() && r.status < 300 && r.verb == "patch")
-                .filter(|r| r.resource == "jobs" && r.name.as_deref() == Some(name.as_str()))
+                .filter(|r| r.resource == plural && r.name.as_deref() == Some(name.as_str()))
                 .nth(1)
                 .map(|r| ms_between(c, r.completed) / 1000.0);
         }
@@ -426,6 +440,8 @@ async fn run_tier(
         faulty_node_pods,
         generation: (gen_before, gen_after),
         job_watch_events,
+        floor,
+        last_bound_s: last_bound,
     };
     eprintln!(
         "sim resume: {tier}: time-to-resume {:?} s (client {:?} s), rebound writes {}, pods replaced {}; removing {name}",
@@ -434,7 +450,7 @@ async fn run_tier(
         result.rebound_writes,
         result.pods_replaced
     );
-    remove_job(env, &jobs, &name, &tracker).await?;
+    remove_job(env, &jobs, &name, &selector, &tracker).await?;
     Ok(result)
 }
 
@@ -529,15 +545,16 @@ async fn remove_job(
     env: &SimEnv,
     jobs: &Api<DynamicObject>,
     name: &str,
+    selector: &str,
     tracker: &PodTracker,
 ) -> anyhow::Result<()> {
-    jobs.delete(name, &DeleteParams::default()).await?;
+    jobs.delete(name, &DeleteParams::background()).await?;
     let start = Instant::now();
     while jobs.get_opt(name).await?.is_some() && start.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.bed.client(), &env.ns);
-    let sel = ListParams::default().labels(&format!("{VOLCANO_JOB_NAME_LABEL}={name}"));
+    let sel = ListParams::default().labels(selector);
     loop {
         pods.delete_collection(&DeleteParams::default(), &sel)
             .await?;
@@ -554,20 +571,4 @@ async fn remove_job(
             Err(_) => {}
         }
     }
-}
-
-/// What the modelled costs alone allow: the floor of each path and the
-/// largest ratio between them, so a goal the costs rule out is seen as
-/// such (None without costs).
-fn floor_note(costs: &PodCosts, pods: usize) -> Option<String> {
-    let in_place = costs.in_place_floor().as_secs_f64();
-    let recreate = costs
-        .recreate_floor(u32::try_from(pods).unwrap_or(u32::MAX))
-        .as_secs_f64();
-    (in_place > 0.0).then(|| {
-        format!(
-            "the modelled costs alone put time-to-resume at no less than {in_place:.1} s in place and {recreate:.1} s recreated (kill, agent and worker start, probe; stop, scheduling at its rate, a fresh start): at most {:.1}× apart at these costs",
-            recreate / in_place
-        )
-    })
 }

@@ -9,8 +9,10 @@
 //! network, then per init container image + start (+ `init` for a regular
 //! one, the barrier for the restart agent), then per container image +
 //! start, then `ready`. A pod restarted in place (`RestartAllContainers`)
-//! keeps its sandbox, IP and devices and pays `kill`, then the init
-//! containers and containers again. A deleted pod pays `stop` before its
+//! keeps its sandbox, IP and devices and pays `kill` (and, from its second
+//! in-place restart on, the kubelet's restart backoff), then the init
+//! containers and containers again; the floors of both paths are computed
+//! from a job's own containers by `crate::sim::bench::resume` (`floor`). A deleted pod pays `stop` before its
 //! kubelet confirms the deletion (what operators with fixed pod names wait
 //! for before they can create the replacement).
 //!
@@ -19,17 +21,26 @@
 //! unless `--pod-costs` says otherwise (`--pod-costs image=5m` for cold
 //! image pulls, `--pod-costs zero` for none).
 //!
-//! | cost | modelled | based on |
-//! |---|---|---|
-//! | `schedule` | 50 pods/s, burst 100 | kube-scheduler binds each pod with one API request through a client limited by `clientConnection.qps: 50`, `burst: 100` (KubeSchedulerConfiguration v1 defaults) |
-//! | `devices` | 1 s | device plugin `Allocate` at admission (NVIDIA: plus the CDI / container-toolkit hook) |
-//! | `sandbox` | 2 s | containerd `RunPodSandbox` with CNI setup; the SIG Scalability SLO allows 5 s at p99 for a whole stateless pod start with pre-pulled images |
-//! | `image` | 1 s per container | image present on the node (`IfNotPresent`), snapshot prepared for a multi-GB training image; a cold pull is minutes |
-//! | `start` | 1 s per container | `CreateContainer` + `StartContainer` |
-//! | `init` | 1 s per regular init container | what an init container does is the workload's own; a short setup step |
-//! | `ready` | 2 s | first successful startup/readiness probe after the start |
-//! | `stop` | 5 s | SIGTERM to exit of a training process (checkpoint flush, NCCL teardown), at most the pod's `terminationGracePeriodSeconds` |
-//! | `kill` | 0.5 s | KEP-5532: an in-place restart kills the containers without a grace period |
+//! Each figure is labelled by what it rests on: **cited** (a published
+//! default or a documented behaviour, with its source), **estimate** (a
+//! plausible figure nobody has measured for this simulation yet; to be
+//! replaced by a measurement on a real kubelet), **measured** (none yet).
+//! The job operators' and schedulers' client limits, all cited, are in
+//! [`crate::sim::actors::ratelimit`].
+//!
+//! | cost | modelled | label | based on |
+//! |---|---|---|---|
+//! | `schedule` | 50 pods/s, burst 100 | cited | kube-scheduler binds each pod with one API request through a client limited by `clientConnection.qps: 50`, `burst: 100` (KubeSchedulerConfiguration v1 defaults); Volcano's pods are bound by vc-scheduler instead (2000/s, see `ratelimit`) |
+//! | `devices` | 1 s | estimate | device plugin `Allocate` at admission (NVIDIA: plus the CDI / container-toolkit hook) |
+//! | `sandbox` | 2 s | estimate | containerd `RunPodSandbox` with CNI setup; the SIG Scalability SLO allows 5 s at p99 for a whole stateless pod start with pre-pulled images (cited bound) |
+//! | `image` | 1 s per container | estimate | image present on the node (`IfNotPresent`), snapshot prepared for a multi-GB training image; a cold pull is minutes |
+//! | `start` | 1 s per container | estimate | `CreateContainer` + `StartContainer` |
+//! | `init` | 1 s per regular init container | estimate | what an init container does is the workload's own; a short setup step |
+//! | `ready` | 2 s | estimate | the worker's first successful startup/readiness probe after its start (the probe's own period is not simulated) |
+//! | `stop` | 5 s | estimate | SIGTERM to exit of a training process (checkpoint flush, NCCL teardown), at most the pod's `terminationGracePeriodSeconds` (30 s by default) |
+//! | `kill` | 0.5 s | estimate | KEP-5532: an in-place restart kills the containers without a grace period |
+//! | `backoff` | 10 s | cited | the kubelet's container restart backoff (10 s doubling, `MaxContainerBackOff` 300 s), which KEP-5532 applies to repeated in-place restarts of a pod; the first restart waits nothing, a pod without one for 10 minutes starts again from none |
+//! | `backoff-max` | 300 s | cited | as above |
 
 use std::fmt;
 use std::time::Duration;
@@ -59,6 +70,14 @@ pub struct PodCosts {
     pub stop: Duration,
     /// Killing the containers of a pod restarted in place.
     pub kill: Duration,
+    /// The kubelet's restart backoff before a pod's second in-place
+    /// restart (KEP-5532 applies the container restart backoff to them):
+    /// doubling for each further one, at most `backoff_max`; the first
+    /// restart waits nothing.
+    pub backoff: Duration,
+    /// The longest restart backoff; a pod without an in-place restart for
+    /// twice this long starts again from none.
+    pub backoff_max: Duration,
 }
 
 impl Default for PodCosts {
@@ -75,6 +94,8 @@ impl Default for PodCosts {
             ready: Duration::ZERO,
             stop: Duration::ZERO,
             kill: Duration::ZERO,
+            backoff: Duration::ZERO,
+            backoff_max: Duration::ZERO,
         }
     }
 }
@@ -100,7 +121,7 @@ pub enum CostsError {
     },
 }
 
-const KEYS: &str = "schedule (pods/s), schedule-burst, devices, sandbox, image, start, init, ready, stop, kill; bases: modelled, zero";
+const KEYS: &str = "schedule (pods/s), schedule-burst, devices, sandbox, image, start, init, ready, stop, kill, backoff, backoff-max; bases: modelled, zero";
 
 impl PodCosts {
     /// The modelled costs of a real node (the table in the module
@@ -117,6 +138,8 @@ impl PodCosts {
             ready: Duration::from_secs(2),
             stop: Duration::from_secs(5),
             kill: Duration::from_millis(500),
+            backoff: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(300),
         }
     }
 
@@ -173,52 +196,28 @@ impl PodCosts {
                 "ready" => c.ready = dur()?,
                 "stop" => c.stop = dur()?,
                 "kill" => c.kill = dur()?,
+                "backoff" => c.backoff = dur()?,
+                "backoff-max" => c.backoff_max = dur()?,
                 _ => return Err(CostsError::Key(k.to_owned())),
             }
         }
         Ok(c)
     }
 
+    /// The backoff before an in-place restart of a pod that had
+    /// `previous` of them within the window: none for the first, then
+    /// `backoff` doubling, at most `backoff_max`.
+    pub fn restart_backoff(&self, previous: u32) -> Duration {
+        if previous == 0 {
+            return Duration::ZERO;
+        }
+        let doublings = (previous - 1).min(16);
+        (self.backoff * (1u32 << doublings)).min(self.backoff_max)
+    }
+
     /// Whether every cost is zero (nothing to wait for).
     pub fn is_zero(&self) -> bool {
         *self == PodCosts::default()
-    }
-
-    /// What a fresh pod with `inits` regular init containers (and no
-    /// barrier) pays from its binding to Ready, scheduling excluded: the
-    /// figure `rebound sim` prints beside its measurements.
-    pub fn fresh_start(&self, inits: u32) -> Duration {
-        self.devices
-            + self.sandbox
-            + (self.image + self.start + self.init) * inits
-            + self.image
-            + self.start
-            + self.ready
-    }
-
-    /// The least time a wired pod (the restart agent as a native sidecar,
-    /// one worker container) can take to run and be Ready again after an
-    /// in-place restart: kill, the agent's image and start, the worker's
-    /// image and start, its first probe. Every pod pays it in parallel, so
-    /// it is also the floor of the whole job's in-place resume, before any
-    /// API latency or the barrier's wait for the slowest pod.
-    pub fn in_place_floor(&self) -> Duration {
-        self.kill + (self.image + self.start) * 2 + self.ready
-    }
-
-    /// The least time `pods` wired pods can take to run and be Ready again
-    /// when they are deleted and recreated: the old pods' stop, the
-    /// scheduler binding the last of them at `schedule_rate` after its
-    /// burst, then that pod's fresh start with the agent as an extra
-    /// container.
-    pub fn recreate_floor(&self, pods: u32) -> Duration {
-        let queued = pods.saturating_sub(self.schedule_burst);
-        let scheduling = if self.schedule_rate > 0.0 {
-            Duration::from_secs_f64(f64::from(queued) / self.schedule_rate)
-        } else {
-            Duration::ZERO
-        };
-        self.stop + scheduling + self.fresh_start(0) + self.image + self.start
     }
 }
 
@@ -232,7 +231,7 @@ impl fmt::Display for PodCosts {
         };
         write!(
             f,
-            "schedule={sched},schedule-burst={},devices={},sandbox={},image={},start={},init={},ready={},stop={},kill={}",
+            "schedule={sched},schedule-burst={},devices={},sandbox={},image={},start={},init={},ready={},stop={},kill={},backoff={},backoff-max={}",
             self.schedule_burst,
             d(self.devices),
             d(self.sandbox),
@@ -242,6 +241,8 @@ impl fmt::Display for PodCosts {
             d(self.ready),
             d(self.stop),
             d(self.kill),
+            d(self.backoff),
+            d(self.backoff_max),
         )
     }
 }
@@ -281,16 +282,15 @@ mod tests {
     }
 
     #[test]
-    fn floors_add_up_the_costs_each_path_pays() {
+    fn in_place_restarts_back_off_from_the_second_one_doubling_to_the_cap() {
         let m = PodCosts::modelled();
-        // kill 0.5 + (image 1 + start 1) × 2 + ready 2
-        assert_eq!(m.in_place_floor(), Duration::from_millis(6_500));
-        // stop 5 + (1,024 - 100) / 50 + devices 1 + sandbox 2 + 2 × (1 + 1) + ready 2
-        assert_eq!(m.recreate_floor(1024), Duration::from_secs_f64(32.48));
-        assert_eq!(m.recreate_floor(10), Duration::from_secs(14));
-        let zero = PodCosts::default();
-        assert_eq!(zero.in_place_floor(), Duration::ZERO);
-        assert_eq!(zero.recreate_floor(1024), Duration::ZERO);
+        let secs = |n| m.restart_backoff(n).as_secs();
+        assert_eq!(
+            [0, 1, 2, 3, 4, 5, 6, 7].map(secs),
+            [0, 10, 20, 40, 80, 160, 300, 300]
+        );
+        assert_eq!(m.restart_backoff(u32::MAX), Duration::from_secs(300));
+        assert_eq!(PodCosts::default().restart_backoff(5), Duration::ZERO);
     }
 
     #[test]
@@ -299,6 +299,5 @@ mod tests {
         assert_eq!(PodCosts::parse(&m.to_string()).expect("parse"), m);
         let z = PodCosts::default();
         assert_eq!(PodCosts::parse(&format!("zero,{z}")).expect("parse"), z);
-        assert_eq!(m.fresh_start(0), Duration::from_secs(7));
     }
 }

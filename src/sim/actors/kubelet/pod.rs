@@ -173,6 +173,10 @@ pub(crate) struct PodRun {
     /// The current run of the agent container (verdicts of older runs are
     /// stale).
     pub agent_run: u64,
+    /// In-place restarts of this pod within the backoff window, and when
+    /// the last one began (KEP-5532 restart backoff).
+    in_place_restarts: u32,
+    last_in_place: Option<Instant>,
     delete_sent: bool,
 }
 
@@ -203,6 +207,8 @@ impl PodRun {
             restarting: false,
             terminal: None,
             agent_run: 0,
+            in_place_restarts: 0,
+            last_in_place: None,
             delete_sent: false,
         }
     }
@@ -559,8 +565,21 @@ impl PodRun {
     /// `RestartAllContainers`: kill every container, keeping the sandbox.
     fn begin_in_place(&mut self, now: Instant, t: Timing<'_>, out: &mut Vec<Effect>) {
         self.restarting = true;
+        // The kubelet's restart backoff applies to repeated in-place
+        // restarts (KEP-5532): the first at once, then `backoff` doubling
+        // to `backoff_max`, forgotten after twice `backoff_max` without one.
+        let window = t.costs.backoff_max * 2;
+        if self
+            .last_in_place
+            .is_some_and(|l| now.saturating_duration_since(l) >= window)
+        {
+            self.in_place_restarts = 0;
+        }
+        let wait = t.costs.restart_backoff(self.in_place_restarts);
+        self.in_place_restarts = self.in_place_restarts.saturating_add(1);
+        self.last_in_place = Some(now);
         self.stage = Stage::Killing {
-            until: now + t.costs.kill,
+            until: now + t.costs.kill + wait,
         };
         for c in self.init.iter_mut().chain(self.main.iter_mut()) {
             if let CState::Running { ready, .. } = &mut c.state {

@@ -79,16 +79,20 @@ struct Goal {
     pods: usize,
     /// The agent's restart count of every pod before the fault, by uid.
     before: HashMap<String, i32>,
+    /// Only new pods count (a recreate: an old pod whose agent restarted
+    /// it in place, as the generation rebound writes for its agents makes
+    /// it, is still to be replaced by the operator).
+    fresh_only: bool,
 }
 
 impl Goal {
     /// Whether `p` is back in the new generation.
     fn back(&self, p: &PodView) -> bool {
         p.serving()
-            && self
-                .before
-                .get(&p.uid)
-                .is_none_or(|r| p.agent_restarts > *r)
+            && match self.before.get(&p.uid) {
+                None => true,
+                Some(r) => !self.fresh_only && p.agent_restarts > *r,
+            }
     }
 
     fn met(&self, pods: &HashMap<String, PodView>) -> bool {
@@ -226,15 +230,19 @@ impl PodTracker {
     }
 
     /// From now on, watch for the job to resume with `pods` pods, against
-    /// the pods as they are now.
-    pub fn arm(&self, pods: usize) {
+    /// the pods as they are now (`fresh_only`: every pod must be new).
+    pub fn arm(&self, pods: usize, fresh_only: bool) {
         if let Ok(mut s) = self.state.lock() {
             let before = s
                 .pods
                 .values()
                 .map(|p| (p.uid.clone(), p.agent_restarts))
                 .collect();
-            s.goal = Some(Goal { pods, before });
+            s.goal = Some(Goal {
+                pods,
+                before,
+                fresh_only,
+            });
             s.resumed = None;
         }
     }
@@ -288,7 +296,11 @@ mod tests {
         s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), t);
         s.on_event(watcher::Event::Apply(pod("b", "j-1", true, 0, false)), t);
         let before = s.pods.values().map(|p| (p.uid.clone(), 0)).collect();
-        s.goal = Some(Goal { pods: 2, before });
+        s.goal = Some(Goal {
+            pods: 2,
+            before,
+            fresh_only: false,
+        });
         // Ready but not restarted: the old generation.
         s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), t);
         assert_eq!(s.resumed, None);
@@ -305,5 +317,25 @@ mod tests {
             Some("j-1"),
             "the new pod needs no restart"
         );
+    }
+
+    #[test]
+    fn a_recreate_counts_only_new_pods() {
+        let t = SystemTime::UNIX_EPOCH;
+        let mut s = State::default();
+        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), t);
+        let before = s.pods.values().map(|p| (p.uid.clone(), 0)).collect();
+        s.goal = Some(Goal {
+            pods: 1,
+            before,
+            fresh_only: true,
+        });
+        // The old pod's agent restarted it in place (the generation is
+        // released at once for a recreate): it is still to be replaced.
+        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 1, false)), t);
+        assert_eq!(s.resumed, None);
+        s.on_event(watcher::Event::Delete(pod("a", "j-0", true, 1, true)), t);
+        s.on_event(watcher::Event::Apply(pod("b", "j-0", true, 0, false)), t);
+        assert_eq!(s.resumed.as_ref().map(|r| r.last_pod.as_str()), Some("j-0"));
     }
 }

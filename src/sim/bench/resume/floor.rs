@@ -1,0 +1,235 @@
+//! The floors of time-to-resume: the least time each tier can take under
+//! the modelled costs and limits, computed from the containers of the
+//! job's own pod template (its init containers too, which an in-place
+//! restart runs again, KEP-5532) and from the limits of the component that
+//! recreates its pods. No API latency, no queueing behind other work, a
+//! vc-scheduler session at the best moment: a lower bound the measurement
+//! is tested against (floor ≤ measured), split into the control plane's
+//! part (requests through rate-limited clients, the old pods' stop where
+//! the replacement waits for it) and the pod's own part (the kubelet).
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::kinds::JobKind;
+use crate::sim::actors::kubelet::PodCosts;
+use crate::sim::actors::ratelimit::OperatorLimits;
+
+/// What a pod of the job runs, as the floors need it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PodShape {
+    /// Init containers that run to completion (each run again in place).
+    pub regular_inits: u32,
+    /// Native sidecars (init containers with `restartPolicy: Always`, the
+    /// restart agent among them).
+    pub sidecars: u32,
+    /// Regular containers.
+    pub containers: u32,
+    /// Whether a container has a readiness or startup probe (Ready waits
+    /// for its first success).
+    pub probed: bool,
+}
+
+impl PodShape {
+    /// The shape of a pod `spec` (JSON).
+    pub fn of(spec: &Value) -> Self {
+        let list = |k: &str| spec[k].as_array().cloned().unwrap_or_default();
+        let inits = list("initContainers");
+        let sidecars = inits
+            .iter()
+            .filter(|c| c["restartPolicy"].as_str() == Some("Always"))
+            .count();
+        let containers = list("containers");
+        let probed = containers
+            .iter()
+            .any(|c| c.get("readinessProbe").is_some() || c.get("startupProbe").is_some());
+        let n = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+        Self {
+            regular_inits: n(inits.len() - sidecars),
+            sidecars: n(sidecars),
+            containers: n(containers.len()),
+            probed,
+        }
+    }
+
+    /// The first pod template found in a job manifest (`template.spec` of
+    /// any depth): every kind here has one template.
+    pub fn of_manifest(doc: &Value) -> Option<Self> {
+        fn find(v: &Value) -> Option<&Value> {
+            match v {
+                Value::Object(m) => {
+                    if let Some(t) = m.get("template")
+                        && t["spec"].get("containers").is_some()
+                    {
+                        return Some(&t["spec"]);
+                    }
+                    m.values().find_map(find)
+                }
+                Value::Array(a) => a.iter().find_map(find),
+                _ => None,
+            }
+        }
+        find(doc).map(Self::of)
+    }
+
+    /// The kubelet's part of starting the pod's containers, init
+    /// containers first, then Ready: per regular init image + start + its
+    /// run, per sidecar and container image + start, the first probe.
+    pub fn containers_start(&self, c: &PodCosts) -> Duration {
+        (c.image + c.start + c.init) * self.regular_inits
+            + (c.image + c.start) * (self.sidecars + self.containers)
+            + if self.probed { c.ready } else { Duration::ZERO }
+    }
+}
+
+/// A floor, in its two parts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Floor {
+    /// Seconds of control plane: rate-limited requests, the old pods'
+    /// stop where the new ones wait for it.
+    pub control_plane_s: f64,
+    /// Seconds of the pod's own start (or restart) on its node.
+    pub per_pod_s: f64,
+}
+
+impl Floor {
+    /// The whole floor, seconds.
+    pub fn total_s(&self) -> f64 {
+        self.control_plane_s + self.per_pod_s
+    }
+}
+
+/// The in-place floor: the pod keeps its sandbox, IP and devices; the
+/// kubelet kills its containers without grace and runs them all again
+/// from the first init container (KEP-5532), the workers once the barrier
+/// is lifted. No control-plane term beyond rebound's own two writes,
+/// which are latency, not a rate.
+pub fn in_place(c: &PodCosts, shape: &PodShape) -> Floor {
+    Floor {
+        control_plane_s: 0.0,
+        per_pod_s: (c.kill + shape.containers_start(c)).as_secs_f64(),
+    }
+}
+
+/// The recreate floor of `pods` pods of `kind`: what the component that
+/// deletes and recreates them must send through its client before the last
+/// one exists, the wait for the old pods where the names are reused, the
+/// binding of the last one, then a fresh pod's start.
+pub fn recreate(
+    kind: JobKind,
+    pods: u32,
+    c: &PodCosts,
+    l: &OperatorLimits,
+    shape: &PodShape,
+) -> Floor {
+    let n = u64::from(pods);
+    let secs = |d: Duration| d.as_secs_f64();
+    let control = match kind {
+        // killPods: a patch and a delete per pod, one after another
+        // through the controller's client; Restarting → Pending once every
+        // old pod is gone (their stop); then the creates through the same
+        // client (refilled to its burst meanwhile); the gang bound by
+        // vc-scheduler's own client.
+        JobKind::Volcano => {
+            secs(l.volcano.time_for(2 * n))
+                + secs(c.stop)
+                + secs(l.volcano.time_for(n))
+                + secs(l.vc_scheduler.time_for(n))
+        }
+        // rebound deletes the pods in one request; the operator makes a
+        // pod of the same name once the old one is gone (its stop), one
+        // create per pod through its client; kube-scheduler binds them at
+        // its rate, which keeps up unless it is the slower one.
+        JobKind::PyTorchJob => {
+            secs(c.stop) + secs(l.training_operator.time_for(n).max(sched_time(c, n)))
+        }
+        // The Job controller creates the replacements under new names at
+        // once, through its client; kube-scheduler binds them.
+        JobKind::Job | JobKind::JobSet | JobKind::TrainJob => {
+            secs(l.job_controller.time_for(n).max(sched_time(c, n)))
+        }
+    };
+    Floor {
+        control_plane_s: control,
+        per_pod_s: secs(c.devices + c.sandbox + shape.containers_start(c)),
+    }
+}
+
+/// kube-scheduler binding `n` pods at its rate after its burst.
+fn sched_time(c: &PodCosts, n: u64) -> Duration {
+    crate::sim::actors::ratelimit::ClientLimit::new(c.schedule_rate, c.schedule_burst).time_for(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn wired() -> PodShape {
+        PodShape::of(&json!({
+            "initContainers": [{"name": "setup"}, {"name": "rebound-restart-agent", "restartPolicy": "Always"}],
+            "containers": [{"name": "worker", "readinessProbe": {"periodSeconds": 5}}],
+        }))
+    }
+
+    #[test]
+    fn the_shape_counts_init_containers_sidecars_and_probes() {
+        assert_eq!(
+            wired(),
+            PodShape {
+                regular_inits: 1,
+                sidecars: 1,
+                containers: 1,
+                probed: true
+            }
+        );
+        let doc =
+            json!({"spec": {"tasks": [{"template": {"spec": {"containers": [{"name": "c"}]}}}]}});
+        assert_eq!(
+            PodShape::of_manifest(&doc).map(|s| (s.containers, s.probed)),
+            Some((1, false))
+        );
+    }
+
+    #[test]
+    fn the_in_place_floor_runs_the_init_containers_again() {
+        let m = PodCosts::modelled();
+        // kill 0.5 + setup (1 + 1 + 1) + agent (1 + 1) + worker (1 + 1) + probe 2
+        let f = in_place(&m, &wired());
+        assert_eq!(f.control_plane_s, 0.0);
+        assert!((f.per_pod_s - 9.5).abs() < 1e-9, "{f:?}");
+    }
+
+    #[test]
+    fn recreate_floors_follow_each_operator_s_limits() {
+        let (m, l, s) = (PodCosts::modelled(), OperatorLimits::published(), wired());
+        // fresh: devices 1 + sandbox 2 + 9 of containers
+        let v = recreate(JobKind::Volcano, 1024, &m, &l, &s);
+        assert!((v.per_pod_s - 12.0).abs() < 1e-9);
+        // (2,048 - 100) / 50 + stop 5 + (1,024 - 100) / 50 + 0 (2,000 at once)
+        assert!(
+            (v.control_plane_s - (38.96 + 5.0 + 18.48)).abs() < 1e-9,
+            "{v:?}"
+        );
+        // stop 5 + (1,024 - 30) / 20
+        let p = recreate(JobKind::PyTorchJob, 1024, &m, &l, &s);
+        assert!((p.control_plane_s - (5.0 + 49.7)).abs() < 1e-9, "{p:?}");
+        let j = recreate(JobKind::Job, 1024, &m, &l, &s);
+        assert!((j.control_plane_s - 49.7).abs() < 1e-9, "{j:?}");
+        // Without limits only the stop and kube-scheduler's rate remain.
+        let free = recreate(JobKind::Job, 1024, &m, &OperatorLimits::none(), &s);
+        assert!((free.control_plane_s - (1024.0 - 100.0) / 50.0).abs() < 1e-9);
+        // Every recreate floor is above the in-place one.
+        for k in [
+            JobKind::Volcano,
+            JobKind::PyTorchJob,
+            JobKind::TrainJob,
+            JobKind::JobSet,
+            JobKind::Job,
+        ] {
+            assert!(recreate(k, 1024, &m, &l, &s).total_s() > in_place(&m, &s).total_s());
+        }
+    }
+}
