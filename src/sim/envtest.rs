@@ -517,6 +517,35 @@ fn probe_readyz(port: u16) -> Option<bool> {
     })
 }
 
+/// Run `start` on a thread that then lives until the process exits, and
+/// return what it made. Child processes started with `PR_SET_PDEATHSIG`
+/// die with the thread that spawned them, so processes that must live
+/// until exit are started on a keeper thread that never ends.
+pub(crate) fn on_keeper_thread<T: Send + 'static>(
+    name: &str,
+    start: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let r = start();
+            let ok = r.is_ok();
+            let _ = tx.send(r);
+            if ok {
+                loop {
+                    std::thread::park();
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => rx
+            .recv()
+            .unwrap_or_else(|_| Err(format!("the {name} thread died"))),
+        Err(e) => Err(format!("cannot start the {name} thread: {e}")),
+    }
+}
+
 /// The control plane of this process, started on first use from the
 /// assets [`resolve_assets`] finds for this project, on a thread that
 /// lives until the process exits (the processes die with it). An error
@@ -529,27 +558,9 @@ pub fn shared() -> Result<&'static ControlPlane, String> {
         let assets =
             resolve_assets(Path::new(env!("CARGO_MANIFEST_DIR"))).map_err(|e| e.to_string())?;
         let cfg = ControlPlaneConfig::from_assets(&assets);
-        let (tx, rx) = std::sync::mpsc::channel();
-        // The keeper thread never ends: PR_SET_PDEATHSIG follows the
-        // spawning thread, and the processes must live until exit.
-        let spawned = std::thread::Builder::new()
-            .name("envtest-keeper".into())
-            .spawn(move || {
-                let r = ControlPlane::start(&cfg).map_err(|e| e.to_string());
-                let ok = r.is_ok();
-                let _ = tx.send(r);
-                if ok {
-                    loop {
-                        std::thread::park();
-                    }
-                }
-            });
-        match spawned {
-            Ok(_) => rx
-                .recv()
-                .unwrap_or_else(|_| Err("the envtest keeper thread died".into())),
-            Err(e) => Err(format!("cannot start the envtest keeper thread: {e}")),
-        }
+        on_keeper_thread("envtest-keeper", move || {
+            ControlPlane::start(&cfg).map_err(|e| e.to_string())
+        })
     });
     r.as_ref().map_err(Clone::clone)
 }

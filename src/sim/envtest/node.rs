@@ -463,26 +463,10 @@ pub fn shared_node(rebound: &Path) -> Result<&'static RealNode, String> {
         let assets = super::resolve_node_assets(Path::new(env!("CARGO_MANIFEST_DIR")))
             .map_err(|e| e.to_string())?;
         let images = images(&assets, &rebound).map_err(|e| e.to_string())?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("real-node-keeper".into())
-            .spawn(move || {
-                let name = format!("real-{}", crate::sim::actors::util::name_suffix());
-                let r = RealNode::start(cp, &assets, &name, &images).map_err(|e| e.to_string());
-                let ok = r.is_ok();
-                let _ = tx.send(r);
-                if ok {
-                    loop {
-                        std::thread::park();
-                    }
-                }
-            });
-        match spawned {
-            Ok(_) => rx
-                .recv()
-                .unwrap_or_else(|_| Err("the real node's keeper thread died".into())),
-            Err(e) => Err(format!("cannot start the real node's keeper thread: {e}")),
-        }
+        super::on_keeper_thread("real-node-keeper", move || {
+            let name = format!("real-{}", crate::sim::actors::util::name_suffix());
+            RealNode::start(cp, &assets, &name, &images).map_err(|e| e.to_string())
+        })
     });
     r.as_ref().map_err(Clone::clone)
 }

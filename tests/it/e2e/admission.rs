@@ -41,19 +41,6 @@ macro_rules! real_only {
     };
 }
 
-const TIERS: &str = r#"
-apiVersion: rebound.dev/v1alpha1
-kind: RecoveryPolicy
-metadata: {name: tiers, namespace: ml}
-spec:
-  selector:
-    matchLabels: {kcover.io/cascading-recovery: "true"}
-  cooldown: 0s
-  restart:
-    tiers: [InPlace, ReplaceFaulty, Recreate]
-    fallbackAfter: 2m
-"#;
-
 /// `../shared` beside the project (in a git worktree, maybe two levels up).
 fn shared_crd(rel: &str) -> String {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -326,7 +313,7 @@ async fn bed_with_real_crds(server: Server, files: &[&str]) -> (Testbed, Control
             .await
             .unwrap_or_else(|e| panic!("{f}: {e}"));
     }
-    ready_bed(bed, TIERS).await
+    ready_bed(bed, super::tiers::TIERS).await
 }
 
 async fn a_pytorchjob_wired_at_admission_restarts_in_place(server: Server) {
