@@ -279,15 +279,7 @@ async fn restarts_in_place(
         2,
         "one record with the generation, one release"
     );
-    let notes = wait("the JobRestarted Event", T, || async {
-        let n: Vec<String> = events_with_reason(bed, ml, "JobRestarted")
-            .await
-            .into_iter()
-            .filter_map(|e| e.note)
-            .collect();
-        (!n.is_empty()).then_some(n)
-    })
-    .await;
+    let notes = restarted_notes(bed, ml).await;
     assert!(
         notes.iter().any(|n| n.contains("wired at admission")),
         "{notes:?}"

@@ -381,6 +381,19 @@ pub async fn xid_condition(bed: &Testbed, node: &str, code: &str) {
         .expect("condition");
 }
 
+/// The notes of the `JobRestarted` Events of a namespace, once there is one.
+pub async fn restarted_notes(bed: &Testbed, ns: &str) -> Vec<String> {
+    wait("the JobRestarted Event", T, || async {
+        let n: Vec<String> = events_with_reason(bed, ns, "JobRestarted")
+            .await
+            .into_iter()
+            .filter_map(|e| e.note)
+            .collect();
+        (!n.is_empty()).then_some(n)
+    })
+    .await
+}
+
 /// The events.k8s.io Events of a namespace with this reason.
 pub async fn events_with_reason(
     bed: &Testbed,

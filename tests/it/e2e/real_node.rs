@@ -396,17 +396,7 @@ async fn in_place_on_the_real_kubelet(
         "a deleted wired pod took {:?} to stop (grace period 30 s)",
         t.elapsed()
     );
-    // Leave the shared node as found: no fault for the next test's controller.
-    bed.cluster
-        .set_node_condition(
-            node.name(),
-            rebound::fault::wire::GPU_CONDITION,
-            "False",
-            "NoFault",
-            "",
-        )
-        .await
-        .expect("clear the fault");
+    super::real_node_faults::clear_fault(&bed, node).await;
     ctl.shutdown().await;
 }
 

@@ -38,7 +38,8 @@ fn resumed(ctl: &rebound::controller::ControllerHandle) -> f64 {
         .sum()
 }
 
-async fn clear_fault(bed: &Testbed, node: &RealNode) {
+/// Leave the shared node as found: no fault for the next test's controller.
+pub(super) async fn clear_fault(bed: &Testbed, node: &RealNode) {
     bed.cluster
         .set_node_condition(
             node.name(),

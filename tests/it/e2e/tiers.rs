@@ -423,15 +423,7 @@ async fn an_unwired_job_falls_back_to_recreate_and_says_why(server: Server) {
         (!requests(&bed, "create", "commands", "").is_empty()).then_some(())
     })
     .await;
-    let notes = wait("the JobRestarted Event", T, || async {
-        let n: Vec<String> = events_with_reason(&bed, &ml, "JobRestarted")
-            .await
-            .into_iter()
-            .filter_map(|e| e.note)
-            .collect();
-        (!n.is_empty()).then_some(n)
-    })
-    .await;
+    let notes = restarted_notes(&bed, &ml).await;
     assert!(
         notes.iter().any(|n| n.contains("lack the in-place wiring")),
         "{notes:?}"
