@@ -176,20 +176,6 @@ fn job_writes(bed: &Testbed, plural: &str, name: &str) -> usize {
         .count()
 }
 
-/// The controller's requests that delete pods or restart a job through its
-/// operator.
-fn destructive(bed: &Testbed) -> Vec<String> {
-    bed.requests()
-        .iter()
-        .filter(|r| by_controller(r) && r.status < 300)
-        .filter(|r| {
-            (r.resource == "pods" && r.verb.starts_with("delete"))
-                || (r.resource == "commands" && r.verb == "create")
-        })
-        .map(|r| format!("{} {}", r.verb, r.path))
-        .collect()
-}
-
 /// A job of `n` pods wired by the admission chain restarts in place after a
 /// software fault: same pods, nothing deleted, at most two writes of the
 /// job (the record with the generation, the release), and the decision
@@ -268,7 +254,11 @@ async fn restarts_in_place(
     )
     .await;
     assert_eq!(uids(&after), before, "the same pods");
-    assert_eq!(destructive(bed), Vec::<String>::new(), "nothing deleted");
+    assert_eq!(
+        super::tiers::destructive(bed),
+        Vec::<String>::new(),
+        "nothing deleted"
+    );
     wait("both writes logged", T, || async {
         (job_writes(bed, plural, name) >= 2).then_some(())
     })

@@ -343,17 +343,7 @@ async fn in_place_on_the_real_kubelet(
     // Every worker ran again only after the release (resourceVersions of
     // one etcd: which came first).
     let (released, first_worker) = wait("every worker seen running again", T, || async {
-        let g = order.lock().expect("seen");
-        (g.released.is_some() && g.workers_again.len() == pods).then(|| {
-            (
-                g.released.unwrap_or(0),
-                g.workers_again
-                    .values()
-                    .filter_map(|v| v.iter().min().copied())
-                    .min()
-                    .unwrap_or(0),
-            )
-        })
+        order.lock().expect("seen").release_then_workers(pods)
     })
     .await;
     assert!(

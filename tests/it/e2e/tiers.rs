@@ -169,6 +169,23 @@ pub(super) struct Seen {
     pub(super) workers_again: BTreeMap<String, Vec<u64>>,
 }
 
+impl Seen {
+    /// Once the release and `n` workers running again were seen: the
+    /// release's resourceVersion and the earliest worker's after it.
+    pub(super) fn release_then_workers(&self, n: usize) -> Option<(u64, u64)> {
+        let released = self.released?;
+        (self.workers_again.len() == n).then(|| {
+            let first = self
+                .workers_again
+                .values()
+                .filter_map(|v| v.iter().min().copied())
+                .min()
+                .unwrap_or(0);
+            (released, first)
+        })
+    }
+}
+
 fn rv(m: &kube::api::ObjectMeta) -> u64 {
     m.resource_version
         .as_deref()
@@ -311,17 +328,7 @@ async fn in_place(server: Server, kind: Kind) {
     .await;
     // Every rank's worker started again only after the release.
     let s = wait("every worker seen running again", T, || async {
-        let g = seen.lock().expect("seen");
-        (g.released.is_some() && g.workers_again.len() == 3).then(|| {
-            (
-                g.released.unwrap_or(0),
-                g.workers_again
-                    .values()
-                    .filter_map(|v| v.iter().min().copied())
-                    .min()
-                    .unwrap_or(0),
-            )
-        })
+        seen.lock().expect("seen").release_then_workers(3)
     })
     .await;
     assert!(
