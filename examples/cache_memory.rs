@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams};
 use rebound::controller::core::input::PodSeen;
 use rebound::controller::core::pods::Interner;
 use rebound::controller::core::store::{NodeInfo, Store as Cache};
-use rebound::sim::cluster::{JobOptions, SimCluster, SimConfig, pod_running};
+use rebound_sim::cluster::{JobOptions, SimCluster, SimConfig, pod_running};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicIsize, Ordering};

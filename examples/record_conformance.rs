@@ -1,5 +1,5 @@
 //! Records what a real kube-apiserver answers to the conformance scenarios
-//! of the embedded API server (`rebound::sim::server::conformance`), into
+//! of the embedded API server (`rebound_sim::server::conformance`), into
 //! `tests/conformance/recorded/<scenario>.json`, which the test
 //! `conformance::embedded_server_answers_as_the_recorded_real_one` replays
 //! against the embedded server.
@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use futures::StreamExt;
-use rebound::sim::envtest::{ControlPlane, ControlPlaneConfig};
-use rebound::sim::server::conformance::{self, Recording};
+use rebound_sim::envtest::{ControlPlane, ControlPlaneConfig};
+use rebound_sim::server::conformance::{self, Recording};
 
 fn out_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/recorded")

@@ -1,5 +1,7 @@
 //! The `rebound` command: controller, agent, explain, crds, inject, demo
-//! and sim.
+//! and sim. `demo`, `sim` and `sim-server` run the simulator (the
+//! rebound-sim crate), which only the default `sim` feature links: the
+//! images build without it and answer those commands with an error.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,12 +26,23 @@ enum Command {
     /// with the restart rule's code when the pod is behind its job.
     RestartAgent(rebound::inplace::restart_agent::RestartAgentArgs),
     /// The embedded cluster with the controller: a narrated demo.
-    Demo(rebound::sim::demo::DemoArgs),
+    #[cfg(feature = "sim")]
+    Demo(rebound_sim::demo::DemoArgs),
     /// The embedded cluster at scale: reaction times, API calls, memory.
-    Sim(rebound::sim::bench::SimArgs),
+    #[cfg(feature = "sim")]
+    Sim(rebound_sim::bench::SimArgs),
     /// The embedded API server alone (no nodes, actors or controller), for
     /// the end-to-end suite's REBOUND_E2E_KUBECONFIG mode.
-    SimServer(rebound::sim::bare::BareArgs),
+    #[cfg(feature = "sim")]
+    SimServer(rebound_sim::bare::BareArgs),
+    /// Not in this build: the simulator commands (`demo`, `sim`,
+    /// `sim-server`) need the `sim` feature, which the images leave out.
+    #[cfg(not(feature = "sim"))]
+    #[command(hide = true, name = "demo", aliases = ["sim", "sim-server"])]
+    NoSim {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        _args: Vec<String>,
+    },
     /// Print the CRD YAML (what `crds/` holds), or write one file per CRD.
     Crds {
         /// Write `<name>.yaml` files into this folder instead of printing.
@@ -78,24 +91,26 @@ fn main() -> ExitCode {
         purge_freed_memory_at_once();
     }
     let json = matches!(&cli.command, Command::Controller(a) if a.log_format == "json");
-    init_logging(
-        json,
-        matches!(
-            cli.command,
-            Command::Demo(_)
-                | Command::Sim(_)
-                | Command::Explain(_)
-                | Command::Crds { .. }
-                | Command::Inject(_)
-                | Command::AdmissionPolicy(_)
-        ),
-    );
+    init_logging(json, quiet(&cli.command));
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Commands whose output is for a person (or a pipe) log errors only.
+fn quiet(c: &Command) -> bool {
+    match c {
+        #[cfg(feature = "sim")]
+        Command::Demo(_) | Command::Sim(_) => true,
+        Command::Explain(_)
+        | Command::Crds { .. }
+        | Command::Inject(_)
+        | Command::AdmissionPolicy(_) => true,
+        _ => false,
     }
 }
 
@@ -143,9 +158,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let code = rebound::inplace::restart_agent::run(a)?;
             std::process::exit(code)
         }
-        Command::Demo(a) => runtime()?.block_on(rebound::sim::demo::run(a)),
-        Command::Sim(a) => runtime()?.block_on(rebound::sim::bench::run(a)),
-        Command::SimServer(a) => Ok(runtime()?.block_on(rebound::sim::bare::run(a))?),
+        #[cfg(feature = "sim")]
+        Command::Demo(a) => runtime()?.block_on(rebound_sim::demo::run(a)),
+        #[cfg(feature = "sim")]
+        Command::Sim(a) => runtime()?.block_on(rebound_sim::bench::run(a)),
+        #[cfg(feature = "sim")]
+        Command::SimServer(a) => Ok(runtime()?.block_on(rebound_sim::bare::run(a))?),
+        #[cfg(not(feature = "sim"))]
+        Command::NoSim { .. } => anyhow::bail!(
+            "this rebound was built without the simulator (the `sim` feature): \
+             `demo`, `sim` and `sim-server` are not in it; from the source, \
+             `cargo run -- demo` builds it with them"
+        ),
         Command::Crds { out: None } => {
             print!("{}", rebound::api::crds_yaml()?);
             Ok(ExitCode::SUCCESS)

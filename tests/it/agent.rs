@@ -923,7 +923,7 @@ async fn followed_kmsg_file_picks_up_new_lines_and_truncation() {
 }
 
 mod embedded {
-    //! The agent against the embedded API server (`rebound::sim::server`):
+    //! The agent against the embedded API server (`rebound_sim::server`):
     //! the strategic merge keeps the kubelet's conditions, Events are stored
     //! with their annotation, a restart writes nothing new.
 
@@ -933,7 +933,7 @@ mod embedded {
     use rebound::agent::report::KubeReporter;
     use rebound::agent::state::DesiredCondition;
     use rebound::fault::wire::{FAULT_ANNOTATION, parse_annotation, parse_condition_message};
-    use rebound::sim::server::ApiServer;
+    use rebound_sim::server::ApiServer;
     use serde_json::json;
 
     fn args(log: &std::path::Path) -> rebound::agent::AgentArgs {

@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
-use rebound::sim::server::ApiServer;
-use rebound::sim::server::conformance::{self, Difference, Recording};
+use rebound_sim::server::ApiServer;
+use rebound_sim::server::conformance::{self, Difference, Recording};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

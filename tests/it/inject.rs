@@ -32,8 +32,8 @@ use kube::api::{
 };
 use kube::{Client, ResourceExt};
 use rebound::inplace::AGENT_CONTAINER;
-use rebound::sim::cluster::{install_crds, wait_for};
-use rebound::sim::envtest::{ControlPlane, ControlPlaneConfig};
+use rebound_sim::cluster::{install_crds, wait_for};
+use rebound_sim::envtest::{ControlPlane, ControlPlaneConfig};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
@@ -65,7 +65,7 @@ fn plane() -> Option<&'static ControlPlane> {
     let Some(cfg) = ControlPlaneConfig::from_env() else {
         eprintln!(
             "SKIPPED: {} is not set (the real control plane: ../shared/k8s unpacked)",
-            rebound::sim::envtest::ASSETS_ENV
+            rebound_sim::envtest::ASSETS_ENV
         );
         return None;
     };

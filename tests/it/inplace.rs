@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use rebound::inplace::agent::{self, Cause, JobRef, Report, RunnerConfig};
 use rebound::inplace::{Generation, Verdict};
-use rebound::sim::cluster::{self, JOB_CRDS};
-use rebound::sim::envtest;
+use rebound_sim::cluster::{self, JOB_CRDS};
+use rebound_sim::envtest;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -256,7 +256,7 @@ async fn only_generation_changes_reach_the_agents_watch(api: &Api<DynamicObject>
 #[tokio::test]
 async fn only_generation_changes_reach_the_agents_watch_on_the_embedded_server() {
     let _watchdog = crate::watchdog::start();
-    let s = rebound::sim::ApiServer::builder()
+    let s = rebound_sim::ApiServer::builder()
         .start()
         .await
         .expect("server");
@@ -278,8 +278,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::runtime::watcher;
 use rebound::inplace::AGENT_CONTAINER;
-use rebound::sim::actors::kubelet::PodCosts;
-use rebound::sim::cluster::{Operators, SimCluster, SimConfig, pod_running, wait_for};
+use rebound_sim::actors::kubelet::PodCosts;
+use rebound_sim::cluster::{Operators, SimCluster, SimConfig, pod_running, wait_for};
 
 const NS: &str = "ml";
 const JOB_LABEL: &str = "training.kubeflow.org/job-name";

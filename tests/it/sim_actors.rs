@@ -8,10 +8,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use rebound::sim::actors::{ascend, jobset as js, kubeflow as kf, volcano as vc};
-use rebound::sim::cluster::{
-    Accelerator, JobOptions, SimCluster, SimConfig, pod_running, wait_for,
-};
+use rebound_sim::actors::{ascend, jobset as js, kubeflow as kf, volcano as vc};
+use rebound_sim::cluster::{Accelerator, JobOptions, SimCluster, SimConfig, pod_running, wait_for};
 use serde_json::json;
 
 const NS: &str = "team-a";

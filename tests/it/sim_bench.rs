@@ -1,11 +1,11 @@
-//! `rebound sim` (`rebound::sim::bench::measure`) on each kind of server,
+//! `rebound sim` (`rebound_sim::bench::measure`) on each kind of server,
 //! at a small scale: the embedded one (server clock from its request log),
 //! a cluster by kubeconfig (a bare embedded server standing in: client
 //! clock only), and a real control plane from `REBOUND_TEST_ASSETS`
 //! (server clock from kube-apiserver's audit log). Only the plumbing of the
 //! figures is asserted (counts, sources), never their values.
 
-use rebound::sim::bench::{SimArgs, measure};
+use rebound_sim::bench::{SimArgs, measure};
 
 fn args(flags: &[&str]) -> SimArgs {
     SimArgs::from_flags(flags).expect("flags")
@@ -53,7 +53,7 @@ async fn a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only() {
         "rebound-sim-bench-bare-{}.kubeconfig",
         std::process::id()
     ));
-    let server = rebound::sim::bare::start(0, &path)
+    let server = rebound_sim::bare::start(0, &path)
         .await
         .expect("bare server");
     let kc = path.to_string_lossy().to_string();
@@ -107,10 +107,10 @@ async fn a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_control_plane_is_measured_from_its_audit_log() {
     let _watchdog = crate::watchdog::start();
-    if rebound::sim::envtest::ControlPlaneConfig::from_env().is_none() {
+    if rebound_sim::envtest::ControlPlaneConfig::from_env().is_none() {
         eprintln!(
             "notice: {} unset; the real-control-plane run of rebound sim is not exercised",
-            rebound::sim::envtest::ASSETS_ENV
+            rebound_sim::envtest::ASSETS_ENV
         );
         return;
     }
@@ -166,7 +166,7 @@ async fn a_real_control_plane_is_measured_from_its_audit_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_measures_each_tier_on_the_embedded_server() {
     let _watchdog = crate::watchdog::start();
-    use rebound::sim::bench::resume;
+    use rebound_sim::bench::resume;
     let r = resume::measure(&args(&[
         "--scenario",
         "resume",
@@ -260,7 +260,7 @@ async fn resume_measures_each_tier_on_the_embedded_server() {
 /// Every tier's time is at least its floor: the floor is what the
 /// modelled costs and limits allow at best, so a time under it means the
 /// simulation skipped a cost it models, or the floor counts one it does not.
-fn floors_hold(r: &rebound::sim::bench::resume::ResumeReport) {
+fn floors_hold(r: &rebound_sim::bench::resume::ResumeReport) {
     for t in &r.tiers {
         let (ttr, floor) = (t.time_to_resume_s.unwrap_or(0.0), t.floor.total_s());
         assert!(floor > 0.0, "{t:?}");
@@ -280,7 +280,7 @@ fn floors_hold(r: &rebound::sim::bench::resume::ResumeReport) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_measures_every_job_kind() {
     let _watchdog = crate::watchdog::start();
-    use rebound::sim::bench::resume;
+    use rebound_sim::bench::resume;
     for kind in ["pytorchjob", "job", "jobset", "trainjob"] {
         let r = resume::measure(&args(&[
             "--scenario",

@@ -14,7 +14,7 @@ use kube::api::{
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::watcher;
-use rebound::sim::server::{ApiServer, ApiServerHandle};
+use rebound_sim::server::{ApiServer, ApiServerHandle};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -2016,12 +2016,12 @@ async fn crd_registration_errors_name_the_document() -> TestResult {
         "{SMALL_CRD}\n---\n# nothing here\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\n"
     );
     match h.register_crds_yaml(&two).await {
-        Err(rebound::sim::server::SimError::Yaml { index, .. }) => assert_eq!(index, 2),
+        Err(rebound_sim::server::SimError::Yaml { index, .. }) => assert_eq!(index, 2),
         other => panic!("{other:?}"),
     }
     let bad = SMALL_CRD.replace("name: widgets.example.com", "name: wrong.example.com");
     match h.register_crds_yaml(&bad).await {
-        Err(rebound::sim::server::SimError::Api { source, .. }) => assert_eq!(source.code, 422),
+        Err(rebound_sim::server::SimError::Api { source, .. }) => assert_eq!(source.code, 422),
         other => panic!("{other:?}"),
     }
     Ok(())

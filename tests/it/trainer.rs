@@ -10,8 +10,8 @@ use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use rebound::inplace::inject::{InjectOptions, inject_document};
 use rebound::inplace::{AGENT_CONTAINER, inject};
-use rebound::sim::actors::{jobset as js, trainer};
-use rebound::sim::cluster::{SimCluster, SimConfig, wait_for};
+use rebound_sim::actors::{jobset as js, trainer};
+use rebound_sim::cluster::{SimCluster, SimConfig, wait_for};
 use serde_json::{Value, json};
 
 const NS: &str = "ml";

@@ -6,9 +6,9 @@
 //! the target (200,000/s) is shown, not asserted.
 
 use chrono::Utc;
-use rebound::explain::{engine_from, load_paths};
-use rebound::fault::{Fault, FaultSource};
-use rebound::policy::{JobInput, NodeInput};
+use rebound_core::explain::{engine_from, load_paths};
+use rebound_core::fault::{Fault, FaultSource};
+use rebound_core::policy::{JobInput, NodeInput};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,11 +19,11 @@ use std::time::Instant;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("samples");
+    let samples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../samples");
     let loaded = load_paths(&[samples]).expect("samples load");
     let (mut engine, _) = engine_from(&loaded, "rebound-system", 2000).expect("samples compile");
     let now = Utc::now();
-    let job = rebound::explain::parse_job(
+    let job = rebound_core::explain::parse_job(
         "kind=PyTorchJob,name=llm,namespace=team-a,labels.kcover.io/cascading-recovery=true",
         &[],
         &[],

@@ -240,9 +240,9 @@ impl JobOptions {
 /// Wire a job manifest as `rebound inject` would when `opts` asks for it.
 fn wire(obj: &mut Value, opts: &JobOptions) -> Result<(), ClusterError> {
     if opts.wired {
-        crate::inplace::inject::inject_document(
+        rebound::inplace::inject::inject_document(
             obj,
-            &crate::inplace::inject::InjectOptions::default(),
+            &rebound::inplace::inject::InjectOptions::default(),
             "job",
         )
         .map_err(|e| ClusterError::Unsupported(format!("rebound inject refused the job: {e}")))?;

@@ -5,13 +5,13 @@
 
 use super::cluster::{SimConfig, pod_running};
 use super::testbed::{ROOT, Testbed};
-use crate::fault::wire::{self, WireFault};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
+use rebound_core::fault::wire::{self, WireFault};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -78,14 +78,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         futures::pin_mut!(s);
         while let Some(Ok(e)) = s.next().await {
             if e.reporting_controller.as_deref()
-                != Some(crate::recover::events::REPORTING_CONTROLLER)
+                != Some(rebound::recover::events::REPORTING_CONTROLLER)
             {
                 continue;
             }
             let when = e
                 .event_time
                 .as_ref()
-                .map(|t| crate::k8s::time::to_chrono(&t.0));
+                .map(|t| rebound::k8s::time::to_chrono(&t.0));
             if when.is_some_and(|w| w < since) {
                 continue;
             }
@@ -542,10 +542,10 @@ pub async fn xid_event(
     // Events about a Node live in kube-system (a real server refuses them
     // elsewhere but in `default`), with eventTime and what goes with it.
     let api: Api<CoreEvent> =
-        Api::namespaced(client.clone(), crate::fault::event::SYSTEM_NAMESPACE);
+        Api::namespaced(client.clone(), rebound_core::fault::event::SYSTEM_NAMESPACE);
     let now = chrono::Utc::now();
     let t =
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(crate::k8s::time::to_jiff(now));
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(rebound::k8s::time::to_jiff(now));
     let fault = WireFault {
         source: "NvidiaXid".into(),
         code: code.into(),
@@ -559,7 +559,7 @@ pub async fn xid_event(
     let ev = CoreEvent {
         metadata: ObjectMeta {
             generate_name: Some(format!("{node}-xid-")),
-            namespace: Some(crate::fault::event::SYSTEM_NAMESPACE.into()),
+            namespace: Some(rebound_core::fault::event::SYSTEM_NAMESPACE.into()),
             annotations: Some(BTreeMap::from([(
                 wire::FAULT_ANNOTATION.to_string(),
                 wire::format_annotation(&fault),
@@ -585,7 +585,7 @@ pub async fn xid_event(
 
 /// One decision as timeline lines: the fault, its level and rule, and each
 /// job and node decision with its reasons.
-fn timeline_entry(t0: Instant, d: &crate::policy::Decision) -> String {
+fn timeline_entry(t0: Instant, d: &rebound_core::policy::Decision) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let t = t0.elapsed().as_secs_f64();
@@ -621,10 +621,10 @@ fn timeline_entry(t0: Instant, d: &crate::policy::Decision) -> String {
     }
     for j in &d.jobs {
         let what = match (&j.skip, &j.action) {
-            (None, Some(crate::policy::JobAction::RestartJob { .. })) => {
+            (None, Some(rebound_core::policy::JobAction::RestartJob { .. })) => {
                 "restart the job".to_string()
             }
-            (None, Some(crate::policy::JobAction::RestartPod { pod, .. })) => {
+            (None, Some(rebound_core::policy::JobAction::RestartPod { pod, .. })) => {
                 format!("restart pod {pod}")
             }
             (Some(s), _) => format!("no restart ({})", s.name()),

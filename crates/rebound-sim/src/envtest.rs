@@ -272,7 +272,7 @@ impl ControlPlane {
         let dir = base.join(format!(
             "rebound-envtest-{}-{}",
             std::process::id(),
-            crate::sim::actors::util::name_suffix()
+            crate::actors::util::name_suffix()
         ));
         std::fs::create_dir_all(dir.join("etcd")).map_err(io("data directory"))?;
         let mut cp = ControlPlane {
@@ -555,8 +555,7 @@ pub(crate) fn on_keeper_thread<T: Send + 'static>(
 pub fn shared() -> Result<&'static ControlPlane, String> {
     static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
     let r = CP.get_or_init(|| {
-        let assets =
-            resolve_assets(Path::new(env!("CARGO_MANIFEST_DIR"))).map_err(|e| e.to_string())?;
+        let assets = resolve_assets(Path::new(crate::PROJECT_ROOT)).map_err(|e| e.to_string())?;
         let cfg = ControlPlaneConfig::from_assets(&assets);
         on_keeper_thread("envtest-keeper", move || {
             ControlPlane::start(&cfg).map_err(|e| e.to_string())

@@ -27,11 +27,11 @@ use super::RequestRecord;
 use super::cluster::{SharedCluster, SimCluster, SimConfig};
 use super::kubelet_logs::KubeletLogs;
 use super::proxy::Proxy;
-use crate::api::{FaultClassification, RecoveryPolicy};
-use crate::controller::{ControllerArgs, ControllerHandle};
-use crate::explain::load::{Loaded, load_str};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use rebound::controller::{ControllerArgs, ControllerHandle};
+use rebound_core::api::{FaultClassification, RecoveryPolicy};
+use rebound_core::explain::load::{Loaded, load_str};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -102,11 +102,11 @@ pub enum TestbedError {
     Server(#[from] super::SimError),
     /// Boxed: the largest error by far, and rare.
     #[error("{0}")]
-    Load(Box<crate::explain::LoadError>),
+    Load(Box<rebound_core::explain::LoadError>),
     #[error("API: {0}")]
     Kube(#[from] kube::Error),
     #[error("controller: {0}")]
-    Start(#[from] crate::controller::StartError),
+    Start(#[from] rebound::controller::StartError),
     #[error("{0}")]
     Proxy(#[from] super::proxy::ProxyError),
     #[error("{0}")]
@@ -118,8 +118,8 @@ pub enum TestbedError {
     Other(String),
 }
 
-impl From<crate::explain::LoadError> for TestbedError {
-    fn from(e: crate::explain::LoadError) -> Self {
+impl From<rebound_core::explain::LoadError> for TestbedError {
+    fn from(e: rebound_core::explain::LoadError) -> Self {
         TestbedError::Load(Box::new(e))
     }
 }
@@ -166,7 +166,8 @@ impl Testbed {
             }
         }
         let cluster = SimCluster::start(cfg).await?;
-        let crds = crate::api::crds_yaml().map_err(|e| TestbedError::Other(e.to_string()))?;
+        let crds =
+            rebound_core::api::crds_yaml().map_err(|e| TestbedError::Other(e.to_string()))?;
         cluster.api().register_crds_yaml(&crds).await?;
         let kc = kube::config::Kubeconfig::from_yaml(&cluster.api().kubeconfig_yaml())
             .map_err(|e| TestbedError::Other(e.to_string()))?;
@@ -294,7 +295,8 @@ impl Testbed {
         for crds in super::cluster::JOB_CRDS {
             super::cluster::install_crds(&client, crds).await?;
         }
-        let crds = crate::api::crds_yaml().map_err(|e| TestbedError::Other(e.to_string()))?;
+        let crds =
+            rebound_core::api::crds_yaml().map_err(|e| TestbedError::Other(e.to_string()))?;
         super::cluster::install_own_crds(&client, &crds).await?;
         let mut namespaces: Vec<String> =
             cfg.namespaces.iter().map(|n| shared_ns(&id, n)).collect();
@@ -557,7 +559,7 @@ impl Testbed {
     /// Apply every shipped sample.
     pub async fn apply_samples(&self) -> Result<usize, TestbedError> {
         let mut n = 0;
-        for (_, yaml) in super::samples::SAMPLES {
+        for (_, yaml) in rebound_core::samples::SAMPLES {
             n += self.apply_yaml(yaml).await?;
         }
         Ok(n)
@@ -580,7 +582,7 @@ impl Testbed {
     /// its requests from the simulated actors'.
     pub async fn controller_client(&self) -> Result<kube::Client, TestbedError> {
         let mut cfg = self.config.clone();
-        crate::controller::identify(&mut cfg);
+        rebound::controller::identify(&mut cfg);
         kube::Client::try_from(cfg).map_err(TestbedError::Kube)
     }
 
@@ -600,7 +602,7 @@ impl Testbed {
         client: kube::Client,
         args: ControllerArgs,
     ) -> Result<ControllerHandle, TestbedError> {
-        let h = crate::controller::start(client, args).await?;
+        let h = rebound::controller::start(client, args).await?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !(h.health.ready.load(std::sync::atomic::Ordering::Relaxed) && h.leader.is_leader()) {
             if tokio::time::Instant::now() > deadline {

@@ -2,22 +2,18 @@
 //! recover them at once. See `docs/` for the user guide and `DESIGN.md` in the
 //! shared folder for the contract.
 //!
-//! The decision core (`fault` → `classify` → `policy`) is pure: no I/O, so it
-//! is tested and benchmarked alone. I/O lives in `controller`, `recover`,
-//! `agent` and `sim`.
+//! The decision core (`fault` → `classify` → `policy`) is pure and lives in
+//! the `rebound-core` crate, re-exported here so that `rebound::api::…` and
+//! the like name one thing. I/O lives in this crate: `controller`,
+//! `recover`, `agent`, `inplace`, `ascend`. The simulator is the
+//! `rebound-sim` crate, which this one never imports. See README.md.
+
+pub use rebound_core::{api, classify, explain, expr, fault, policy, samples, workload};
 
 pub mod agent;
-pub mod api;
 pub mod ascend;
-pub mod classify;
 pub mod controller;
-pub mod explain;
-pub mod expr;
-pub mod fault;
 pub mod inplace;
 pub mod k8s;
 pub mod metrics;
-pub mod policy;
 pub mod recover;
-pub mod sim;
-pub mod workload;

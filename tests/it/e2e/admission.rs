@@ -20,8 +20,8 @@ use kube::api::{DeleteParams, DynamicObject, PostParams};
 use rebound::inplace::admission::{WIRED_BY_ADMISSION, WIRED_BY_ENV, policy_yaml};
 use rebound::inplace::inject::InjectOptions;
 use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION};
-use rebound::sim::actors::trainer;
-use rebound::sim::cluster::{JobOptions, install_crds};
+use rebound_sim::actors::trainer;
+use rebound_sim::cluster::{JobOptions, install_crds};
 use serde_json::{Value, json};
 
 /// Runs `async fn $name(server: Server)` on the real server only.
@@ -33,7 +33,7 @@ macro_rules! real_only {
                 let _watchdog = $crate::watchdog::start();
                 if $crate::e2e::real_server_or_skip(module_path!()) {
                     let t = std::time::Instant::now();
-                    super::$name(rebound::sim::testbed::Server::Real).await;
+                    super::$name(rebound_sim::testbed::Server::Real).await;
                     eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
                 }
             }

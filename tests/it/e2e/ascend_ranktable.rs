@@ -11,7 +11,7 @@ use kube::api::PostParams;
 use kube::runtime::watcher;
 use rebound::ascend::ranktable::Format;
 use rebound::ascend::ranktable::table::{DATA_KEY, DEVICE_ANNOTATION, LABEL_KEY, LABEL_VALUE};
-use rebound::sim::cluster::Accelerator;
+use rebound_sim::cluster::Accelerator;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
@@ -135,7 +135,7 @@ async fn recovery_events(bed: &Testbed, ns: &str, job: &str) -> Vec<KEvent> {
 }
 
 async fn volcano_job(bed: &Testbed, ns: &str, name: &str) -> DynamicObject {
-    let ar = rebound::sim::actors::volcano::job_resource();
+    let ar = rebound_sim::actors::volcano::job_resource();
     Api::<DynamicObject>::namespaced_with(bed.client(), ns, &ar)
         .get(name)
         .await
@@ -443,7 +443,7 @@ pub async fn preset_ranktable_job(bed: &Testbed, ns: &str, name: &str) {
                     "resources": {"limits": {"huawei.com/Ascend910": "1"}}}]}}}]},
     }))
     .unwrap();
-    let ar = rebound::sim::actors::volcano::job_resource();
+    let ar = rebound_sim::actors::volcano::job_resource();
     Api::<DynamicObject>::namespaced_with(bed.client(), ns, &ar)
         .create(&PostParams::default(), &job)
         .await

@@ -7,8 +7,8 @@ use super::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, PostParams};
-use rebound::sim::actors::ascend::{self as plugin, AscendFault};
-use rebound::sim::cluster::Accelerator;
+use rebound_sim::actors::ascend::{self as plugin, AscendFault};
+use rebound_sim::cluster::Accelerator;
 use serde_json::Value;
 use std::collections::BTreeMap;
 

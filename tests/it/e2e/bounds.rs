@@ -5,7 +5,7 @@
 use super::*;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use kube::api::{ObjectMeta, PostParams};
-use rebound::sim::cluster::SimConfig;
+use rebound_sim::cluster::SimConfig;
 use std::collections::BTreeMap;
 
 /// This process's resident memory in MiB (the controller runs in it).
@@ -124,7 +124,7 @@ async fn volcano_job(bed: &Testbed, ns: &str, name: &str) -> DynamicObject {
     Api::<DynamicObject>::namespaced_with(
         bed.client(),
         ns,
-        &rebound::sim::actors::volcano::job_resource(),
+        &rebound_sim::actors::volcano::job_resource(),
     )
     .get(name)
     .await
@@ -136,7 +136,7 @@ async fn commands(bed: &Testbed, ns: &str) -> Vec<DynamicObject> {
     Api::<DynamicObject>::namespaced_with(
         bed.client(),
         ns,
-        &rebound::sim::actors::volcano::command_resource(),
+        &rebound_sim::actors::volcano::command_resource(),
     )
     .list(&ListParams::default())
     .await
@@ -151,7 +151,7 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
     // behind a busy or restarting Volcano controller.
     let cfg = SimConfig {
         nodes: 4,
-        operators: rebound::sim::cluster::Operators {
+        operators: rebound_sim::cluster::Operators {
             volcano: false,
             ..Default::default()
         },
@@ -159,7 +159,7 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
     };
     let (bed, ctl) = bed_with(server, 4, "", Some(cfg)).await;
     let ml = bed.ns("ml");
-    let volcano = tokio::spawn(rebound::sim::actors::volcano::run(bed.client()));
+    let volcano = tokio::spawn(rebound_sim::actors::volcano::run(bed.client()));
     bed.cluster
         .create_volcano_job(&ml, "vc", 2, &[OPT_IN])
         .await
@@ -207,7 +207,7 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
     let cmds = commands(&bed, &ml).await;
     assert_eq!(cmds.len(), 1, "one Command for one restart");
 
-    let volcano = tokio::spawn(rebound::sim::actors::volcano::run(bed.client()));
+    let volcano = tokio::spawn(rebound_sim::actors::volcano::run(bed.client()));
     // Volcano comes back and runs what it finds: one restart (the Command
     // consumed, one retry, version 1). Its pods running again is Volcano's
     // and the kubelets' part, not this test's: in the full suite a Failed

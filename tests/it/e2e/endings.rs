@@ -119,11 +119,11 @@ async fn a_job_kind_removed_while_running_leaves_recovery_working(server: Server
     .await;
     ctl.shutdown().await;
     // Later beds on a shared control plane find the CRD again.
-    if let Some(yaml) = rebound::sim::cluster::JOB_CRDS
+    if let Some(yaml) = rebound_sim::cluster::JOB_CRDS
         .iter()
         .find(|y| y.contains("mpijobs.kubeflow.org"))
     {
-        let _ = rebound::sim::cluster::install_crds(&bed.client(), yaml).await;
+        let _ = rebound_sim::cluster::install_crds(&bed.client(), yaml).await;
     }
 }
 

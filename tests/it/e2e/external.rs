@@ -6,7 +6,7 @@
 use super::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
-use rebound::sim::cluster::SharedCluster;
+use rebound_sim::cluster::SharedCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cleans_up() {
@@ -15,7 +15,7 @@ async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cl
         "rebound-e2e-bare-{}.kubeconfig",
         std::process::id()
     ));
-    let server = rebound::sim::bare::start(0, &path)
+    let server = rebound_sim::bare::start(0, &path)
         .await
         .expect("bare server");
     let bed = Testbed::connect(
@@ -157,7 +157,7 @@ spec:
 async fn crds_are_installed_once_updated_after_and_a_real_operators_are_refused(server: Server) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition as Crd;
     use kube::api::{DeleteParams, PostParams};
-    use rebound::sim::cluster::{ClusterError, TESTBED_LABEL, install_crds, install_own_crds};
+    use rebound_sim::cluster::{ClusterError, TESTBED_LABEL, install_crds, install_own_crds};
     let bed = bed(
         server,
         SimConfig {
@@ -180,7 +180,7 @@ async fn crds_are_installed_once_updated_after_and_a_real_operators_are_refused(
                 .map(String::as_str),
             Some(TESTBED_LABEL.1)
         );
-        let names = install_crds(&client, rebound::sim::cluster::JOB_CRDS[0])
+        let names = install_crds(&client, rebound_sim::cluster::JOB_CRDS[0])
             .await
             .expect("a second run updates its own CRD");
         assert_eq!(names, vec!["pytorchjobs.kubeflow.org".to_string()]);

@@ -19,7 +19,7 @@ macro_rules! e2e {
             async fn embedded() {
                 let _watchdog = $crate::watchdog::start();
                 let t = std::time::Instant::now();
-                super::$name(rebound::sim::testbed::Server::Embedded).await;
+                super::$name(rebound_sim::testbed::Server::Embedded).await;
                 eprintln!("{}::embedded took {:?}", module_path!(), t.elapsed());
             }
 
@@ -28,7 +28,7 @@ macro_rules! e2e {
                 let _watchdog = $crate::watchdog::start();
                 if $crate::e2e::real_server_or_skip(module_path!()) {
                     let t = std::time::Instant::now();
-                    super::$name(rebound::sim::testbed::Server::Real).await;
+                    super::$name(rebound_sim::testbed::Server::Real).await;
                     // With the wait for the bed's turn (one real bed at a time).
                     eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
                 }
@@ -62,9 +62,9 @@ mod trainjob;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams};
 use rebound::controller::{ControllerArgs, ControllerHandle};
-use rebound::sim::RequestRecord;
-use rebound::sim::cluster::{SimConfig, pod_running};
-pub use rebound::sim::testbed::{Server, Testbed};
+use rebound_sim::RequestRecord;
+use rebound_sim::cluster::{SimConfig, pod_running};
+pub use rebound_sim::testbed::{Server, Testbed};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -114,10 +114,10 @@ spec:
 pub fn real_server_or_skip(test: &str) -> bool {
     match Testbed::real_server_unavailable() {
         None => true,
-        Some(why) if rebound::sim::envtest::real_server_required() => {
+        Some(why) if rebound_sim::envtest::real_server_required() => {
             panic!(
                 "{test}: {why} ({} is set)",
-                rebound::sim::envtest::REQUIRE_ENV
+                rebound_sim::envtest::REQUIRE_ENV
             )
         }
         Some(why) => {
@@ -286,7 +286,7 @@ pub fn restarts_in(bed: &Testbed, ns: &str, label: &str, job: &str) -> usize {
 }
 
 pub fn urldecode(s: &str) -> String {
-    rebound::sim::bench::decode_query(s)
+    rebound_sim::bench::decode_query(s)
 }
 
 /// Running pods of a selector in a namespace.

@@ -1,4 +1,4 @@
-//! The test bed's proxy (`rebound::sim::proxy`) in front of the embedded
+//! The test bed's proxy (`rebound_sim::proxy`) in front of the embedded
 //! server and in front of a real kube-apiserver: it forwards with the
 //! caller's User-Agent (and bearer token), records every request as the
 //! embedded log does, streams watches, and injects each fault on command.
@@ -7,16 +7,16 @@ use super::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{DeleteParams, PostParams, WatchEvent, WatchParams};
-use rebound::sim::proxy::Proxy;
+use rebound_sim::proxy::Proxy;
 
 const UA: &str = "rebound-proxy-test/1";
 
 /// The upstream of the proxy: a bare embedded server (kept alive by the
 /// returned handle), or the real API server of the test process.
-async fn upstream(server: Server) -> (kube::Config, Option<rebound::sim::ApiServerHandle>) {
+async fn upstream(server: Server) -> (kube::Config, Option<rebound_sim::ApiServerHandle>) {
     match server {
         Server::Embedded => {
-            let h = rebound::sim::ApiServer::builder()
+            let h = rebound_sim::ApiServer::builder()
                 .start()
                 .await
                 .expect("embedded server");

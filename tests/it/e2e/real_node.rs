@@ -24,8 +24,8 @@ use kube::ResourceExt;
 use kube::api::PostParams;
 use rebound::inplace::inject::{InjectOptions, inject_document};
 use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION};
-use rebound::sim::envtest::node::{REBOUND_IMAGE, RealNode, shared_node};
-use rebound::sim::testbed::Server;
+use rebound_sim::envtest::node::{REBOUND_IMAGE, RealNode, shared_node};
+use rebound_sim::testbed::Server;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -65,9 +65,9 @@ pub(super) async fn real_node_or_skip(test: &str) -> Option<&'static RealNode> {
             reset(n).await;
             Some(n)
         }
-        Err(why) if rebound::sim::envtest::real_server_required() => panic!(
+        Err(why) if rebound_sim::envtest::real_server_required() => panic!(
             "{test}: no real node: {why} ({} is set)",
-            rebound::sim::envtest::REQUIRE_ENV
+            rebound_sim::envtest::REQUIRE_ENV
         ),
         Err(why) => {
             eprintln!("SKIPPED on the real node: {test}: {why}");
@@ -83,7 +83,7 @@ pub(super) const RT: Duration = Duration::from_secs(60);
 /// The API server's port, for the agents (no kube-proxy: they reach it
 /// over the host's loopback).
 pub(super) fn api_port() -> String {
-    rebound::sim::envtest::shared()
+    rebound_sim::envtest::shared()
         .ok()
         .and_then(|cp| cp.url().rsplit(':').next().map(str::to_owned))
         .unwrap_or_default()

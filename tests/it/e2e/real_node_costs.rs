@@ -1,4 +1,4 @@
-//! The real node's per-pod costs, measured (`rebound::sim::envtest::node::measure`):
+//! The real node's per-pod costs, measured (`rebound_sim::envtest::node::measure`):
 //! an ignored test, run by hand, that prints the durations
 //! docs/simulated-kubelet.md compares with the modelled `PodCosts`.
 //!
@@ -8,7 +8,7 @@ use super::real_node::real_node_or_skip;
 use super::*;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Patch, PatchParams, PostParams};
-use rebound::sim::envtest::node::measure::{measure, report};
+use rebound_sim::envtest::node::measure::{measure, report};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

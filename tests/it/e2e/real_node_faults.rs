@@ -7,7 +7,7 @@ use super::real_node::{RT, agent_rbac, create_job, running_on, wait_long};
 use super::tiers::{Kind, TIERS, agent_restarts, destructive, job_annotations, ready, uid};
 use super::*;
 use rebound::inplace::{GENERATION_ANNOTATION, RELEASED_ANNOTATION};
-use rebound::sim::envtest::node::{REBOUND_IMAGE, RealNode};
+use rebound_sim::envtest::node::{REBOUND_IMAGE, RealNode};
 
 /// In place, then Recreate after 8 s; the fault stays present, so a long
 /// cooldown keeps it from being decided again once the recovery ends.

@@ -4,7 +4,7 @@
 use super::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
-use rebound::sim::envtest::node::RealNode;
+use rebound_sim::envtest::node::RealNode;
 use serde_json::{Value, json};
 
 /// The shared node as a test expects it, whatever an earlier test left:

@@ -8,9 +8,9 @@ use super::*;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION};
-use rebound::sim::actors::kubelet::{KubeletConfig, PodCosts};
-use rebound::sim::actors::{jobset, volcano};
-use rebound::sim::cluster::{JobOptions, SimConfig};
+use rebound_sim::actors::kubelet::{KubeletConfig, PodCosts};
+use rebound_sim::actors::{jobset, volcano};
+use rebound_sim::cluster::{JobOptions, SimConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

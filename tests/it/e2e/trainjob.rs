@@ -4,7 +4,7 @@
 use super::*;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use rebound::sim::actors::{jobset, trainer};
+use rebound_sim::actors::{jobset, trainer};
 
 async fn a_trainjob_is_restarted_through_its_jobset_and_recorded_on_itself(server: Server) {
     let (bed, ctl) = bed_with(server, 3, "", None).await;

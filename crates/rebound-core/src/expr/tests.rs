@@ -251,7 +251,7 @@ fn ten_nested_comprehensions_are_refused_with_their_estimate() {
 #[test]
 fn every_shipped_sample_expression_is_well_under_the_bound() {
     let mut loaded = crate::explain::load::Loaded::default();
-    for (path, text) in crate::sim::samples::SAMPLES {
+    for (path, text) in crate::samples::SAMPLES {
         crate::explain::load::load_str(std::path::Path::new(path), text, &mut loaded)
             .unwrap_or_else(|e| panic!("{path}: {e}"));
     }

@@ -3,7 +3,7 @@
 use crate::api::policy::WorkloadKind;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::discovery::ApiResource;
+use kube::core::ApiResource;
 
 /// The job a pod belongs to. `api_version` and `plural` are kept because a
 /// kind may be served in more than one version (MPIJob `kubeflow.org/v1` and

@@ -337,13 +337,14 @@ mod tests {
         assert_eq!(pick_chips(8, &[0, 2], 3), Some(vec![1, 3, 4]));
         assert_eq!(pick_chips(2, &[0], 2), None);
         let a = device_annotation("p-0", "10.1.0.7", &[1, 3]);
-        let i = crate::ascend::ranktable::table::parse_instance(&a).expect("valid for rank tables");
+        let i =
+            rebound::ascend::ranktable::table::parse_instance(&a).expect("valid for rank tables");
         assert_eq!(i.server_id, "10.1.0.7");
         assert_eq!(i.devices[1].device_id, "3");
         assert_eq!(i.devices[1].device_ip, "192.171.0.7");
         assert_eq!(
             DEVICE_ANNOTATION,
-            crate::ascend::ranktable::table::DEVICE_ANNOTATION
+            rebound::ascend::ranktable::table::DEVICE_ANNOTATION
         );
     }
 
@@ -393,7 +394,7 @@ mod tests {
     fn check_code_matches_the_recorded_a3_sample() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/data/faults/ascend/deviceinfo-cfg-a3-faulty.json"
+            "/../../../shared/data/faults/ascend/deviceinfo-cfg-a3-faulty.json"
         );
         let Ok(text) = std::fs::read_to_string(path) else {
             eprintln!("shared data absent ({path}): skipped");

@@ -21,7 +21,7 @@ use kube::{Api, Client, ResourceExt};
 use tokio::task::JoinHandle;
 
 use super::analyse::Subject;
-use crate::sim::actors::kubeflow::JOB_NAME_LABEL;
+use crate::actors::kubeflow::JOB_NAME_LABEL;
 
 /// Effects seen, with when they reached this process.
 type Seen = Arc<Mutex<Vec<(SystemTime, Subject)>>>;

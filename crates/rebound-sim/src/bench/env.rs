@@ -5,7 +5,7 @@
 //! object goes through HTTP, as in a real cluster: the jobs are created by
 //! this process, their pods by the simulated operator, bound by the
 //! simulated scheduler and run by the simulated kubelets (see
-//! [`crate::sim::testbed::Testbed::connect`]).
+//! [`crate::testbed::Testbed::connect`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,9 +16,9 @@ use kube::api::{Api, DynamicObject, ListParams};
 
 use super::SimArgs;
 use super::serverlog::{AuditCursor, AuditError, SIM_AUDIT_POLICY, ServerRequest};
-use crate::sim::cluster::{JobOptions, SimConfig, pod_running};
-use crate::sim::envtest::{ControlPlane, ControlPlaneConfig, EnvtestError};
-use crate::sim::testbed::{Testbed, TestbedError};
+use crate::cluster::{JobOptions, SimConfig, pod_running};
+use crate::envtest::{ControlPlane, ControlPlaneConfig, EnvtestError};
+use crate::testbed::{Testbed, TestbedError};
 
 /// Why the set-up failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +44,7 @@ pub enum EnvError {
     Kube(#[from] kube::Error),
     /// A simulated-cluster call failed.
     #[error("simulated cluster: {0}")]
-    Cluster(Box<crate::sim::cluster::ClusterError>),
+    Cluster(Box<crate::cluster::ClusterError>),
     /// The audit log could not be read.
     #[error(transparent)]
     Audit(#[from] AuditError),
@@ -74,8 +74,8 @@ impl From<TestbedError> for EnvError {
     }
 }
 
-impl From<crate::sim::cluster::ClusterError> for EnvError {
-    fn from(e: crate::sim::cluster::ClusterError) -> Self {
+impl From<crate::cluster::ClusterError> for EnvError {
+    fn from(e: crate::cluster::ClusterError) -> Self {
         EnvError::Cluster(Box::new(e))
     }
 }
@@ -279,7 +279,7 @@ impl SimEnv {
     /// list of 20,000 pods is tens of MiB); the pods are counted once at the
     /// end.
     pub async fn wait_running(&self, jobs: usize, want: usize) -> Result<(), EnvError> {
-        let res = crate::sim::actors::kubeflow::KubeflowKind::PyTorchJob.api_resource();
+        let res = crate::actors::kubeflow::KubeflowKind::PyTorchJob.api_resource();
         let job_api: Api<DynamicObject> = Api::namespaced_with(self.bed.client(), &self.ns, &res);
         let pods: Api<Pod> = Api::namespaced(self.bed.client(), &self.ns);
         let limit = Duration::from_secs(1800);

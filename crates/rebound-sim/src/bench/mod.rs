@@ -38,7 +38,7 @@ use self::analyse::{Injected, Subject};
 use self::env::SimEnv;
 use super::cluster::SimConfig;
 use super::testbed::Testbed;
-use crate::fault::wire::{self, WireFault};
+use rebound_core::fault::wire::{self, WireFault};
 
 const SIM_POLICY: &str = r#"
 apiVersion: rebound.dev/v1alpha1
@@ -179,7 +179,7 @@ impl SimArgs {
 enum Ctl {
     /// The process, its pid, and the port of its `/metrics`.
     Child(tokio::process::Child, u32, u16),
-    InProcess(crate::controller::ControllerHandle),
+    InProcess(rebound::controller::ControllerHandle),
 }
 
 /// Run a scenario and print the report.
@@ -325,7 +325,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
         .and_then(|t| histogram_quantiles(t, "rebound_reaction_seconds"));
     if let Some(t) = metrics.as_deref() {
         for (action, (n, means)) in stats::path_means(t) {
-            let stages: Vec<String> = crate::metrics::PATH_STAGES
+            let stages: Vec<String> = rebound::metrics::PATH_STAGES
                 .iter()
                 .zip(&means)
                 .map(|(s, m)| format!("{s} {m:.3}"))
@@ -406,7 +406,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
         jobs_restarted: restarts.len(),
         max_restarts_of_one_job: restarts.values().copied().max().unwrap_or(0),
         nodes_cordoned: nodes_cordoned(&env).await?,
-        breaker_limit: crate::policy::Limit::Percent(10).of(args.nodes() as u32) as usize,
+        breaker_limit: rebound_core::policy::Limit::Percent(10).of(args.nodes() as u32) as usize,
         controller_requests_by_verb: by_verb,
         peak_write_rate_per_second: peak,
         qps_limit: args.qps,
@@ -568,7 +568,7 @@ async fn set_xid(bed: &Testbed, node: &str, code: &str) -> anyhow::Result<()> {
 
 /// Restarts per job, as the controller recorded them on the jobs.
 async fn restarts_from_annotations(env: &SimEnv) -> anyhow::Result<HashMap<String, usize>> {
-    let res = crate::sim::actors::kubeflow::KubeflowKind::PyTorchJob.api_resource();
+    let res = crate::actors::kubeflow::KubeflowKind::PyTorchJob.api_resource();
     let api: Api<DynamicObject> = Api::namespaced_with(env.bed.client(), &env.ns, &res);
     Ok(api
         .list(&ListParams::default())
@@ -578,7 +578,7 @@ async fn restarts_from_annotations(env: &SimEnv) -> anyhow::Result<HashMap<Strin
         .filter_map(|j| {
             let n: usize = j
                 .annotations()
-                .get(crate::recover::RESTART_COUNT_ANNOTATION)?
+                .get(rebound::recover::RESTART_COUNT_ANNOTATION)?
                 .parse()
                 .ok()?;
             (n > 0).then(|| (j.name_any(), n))
@@ -598,7 +598,7 @@ async fn nodes_cordoned(env: &SimEnv) -> anyhow::Result<usize> {
         .filter(|n| n.name_any().starts_with(&prefix))
         .filter(|n| {
             n.annotations()
-                .contains_key(crate::recover::CORDONED_ANNOTATION)
+                .contains_key(rebound::recover::CORDONED_ANNOTATION)
         })
         .count())
 }

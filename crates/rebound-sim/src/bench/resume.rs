@@ -2,7 +2,7 @@
 //! (issues #14, #21). On one simulated cluster, with the modelled pod
 //! costs and the job operators' and schedulers' published client limits,
 //! a job of `--job-kind` (default Volcano) and `--job-size` pods wired for
-//! in-place restarts (by [`crate::inplace::inject::inject_document`], what
+//! in-place restarts (by [`rebound::inplace::inject::inject_document`], what
 //! `rebound inject` runs) is recovered once per tier, `InPlace`,
 //! `ReplaceFaulty`, `Recreate`, each under a RecoveryPolicy whose
 //! `spec.restart.tiers` is that tier alone. A fresh job per tier, created
@@ -44,7 +44,7 @@ use super::analyse::{Injected, Subject, ms_between};
 use super::env::SimEnv;
 use super::serverlog::ServerRequest;
 use super::{Ctl, SimArgs, load_average, peak_rss_mib, set_xid, start_controller};
-use crate::sim::cluster::SimConfig;
+use crate::cluster::SimConfig;
 
 /// The tiers, in the order they are measured.
 pub const TIERS: [&str; 3] = ["InPlace", "ReplaceFaulty", "Recreate"];
@@ -91,7 +91,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
             gpus_per_node: 8,
             gpus_per_pod: 0,
             server_threads: 2,
-            kubelet: crate::sim::actors::kubelet::KubeletConfig {
+            kubelet: crate::actors::kubelet::KubeletConfig {
                 costs: args.pod_costs.clone(),
                 ..Default::default()
             },
@@ -303,7 +303,7 @@ async fn run_tier(
             let g = jobs
                 .get(&name)
                 .await
-                .map(|j| crate::inplace::Generation::from_annotations(j.annotations()));
+                .map(|j| rebound::inplace::Generation::from_annotations(j.annotations()));
             let state = format!(
                 "{live} pods, {serving} running and ready, {back} back in the new generation; job generation {}",
                 g.map_or_else(
@@ -527,13 +527,13 @@ async fn wait_until(
 /// The job's `restart-generation` annotation (0 when absent).
 async fn generation(jobs: &Api<DynamicObject>, name: &str) -> anyhow::Result<u64> {
     let j = jobs.get(name).await?;
-    Ok(crate::inplace::Generation::from_annotations(j.annotations()).current)
+    Ok(rebound::inplace::Generation::from_annotations(j.annotations()).current)
 }
 
 /// The tier of the newest restart the controller recorded on the job.
 async fn recorded_tier(jobs: &Api<DynamicObject>, name: &str) -> anyhow::Result<Option<String>> {
     let j = jobs.get(name).await?;
-    Ok(crate::recover::read_history(j.annotations())
+    Ok(rebound::recover::read_history(j.annotations())
         .last()
         .and_then(|r| r.tier.clone()))
 }

@@ -1,7 +1,7 @@
 //! What the API server saw, in one shape whichever server it was: the
 //! embedded server's request log, or a real kube-apiserver's audit log
 //! (which `rebound sim --assets` turns on through
-//! [`crate::sim::envtest::ControlPlaneConfig::audit_policy`]). Both give,
+//! [`crate::envtest::ControlPlaneConfig::audit_policy`]). Both give,
 //! per request, when it arrived and when its answer was complete, on the
 //! machine's wall clock, so reaction is measured the same way on both.
 
@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use serde::Deserialize;
 
-use crate::sim::RequestRecord;
+use crate::RequestRecord;
 
 /// The audit policy of `rebound sim` on a real server: every write at
 /// `Metadata` level, once, when its answer is complete (whose event still
@@ -256,7 +256,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!(
             "rebound-audit-test-{}-{}",
             std::process::id(),
-            crate::sim::actors::util::name_suffix()
+            crate::actors::util::name_suffix()
         ));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("audit.log");

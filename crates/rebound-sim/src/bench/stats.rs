@@ -52,7 +52,7 @@ pub struct BucketQuantiles {
 
 /// The controller's critical path as its `rebound_critical_path_seconds`
 /// histogram shows it: for each action, the mean of each stage (ms) in
-/// the order of [`crate::metrics::PATH_STAGES`], and how many actions.
+/// the order of [`rebound::metrics::PATH_STAGES`], and how many actions.
 pub fn path_means(text: &str) -> BTreeMap<String, (u64, Vec<f64>)> {
     let mut sums: BTreeMap<(String, String), (f64, u64)> = BTreeMap::new();
     for l in text.lines() {
@@ -86,12 +86,15 @@ pub fn path_means(text: &str) -> BTreeMap<String, (u64, Vec<f64>)> {
     }
     let mut out: BTreeMap<String, (u64, Vec<f64>)> = BTreeMap::new();
     for ((action, stage), (sum, count)) in sums {
-        let Some(i) = crate::metrics::PATH_STAGES.iter().position(|s| *s == stage) else {
+        let Some(i) = rebound::metrics::PATH_STAGES
+            .iter()
+            .position(|s| *s == stage)
+        else {
             continue;
         };
         let e = out
             .entry(action)
-            .or_insert_with(|| (0, vec![0.0; crate::metrics::PATH_STAGES.len()]));
+            .or_insert_with(|| (0, vec![0.0; rebound::metrics::PATH_STAGES.len()]));
         e.0 = e.0.max(count);
         if count > 0 {
             e.1[i] = 1000.0 * sum / count as f64;
@@ -156,9 +159,9 @@ mod tests {
 
     #[test]
     fn path_means_read_the_controllers_own_exposition() {
-        let m = crate::metrics::Metrics::new();
+        let m = rebound::metrics::Metrics::new();
         let ms = std::time::Duration::from_millis;
-        for (stage, d) in crate::metrics::PATH_STAGES.iter().zip([1, 2, 3, 4, 5]) {
+        for (stage, d) in rebound::metrics::PATH_STAGES.iter().zip([1, 2, 3, 4, 5]) {
             m.path_stage(stage, "restart_job", ms(d));
             m.path_stage(stage, "restart_job", ms(3 * d));
         }

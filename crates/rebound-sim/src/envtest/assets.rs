@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn the_shared_readme_lists_every_binary() {
-        let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/k8s/README.md");
+        let readme = Path::new(crate::PROJECT_ROOT).join("../shared/k8s/README.md");
         let Ok(text) = std::fs::read_to_string(&readme) else {
             eprintln!("SKIPPED: {} is absent", readme.display());
             return;

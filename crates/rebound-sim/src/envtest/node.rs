@@ -199,7 +199,7 @@ impl RealNode {
         let dir = std::env::temp_dir().join(format!(
             "rebound-envtest-{}-node-{}",
             std::process::id(),
-            crate::sim::actors::util::name_suffix()
+            crate::actors::util::name_suffix()
         ));
         for d in ["cni", "state", "root", "kubelet", "logs", "images"] {
             std::fs::create_dir_all(dir.join(d)).map_err(io(format!("create {d}")))?;
@@ -460,11 +460,11 @@ pub fn shared_node(rebound: &Path) -> Result<&'static RealNode, String> {
             return Err(why);
         }
         let cp = super::shared()?;
-        let assets = super::resolve_node_assets(Path::new(env!("CARGO_MANIFEST_DIR")))
+        let assets = super::resolve_node_assets(Path::new(crate::PROJECT_ROOT))
             .map_err(|e| e.to_string())?;
         let images = images(&assets, &rebound).map_err(|e| e.to_string())?;
         super::on_keeper_thread("real-node-keeper", move || {
-            let name = format!("real-{}", crate::sim::actors::util::name_suffix());
+            let name = format!("real-{}", crate::actors::util::name_suffix());
             RealNode::start(cp, &assets, &name, &images).map_err(|e| e.to_string())
         })
     });

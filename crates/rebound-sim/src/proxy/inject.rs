@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::sim::server::ApiError;
-use crate::sim::server::inject::{FailRule, take_rule};
+use crate::server::ApiError;
+use crate::server::inject::{FailRule, take_rule};
 
 /// Where `expire_all_versions` stands: asked `asked` times, of which the
 /// first `done` found the upstream's current resourceVersion; every

@@ -26,8 +26,8 @@ pub fn query_param(query: &str, key: &str) -> Option<String> {
     query
         .split('&')
         .filter_map(|p| p.split_once('=').or(Some((p, ""))))
-        .find(|(k, _)| crate::sim::bench::decode_query(k) == key)
-        .map(|(_, v)| crate::sim::bench::decode_query(v))
+        .find(|(k, _)| crate::bench::decode_query(k) == key)
+        .map(|(_, v)| crate::bench::decode_query(v))
 }
 
 /// Whether the query asks for a watch (`watch=true` or `watch=1`).

@@ -449,7 +449,7 @@ async fn dispatch(
             let limit = q.get("limitBytes").and_then(|t| t.parse().ok());
             match shared.pod_log(loc, q.get("container"), tail) {
                 Ok((code, text)) => {
-                    let text = crate::sim::kubelet_logs::limit_bytes(text, limit);
+                    let text = crate::kubelet_logs::limit_bytes(text, limit);
                     let mut r = Response::new(Body::from(text));
                     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
                     if code != 204 {

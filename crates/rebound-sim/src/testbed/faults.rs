@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use crate::sim::FaultInjector;
-use crate::sim::proxy::ProxyInjector;
+use crate::FaultInjector;
+use crate::proxy::ProxyInjector;
 
 /// The injector of a bed ([`super::Testbed::inject`]).
 #[derive(Debug, Clone, Copy)]

@@ -162,7 +162,7 @@ impl Testbed {
             .ok_or_else(|| TestbedError::Other("TokenRequest answered no token".into()))?;
         let mut cfg = self.config.clone();
         cfg.auth_info.token = Some(token.into());
-        crate::controller::identify(&mut cfg);
+        rebound::controller::identify(&mut cfg);
         Ok(kube::Client::try_from(cfg)?)
     }
 }

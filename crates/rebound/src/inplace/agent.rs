@@ -669,8 +669,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::{ApiServer, ApiServerHandle};
     use kube::api::{Patch, PatchParams, PostParams};
+    use rebound_sim::{ApiServer, ApiServerHandle};
     use serde_json::json;
     use tokio::sync::mpsc;
 
@@ -691,7 +691,7 @@ mod tests {
 
     async fn server() -> ApiServerHandle {
         let s = ApiServer::builder().start().await.expect("server");
-        s.register_crds_yaml(crate::sim::cluster::JOB_CRDS[0])
+        s.register_crds_yaml(rebound_sim::cluster::JOB_CRDS[0])
             .await
             .expect("crd");
         s.ensure_namespace(NS).expect("namespace");
@@ -916,7 +916,7 @@ mod tests {
     #[tokio::test]
     async fn the_agent_of_a_trainjobs_jobset_pod_follows_the_trainjob() {
         let s = server().await;
-        s.register_crds_yaml(crate::sim::cluster::JOB_CRDS[5])
+        s.register_crds_yaml(rebound_sim::cluster::JOB_CRDS[5])
             .await
             .expect("jobset crd");
         let jobsets = JobRef::parse("jobset.x-k8s.io/v1alpha2/jobsets", NS, "tj").expect("ref");

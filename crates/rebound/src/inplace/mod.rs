@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn the_watch_selector_excludes_exactly_the_state_seen() {
-        use crate::sim::server::selectors::LabelSelector;
+        use rebound_sim::server::selectors::LabelSelector;
         let matches = |sel: &str, v: Option<&str>| {
             let job = match v {
                 Some(v) => serde_json::json!({"metadata": {"labels": {STATE_LABEL: v}}}),

@@ -1,6 +1,6 @@
 //! The restart agents of the simulated pods, run in-process: each agent
 //! container that starts gets a task running the real agent's runner
-//! ([`crate::inplace::agent::run`]) with its own GET and watch of its job,
+//! ([`rebound::inplace::agent::run`]) with its own GET and watch of its job,
 //! as the real agent would (the API load is part of what the simulation
 //! measures). Verdicts come back to the kubelet loop tagged with the pod
 //! and the run of the agent container they belong to; a stopped container
@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::spec::AgentWiring;
-use crate::inplace::Verdict;
-use crate::inplace::agent;
+use rebound::inplace::Verdict;
+use rebound::inplace::agent;
 
 /// A verdict of one agent.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 //! keeps its sandbox, IP and devices and pays `kill` (and, from its second
 //! in-place restart on, the kubelet's restart backoff), then the init
 //! containers and containers again; the floors of both paths are computed
-//! from a job's own containers by `crate::sim::bench::resume` (`floor`). A deleted pod pays `stop` before its
+//! from a job's own containers by `crate::bench::resume` (`floor`). A deleted pod pays `stop` before its
 //! kubelet confirms the deletion (what operators with fixed pod names wait
 //! for before they can create the replacement).
 //!
@@ -26,7 +26,7 @@
 //! plausible figure nobody has measured for this simulation yet; to be
 //! replaced by a measurement on a real kubelet), **measured** (none yet).
 //! The job operators' and schedulers' client limits, all cited, are in
-//! [`crate::sim::actors::ratelimit`].
+//! [`crate::actors::ratelimit`].
 //!
 //! | cost | modelled | label | based on |
 //! |---|---|---|---|

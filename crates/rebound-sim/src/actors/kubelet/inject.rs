@@ -10,8 +10,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::sim::actors::runtime::ActorError;
-use crate::sim::actors::util::{is_conflict, now_rfc3339, set_condition};
+use crate::actors::runtime::ActorError;
+use crate::actors::util::{is_conflict, now_rfc3339, set_condition};
 
 /// Recomputes the readiness conditions from the container statuses after
 /// an injected exit (the kubelet task writes the phase and the rest).

@@ -32,8 +32,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::costs::PodCosts;
 use super::spec::{AgentWiring, ContainerSpec, Kind, OnExit, PodSpecView};
-use crate::inplace::Verdict;
-use crate::sim::actors::util::container_id;
+use crate::actors::util::container_id;
+use rebound::inplace::Verdict;
 
 /// Exit code of a container killed by the kubelet (SIGKILL).
 pub(crate) const KILLED: i32 = 137;

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::inplace::AGENT_CONTAINER;
-use crate::inplace::agent::JobRef;
-use crate::inplace::restart_agent::RestartAgentArgs;
+use rebound::inplace::AGENT_CONTAINER;
+use rebound::inplace::agent::JobRef;
+use rebound::inplace::restart_agent::RestartAgentArgs;
 
 /// The restart rule action that restarts every container of the pod.
 pub(crate) const RESTART_ALL: &str = "RestartAllContainers";
@@ -367,7 +367,7 @@ mod tests {
         assert_eq!(agent.job.name, "train", "from the label, through $(JOB)");
         assert_eq!(agent.job.namespace, "ml");
         assert_eq!(agent.job.plural, "pytorchjobs");
-        assert_eq!(agent.args.exit_code, crate::inplace::DEFAULT_EXIT_CODE);
+        assert_eq!(agent.args.exit_code, rebound::inplace::DEFAULT_EXIT_CODE);
         assert!(p.init[1].startup_probe && !p.init[1].readiness_probe);
         assert!(p.main[0].readiness_probe && p.main[0].agent.is_none());
         assert_eq!(p.grace, Duration::from_secs(30));

@@ -366,8 +366,8 @@ pub(crate) fn fingerprint(status: &PodStatus) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::actors::kubelet::costs::PodCosts;
-    use crate::sim::actors::kubelet::spec::parse_pod;
+    use crate::actors::kubelet::costs::PodCosts;
+    use crate::actors::kubelet::spec::parse_pod;
     use serde_json::{Value, json};
     use std::time::{Duration, Instant};
 

@@ -28,9 +28,9 @@ use super::pod::{Effect, PodRun, Timing};
 use super::spec::{PodSpecView, parse_pod};
 use super::status::{KUBELET_CONDITIONS, Transitions, fingerprint};
 use super::{KubeletConfig, inject};
-use crate::sim::actors::ascend;
-use crate::sim::actors::runtime::{Writer, next_batch, ticks, watch_stream};
-use crate::sim::actors::util::{is_conflict, is_not_found, key};
+use crate::actors::ascend;
+use crate::actors::runtime::{Writer, next_batch, ticks, watch_stream};
+use crate::actors::util::{is_conflict, is_not_found, key};
 
 #[derive(Debug, Clone, Default)]
 struct NodeView {

@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::kinds::JobKind;
-use crate::sim::actors::kubelet::PodCosts;
-use crate::sim::actors::ratelimit::OperatorLimits;
+use crate::actors::kubelet::PodCosts;
+use crate::actors::ratelimit::OperatorLimits;
 
 /// What a pod of the job runs, as the floors need it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -159,7 +159,7 @@ pub fn recreate(
 
 /// kube-scheduler binding `n` pods at its rate after its burst.
 fn sched_time(c: &PodCosts, n: u64) -> Duration {
-    crate::sim::actors::ratelimit::ClientLimit::new(c.schedule_rate, c.schedule_burst).time_for(n)
+    crate::actors::ratelimit::ClientLimit::new(c.schedule_rate, c.schedule_burst).time_for(n)
 }
 
 #[cfg(test)]

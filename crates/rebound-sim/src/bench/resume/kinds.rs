@@ -8,11 +8,11 @@ use kube::api::ApiResource;
 use serde_json::{Value, json};
 
 use super::super::env::SimEnv;
-use crate::inplace::inject::{
+use crate::actors::{jobset, kubeflow, trainer, volcano};
+use rebound::inplace::inject::{
     BATCH_JOB_NAME_LABEL, InjectOptions, JOBSET_NAME_LABEL, KUBEFLOW_JOB_NAME_LABEL,
     VOLCANO_JOB_NAME_LABEL, inject_document,
 };
-use crate::sim::actors::{jobset, kubeflow, trainer, volcano};
 
 /// A job kind of the scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::floor::{Floor, PodShape};
 use super::kinds::JobKind;
-use crate::sim::bench::SimArgs;
+use crate::bench::SimArgs;
 
 /// One tier's recovery, measured.
 #[derive(Debug, Clone, Serialize)]

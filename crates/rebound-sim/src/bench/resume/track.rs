@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
-use crate::inplace::AGENT_CONTAINER;
+use rebound::inplace::AGENT_CONTAINER;
 
 /// One pod as last seen.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,9 +12,9 @@
 //! the delete the pod gone.
 
 use super::{REBOUND_IMAGE, RealNode};
-use crate::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION, STATE_LABEL};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION, STATE_LABEL};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -143,12 +143,12 @@ fn pod(name: &str, node: &str, port: u16, api_port: u16) -> Result<Value, Measur
             "containers": [{"name": "worker", "image": REBOUND_IMAGE, "command": ["/pause"]}],
         }}},
     });
-    let opts = crate::inplace::inject::InjectOptions {
+    let opts = rebound::inplace::inject::InjectOptions {
         image: REBOUND_IMAGE.into(),
         probe_port: port,
         ..Default::default()
     };
-    crate::inplace::inject::inject_document(&mut job, &opts, "measure")
+    rebound::inplace::inject::inject_document(&mut job, &opts, "measure")
         .map_err(|e| MeasureError::Wire(e.to_string()))?;
     let mut spec = job["spec"]["template"]["spec"].take();
     let env = spec["initContainers"]

@@ -28,7 +28,7 @@ pub fn shared_dir() -> Option<std::path::PathBuf> {
     let dir = std::env::var_os("REBOUND_SHARED_DIR")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+        .unwrap_or_else(|| std::path::Path::new(crate::PROJECT_ROOT).join("../shared"));
     dir.is_dir().then_some(dir)
 }
 

@@ -2,8 +2,8 @@
 //! the in-place restart of a wired pod, deletion.
 
 use super::*;
-use crate::sim::actors::kubelet::spec::parse_pod;
-use crate::sim::actors::kubelet::status::Transitions;
+use crate::actors::kubelet::spec::parse_pod;
+use crate::actors::kubelet::status::Transitions;
 use serde_json::{Value, json};
 
 const S: Duration = Duration::from_secs(1);

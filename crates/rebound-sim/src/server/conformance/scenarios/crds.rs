@@ -215,7 +215,7 @@ fn jobset(shared: &Path) -> Option<Scenario> {
 fn rebound() -> Option<Scenario> {
     // the CRDs `rebound crds` prints (the committed crds/ equal them)
     let by_name = |n: &str| {
-        crate::api::crds()
+        rebound_core::api::crds()
             .into_iter()
             .find(|c| c.metadata.name.as_deref() == Some(n))
             .and_then(|c| serde_json::to_value(c).ok())
