@@ -3,6 +3,10 @@
 # Two images from one source: `rebound controller` and `rebound agent` are
 # subcommands of the one binary, built two ways.
 #
+# Neither image contains the simulator (the rebound-sim crate behind the
+# binary's default `sim` feature): both build with --no-default-features
+# (tests/it/packaging.rs checks the crate graph of these exact flags).
+#
 #   docker build -t registry.example.com/rebound:0.1.0 .
 #       the controller image (the default, last stage): a static musl binary
 #       on distroless static. It also runs `rebound agent`, but only with
@@ -17,7 +21,8 @@
 # The toolchain CI tests with (rust-version in Cargo.toml is the minimum).
 # Build stage of the controller: a fully static binary for musl (rustls and
 # ring, no OpenSSL, no glibc), so the final image needs no libc at all.
-# --no-default-features: without `nvml` (see Cargo.toml [features]).
+# --no-default-features: without `nvml` (see crates/rebound/Cargo.toml) and
+# without `sim` (see Cargo.toml [features]).
 FROM rust:1.95-bookworm AS build
 ARG TARGETARCH
 RUN apt-get update \
@@ -32,28 +37,28 @@ RUN case "${TARGETARCH:-amd64}" in \
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-COPY benches ./benches
+COPY crates ./crates
 COPY tests ./tests
-# `rebound demo` embeds the shipped samples (include_str!).
+# rebound-core embeds the shipped samples (include_str!).
 COPY samples ./samples
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --no-default-features --bin rebound --target "$(cat /rust-target)" \
+    cargo build --release --locked -p rebound-cli --no-default-features --bin rebound --target "$(cat /rust-target)" \
  && cp "target/$(cat /rust-target)/release/rebound" /rebound
 
 # Build stage of the agent: the host's glibc target (bookworm, glibc 2.36,
 # the same as distroless cc-debian12), dynamically linked, with the `nvml`
-# feature (a default feature; named here so the image cannot lose it).
+# feature and without the simulator (`sim`, the other default feature).
 FROM rust:1.95-bookworm AS build-agent
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-COPY benches ./benches
+COPY crates ./crates
 COPY tests ./tests
 COPY samples ./samples
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target-agent \
-    CARGO_TARGET_DIR=/src/target-agent cargo build --release --locked --features nvml --bin rebound \
+    CARGO_TARGET_DIR=/src/target-agent cargo build --release --locked -p rebound-cli --no-default-features --features nvml --bin rebound \
  && cp /src/target-agent/release/rebound /rebound
 
 # The agent image: distroless cc (glibc, libgcc; no shell). The DaemonSet
