@@ -10,7 +10,7 @@
 //! ```
 //!
 //! It starts etcd, kube-apiserver and kube-controller-manager (envtest,
-//! `src/sim/envtest.rs`) from `REBOUND_TEST_ASSETS`, else `/tmp/k8s` (the
+//! `crates/rebound-sim/src/envtest.rs`) from `REBOUND_TEST_ASSETS`, else `/tmp/k8s` (the
 //! unpacked `../shared/k8s`), runs the scenarios on it (each in its own
 //! namespace, four at a time) and stops it.
 

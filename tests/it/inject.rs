@@ -1,6 +1,6 @@
 //! `rebound inject` and the restart agent's RBAC against a real control
 //! plane (kube-apiserver, kube-controller-manager and etcd from
-//! `REBOUND_TEST_ASSETS`, see src/sim/envtest.rs), with the job operators'
+//! `REBOUND_TEST_ASSETS`, see crates/rebound-sim/src/envtest.rs), with the job operators'
 //! real CRDs from `../shared/data/crds` read in place:
 //!
 //! - every manifest the `rebound` binary writes is accepted (custom

@@ -7,7 +7,7 @@
 //!
 //! The end-to-end suite runs every test against the embedded server and
 //! against this; `rebound sim --assets DIR` measures against it. There is
-//! no kubelet and no scheduler: the simulated ones of `src/sim/actors` play
+//! no kubelet and no scheduler: the simulated ones of `crates/rebound-sim/src/actors` play
 //! them over the API, as on any shared cluster.
 //!
 //! The child processes die with the process that started them
@@ -340,7 +340,7 @@ impl ControlPlane {
             .arg("--profiling=false")
             // `pods/log` dials the node's kubelet: the test bed's fake
             // nodes name a loopback InternalIP where its log endpoint
-            // listens (src/sim/kubelet_logs.rs).
+            // listens (crates/rebound-sim/src/kubelet_logs.rs).
             .arg("--kubelet-preferred-address-types=InternalIP")
             .args(&cfg.apiserver_flags);
         if let Some(policy) = &cfg.audit_policy {

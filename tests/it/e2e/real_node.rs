@@ -1,5 +1,5 @@
 //! In-place restarts on a real kubelet: the real control plane, a real
-//! node beside it (kubelet v1.36.2, containerd, runc: src/sim/envtest/node.rs)
+//! node beside it (kubelet v1.36.2, containerd, runc: crates/rebound-sim/src/envtest/node.rs)
 //! and the real `rebound restart-agent` in every pod, built into an image
 //! by the test bed. What the simulated kubelet assumes is checked here
 //! against the real one: the agent's exit code triggers

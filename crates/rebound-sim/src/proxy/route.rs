@@ -1,7 +1,7 @@
 //! What a request addresses, read from its method, path and query alone
 //! (a proxy has no registry of resources): the Kubernetes verb, resource,
 //! subresource, namespace and name, with the same meaning as the embedded
-//! server's request log (`src/sim/server/log.rs`).
+//! server's request log (`crates/rebound-sim/src/server/log.rs`).
 
 use axum::http::Method;
 
