@@ -14,6 +14,13 @@ pub const SOURCE_ASCEND_NPU: &str = "AscendNpu";
 /// (DCGM diagnostics, NVML health states): they behave like a node condition.
 pub const SOURCE_NODE_CONDITION: &str = "NodeCondition";
 
+/// Event reason for a GPU Xid (including fallen off the bus). Defined here,
+/// not in `xid`, because [`AgentFault::counts_repeats`] reads it and the
+/// kernel-log parsers (`kmsg`, `xid`) build on this module, not it on them.
+pub const REASON_XID: &str = "GpuXid";
+/// Event reason for an NVSwitch SXid.
+pub const REASON_SXID: &str = "NvSwitchSXid";
+
 /// Which accelerator family a fault belongs to; picks the Node condition type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Accelerator {
@@ -66,7 +73,7 @@ impl AgentFault {
     /// or NVML XID is an event; a polled health state (NVML health, DCGM,
     /// npu-smi) seen again on the next poll is the same state, not a repeat.
     pub fn counts_repeats(&self) -> bool {
-        self.reason == super::xid::REASON_XID || self.reason == super::xid::REASON_SXID
+        self.reason == REASON_XID || self.reason == REASON_SXID
     }
 
     /// The wire form the controller parses, stamped with this node's name.

@@ -12,10 +12,9 @@ use super::fault::{Accelerator, AgentFault, MAX_MESSAGE_CHARS, SOURCE_NVIDIA_XID
 use super::kmsg::{KernelFault, KmsgDecoder, KmsgError, MAX_LINE_BYTES, RecordMeta, split_record};
 use super::pci::DeviceMap;
 
-/// Event reason for a GPU Xid (including fallen off the bus).
-pub const REASON_XID: &str = "GpuXid";
-/// Event reason for an NVSwitch SXid.
-pub const REASON_SXID: &str = "NvSwitchSXid";
+/// The Event reasons of XIDs and SXids, defined with the fault record
+/// (which decides from them whether repeats count) and named here too.
+pub use super::fault::{REASON_SXID, REASON_XID};
 
 /// The agent fault for one kernel-log incident.
 pub fn to_agent_fault(fault: &KernelFault, map: &DeviceMap) -> AgentFault {
