@@ -20,3 +20,4 @@ mod sim_bench;
 mod sim_server;
 mod trainer;
 mod watchdog;
+mod workspace;
