@@ -12,6 +12,7 @@ mod e2e;
 mod fault_parsers;
 mod inject;
 mod inplace;
+mod inplace_agent;
 mod packaging;
 mod samples;
 mod samples_conditions;

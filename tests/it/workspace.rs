@@ -113,6 +113,18 @@ fn the_images_build_the_binary_without_the_simulator() {
 }
 
 #[test]
+fn the_operator_never_imports_the_simulator_not_even_in_its_tests() {
+    let crates = normal_crates(&["-p".into(), "rebound".into(), "-e".into(), "dev".into()]);
+    assert!(crates.contains("rebound-core"), "{crates:?}");
+    assert!(
+        !crates.contains("rebound-sim"),
+        "rebound depends on rebound-sim"
+    );
+    let sim = normal_crates(&["-p".into(), "rebound-sim".into()]);
+    assert!(sim.contains("rebound"), "the check can fail: {sim:?}");
+}
+
+#[test]
 fn the_core_crate_has_no_client_and_no_runtime() {
     let crates = normal_crates(&["-p".into(), "rebound-core".into()]);
     assert!(

@@ -96,7 +96,7 @@ impl JobRef {
 
     /// The resource for the dynamic client (the kind is not needed for
     /// metadata-only requests, which name the plural only).
-    fn api_resource(&self) -> ApiResource {
+    pub fn api_resource(&self) -> ApiResource {
         let api_version = if self.group.is_empty() {
             self.version.clone()
         } else {
@@ -665,6 +665,3 @@ where
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -329,36 +329,6 @@ mod tests {
     }
 
     #[test]
-    fn the_watch_selector_excludes_exactly_the_state_seen() {
-        use rebound_sim::server::selectors::LabelSelector;
-        let matches = |sel: &str, v: Option<&str>| {
-            let job = match v {
-                Some(v) => serde_json::json!({"metadata": {"labels": {STATE_LABEL: v}}}),
-                None => serde_json::json!({"metadata": {}}),
-            };
-            LabelSelector::parse(sel)
-                .expect("selector parses")
-                .matches(&job)
-        };
-        let seen = g(4, 3);
-        let sel = watch_selector(Some(&seen.label_value()), seen).expect("filtered");
-        assert!(!matches(&sel, Some("4-3")), "the state seen sends nothing");
-        assert!(matches(&sel, Some("4-4")), "a release is sent");
-        assert!(matches(&sel, Some("5-3")), "a new generation is sent");
-        let never = watch_selector(None, g(0, 0)).expect("filtered");
-        assert!(
-            !matches(&never, None),
-            "status writes of a job never restarted"
-        );
-        assert!(matches(&never, Some("1-0")), "its first restart");
-        assert_eq!(watch_selector(None, g(2, 2)), None, "no label: unfiltered");
-        assert_eq!(
-            g(2, 1).metadata_patch()["labels"][STATE_LABEL],
-            serde_json::json!("2-1")
-        );
-    }
-
-    #[test]
     fn annotations_are_read_leniently() {
         let a: std::collections::BTreeMap<String, String> = [
             (GENERATION_ANNOTATION.to_string(), " 7 ".to_string()),

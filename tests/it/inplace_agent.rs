@@ -1,12 +1,18 @@
-//! The restart agent against the simulator's embedded API server: one get
-//! and one watch per pod, holds and releases, lost and expired watches,
-//! TrainJob-owned JobSets, jobs created later, failing open.
+//! The restart agent (`rebound::inplace::agent`) against the simulator's
+//! embedded API server: one get and one watch per pod, holds and releases,
+//! lost and expired watches, TrainJob-owned JobSets, jobs created later,
+//! failing open; and its watch selector read by the server's selector
+//! parser. Here and not in the operator crate, which never imports the
+//! simulator.
 
-use super::*;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use rebound::inplace::agent::*;
+use rebound::inplace::{Generation, STATE_LABEL, Verdict, watch_selector};
 use rebound_sim::{ApiServer, ApiServerHandle};
 use serde_json::json;
+use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 const NS: &str = "ml";
 const WAIT: Duration = Duration::from_secs(10);
@@ -448,4 +454,38 @@ async fn an_agent_that_cannot_read_its_job_fails_open_and_still_follows_it_later
     set_generation(&s, 4, 2).await;
     let r = next(&mut rx).await;
     assert_eq!((r.verdict, r.generation), (Verdict::Exit, Some(3)));
+}
+
+fn g(current: u64, released: u64) -> Generation {
+    Generation { current, released }
+}
+
+#[test]
+fn the_watch_selector_excludes_exactly_the_state_seen() {
+    use rebound_sim::server::selectors::LabelSelector;
+    let matches = |sel: &str, v: Option<&str>| {
+        let job = match v {
+            Some(v) => serde_json::json!({"metadata": {"labels": {STATE_LABEL: v}}}),
+            None => serde_json::json!({"metadata": {}}),
+        };
+        LabelSelector::parse(sel)
+            .expect("selector parses")
+            .matches(&job)
+    };
+    let seen = g(4, 3);
+    let sel = watch_selector(Some(&seen.label_value()), seen).expect("filtered");
+    assert!(!matches(&sel, Some("4-3")), "the state seen sends nothing");
+    assert!(matches(&sel, Some("4-4")), "a release is sent");
+    assert!(matches(&sel, Some("5-3")), "a new generation is sent");
+    let never = watch_selector(None, g(0, 0)).expect("filtered");
+    assert!(
+        !matches(&never, None),
+        "status writes of a job never restarted"
+    );
+    assert!(matches(&never, Some("1-0")), "its first restart");
+    assert_eq!(watch_selector(None, g(2, 2)), None, "no label: unfiltered");
+    assert_eq!(
+        g(2, 1).metadata_patch()["labels"][STATE_LABEL],
+        serde_json::json!("2-1")
+    );
 }
