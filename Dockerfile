@@ -5,7 +5,7 @@
 #
 # Neither image contains the simulator (the rebound-sim crate behind the
 # binary's default `sim` feature): both build with --no-default-features
-# (tests/it/packaging.rs checks the crate graph of these exact flags).
+# (tests/it/workspace.rs checks the crate graph of these exact flags).
 #
 #   docker build -t registry.example.com/rebound:0.1.0 .
 #       the controller image (the default, last stage): a static musl binary
