@@ -21,6 +21,7 @@ pub mod admission;
 pub mod inject;
 pub mod inject_cli;
 pub mod inject_pod;
+pub mod job_ref;
 
 /// Annotation on the job: the generation every pod of the job must run.
 /// Absent means 0. Written by the controller with the restart record.
