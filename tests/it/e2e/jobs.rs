@@ -114,6 +114,25 @@ async fn pod_exit_restarts_each_job_kind_in_one_request(server: Server) {
             .map(|r| format!("{} {} {} {}", r.verb, r.path, urldecode(&r.query), r.status))
             .collect::<Vec<_>>()
     );
+    // It lists the pods from the server's cache, no older than the pod
+    // watch (no consistent read of the namespace), and the server took it.
+    let bounded = requests(
+        &bed,
+        "deletecollection",
+        "pods",
+        &format!("controller-uid={uid}"),
+    );
+    assert!(
+        bounded.iter().all(|r| {
+            let q = urldecode(&r.query);
+            q.contains("resourceVersionMatch=NotOlderThan") && q.contains("resourceVersion=")
+        }),
+        "{:?}",
+        bounded
+            .iter()
+            .map(|r| urldecode(&r.query))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(
         restarts_in(&bed, &ml, "volcano.sh/job-name", "vc"),
         0,

@@ -173,7 +173,7 @@ impl Executor {
         let term = e.term;
         let path: Path = (e.received, e.trace);
         match e.kind {
-            EffectKind::RestartJob { job, how } => {
+            EffectKind::RestartJob { job, how, pods_rv } => {
                 if !self.may_act(term).await {
                     return Outcome::NotLeader;
                 }
@@ -182,7 +182,8 @@ impl Executor {
                     DeleteAll::VolcanoCommand { generation } => Some(*generation),
                     DeleteAll::Selector(_) => None,
                 };
-                let r = recover::restart_job(&self.client, &job, generation).await;
+                let r =
+                    recover::restart_job(&self.client, &job, generation, pods_rv.as_deref()).await;
                 self.answered(sent);
                 self.metrics.request("delete", r.is_ok());
                 match r {

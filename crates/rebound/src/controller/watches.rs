@@ -7,7 +7,7 @@
 
 use super::config::ControllerArgs;
 use super::core::input::{Change, Input, PodSeen};
-use super::core::pods::{Interner, PodInfo, ProgressKeys};
+use super::core::pods::{Interner, ProgressKeys};
 use crate::api::{FaultClassification, RecoveryPolicy, WorkloadKind};
 use crate::k8s::watch::{self, Change as W, Stamp};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
@@ -73,10 +73,7 @@ pub fn spawn_base(
                     &mut pool,
                     chrono::Utc::now(),
                 ))),
-                Ok(Change::Delete(p)) => Input::Pod(Change::Delete(PodSeen {
-                    info: PodInfo::from_pod(&p, &BTreeSet::new(), &mut pool),
-                    faults: Vec::new(),
-                })),
+                Ok(Change::Delete(p)) => Input::Pod(Change::Delete(PodSeen::gone(&p, &mut pool))),
                 Ok(Change::Relist) => Input::Pod(Change::Relist),
                 Ok(Change::Synced) => Input::Pod(Change::Synced),
                 Err(_) => Input::WatchError("pods"),

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions, PropagationPolicy,
 };
-use kube::core::TypeMeta;
+use kube::core::{ObjectList, TypeMeta};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -56,10 +56,19 @@ pub struct RestartOutcome {
 /// job uid. A job with no pods left (already being restarted) is not an
 /// error: `pods_deleted` is 0. A single-pod job is deleted by name with its
 /// uid as precondition.
+///
+/// `pods_rv` (the resource version of the last pod event the caller's
+/// watch delivered) lets the server list the pods to delete from its watch
+/// cache once that cache is at least that new, instead of by a consistent
+/// read: a real kube-apiserver otherwise reads every pod of the namespace
+/// from etcd (or waits for the cache to prove itself fresh) before the
+/// first delete. No pod the caller knows of can be missed: the cache has
+/// seen all of them; a pod created since is a new incarnation already.
 pub async fn restart_job(
     client: &Client,
     job: &JobRef,
     generation: Option<u64>,
+    pods_rv: Option<&str>,
 ) -> Result<RestartOutcome, RecoverError> {
     let mut requests = 0;
     if job.kind == WorkloadKind::VolcanoJob {
@@ -74,7 +83,7 @@ pub async fn restart_job(
             });
         }
         tracing::info!(job = %job.id(), "bus.volcano.sh Command is not installed; deleting the job's pods instead");
-        let pods_deleted = delete_pods_of(client, job, &mut requests).await?;
+        let pods_deleted = delete_pods_of(client, job, pods_rv, &mut requests).await?;
         return Ok(RestartOutcome {
             path: RestartPath::VolcanoFallbackDeletedPods,
             pods_deleted,
@@ -89,7 +98,7 @@ pub async fn restart_job(
             requests: pod.requests,
         });
     }
-    let pods_deleted = delete_pods_of(client, job, &mut requests).await?;
+    let pods_deleted = delete_pods_of(client, job, pods_rv, &mut requests).await?;
     Ok(RestartOutcome {
         path: RestartPath::DeletedPods,
         pods_deleted,
@@ -214,31 +223,73 @@ async fn create_volcano_command(
     }
 }
 
-/// One `deletecollection` of the job's pods; the number deleted.
+/// One `deletecollection` of the job's pods; the number deleted. With
+/// `pods_rv`, listed from the server's cache no older than it; a server
+/// whose cache cannot reach it in time (504, another replica of an HA
+/// control plane lagging) gets the request again as a consistent read.
 async fn delete_pods_of(
     client: &Client,
     job: &JobRef,
+    pods_rv: Option<&str>,
     requests: &mut u32,
 ) -> Result<usize, RecoverError> {
     let selector = pod_selector(job).unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &job.namespace);
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
     };
+    let lp = ListParams::default().labels(&selector);
+    let request = || {
+        format!(
+            "deletecollection pods in {} labelSelector={selector}",
+            job.namespace
+        )
+    };
     *requests += 1;
-    let deleted = pods
-        .delete_collection(&dp, &ListParams::default().labels(&selector))
-        .await
-        .map_err(api_error(
-            &job.id(),
-            format!(
-                "deletecollection pods in {} labelSelector={selector}",
-                job.namespace
-            ),
-            *requests,
-        ))?;
-    Ok(deleted.left().map_or(0, |list| list.items.len()))
+    let deleted = match deletecollection_pods(client, &job.namespace, &dp, &lp, pods_rv).await {
+        Err(e) if pods_rv.is_some() && api_code(&e) == Some(504) => {
+            tracing::debug!(job = %job.id(), "the watch cache did not reach the pods' resource version in time; deleting by a consistent read");
+            *requests += 1;
+            deletecollection_pods(client, &job.namespace, &dp, &lp, None).await
+        }
+        r => r,
+    }
+    .map_err(api_error(&job.id(), request(), *requests))?;
+    Ok(deleted)
+}
+
+/// `DELETE .../pods?labelSelector=...` (the number of pods deleted), with `resourceVersion` and
+/// `resourceVersionMatch=NotOlderThan` when `rv` is given (kube's
+/// `Api::delete_collection` sends the selectors only).
+async fn deletecollection_pods(
+    client: &Client,
+    namespace: &str,
+    dp: &DeleteParams,
+    lp: &ListParams,
+    rv: Option<&str>,
+) -> kube::Result<usize> {
+    let path = <Pod as kube::Resource>::url_path(&(), Some(namespace));
+    let mut req = kube::core::Request::new(path)
+        .delete_collection(dp, lp)
+        .map_err(kube::Error::BuildRequest)?;
+    // Resource versions are opaque: one that is not plain URL-safe text
+    // is not sent, and the read stays consistent.
+    if let Some(rv) =
+        rv.filter(|rv| !rv.is_empty() && rv.bytes().all(|b| b.is_ascii_alphanumeric()))
+    {
+        let uri = format!(
+            "{}&resourceVersion={rv}&resourceVersionMatch=NotOlderThan",
+            req.uri()
+        );
+        // Alphanumeric values keep the URI valid; were it not, the
+        // request would go out as a consistent read.
+        if let Ok(with_rv) = uri.parse() {
+            *req.uri_mut() = with_rv;
+        }
+    }
+    req.extensions_mut().insert("delete_collection");
+    let answer = client.request_status::<ObjectList<Pod>>(req).await?;
+    Ok(answer.left().map_or(0, |list| list.items.len()))
 }
 
 /// What `restart_pod` did.
@@ -351,7 +402,7 @@ mod tests {
             sent
         });
         let job = JobRef::new(WorkloadKind::VolcanoJob, "ml", "vc", Some("u-1".into()));
-        let out = restart_job(&client, &job, Some(3)).await;
+        let out = restart_job(&client, &job, Some(3), None).await;
         (out, server.await.expect("server"))
     }
 
@@ -412,6 +463,77 @@ mod tests {
         let err = out.expect_err("not ours");
         assert!(matches!(err, RecoverError::NotOurs { .. }), "{err}");
         assert!(err.to_string().contains("someone-else"), "{err}");
+    }
+
+    /// A PyTorchJob restart with `pods_rv`, against a server that answers
+    /// its `deletecollection`s with `answers` in turn; the outcome and the
+    /// query of each request.
+    async fn restart_pytorchjob(
+        pods_rv: Option<&str>,
+        answers: Vec<(u16, Value)>,
+    ) -> (Result<RestartOutcome, RecoverError>, Vec<String>) {
+        let (svc, mut handle) =
+            tower_test::mock::pair::<http::Request<Body>, http::Response<Body>>();
+        let client = Client::new(svc, "ml");
+        let server = tokio::spawn(async move {
+            let mut queries = Vec::new();
+            for (code, body) in answers {
+                let (req, send) = handle.next_request().await.expect("a deletecollection");
+                assert_eq!(req.method(), http::Method::DELETE);
+                assert_eq!(req.uri().path(), "/api/v1/namespaces/ml/pods");
+                queries.push(req.uri().query().unwrap_or("").to_string());
+                send.send_response(answer(code, &body));
+            }
+            queries
+        });
+        let job = JobRef::new(WorkloadKind::PyTorchJob, "ml", "pt", Some("u-2".into()));
+        let out = restart_job(&client, &job, Some(1), pods_rv).await;
+        (out, server.await.expect("server"))
+    }
+
+    fn pod_list(n: usize) -> Value {
+        let items: Vec<Value> = (0..n)
+            .map(|i| json!({"metadata": {"name": format!("pt-worker-{i}"), "namespace": "ml"}}))
+            .collect();
+        json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+    }
+
+    #[tokio::test]
+    async fn the_pods_are_listed_from_the_cache_no_older_than_the_watch() {
+        let (out, queries) = restart_pytorchjob(Some("4711"), vec![(200, pod_list(4))]).await;
+        let out = out.expect("restarted");
+        assert_eq!((out.pods_deleted, out.requests), (4, 1));
+        assert!(queries[0].contains("resourceVersion=4711"), "{queries:?}");
+        assert!(
+            queries[0].contains("resourceVersionMatch=NotOlderThan"),
+            "{queries:?}"
+        );
+        assert!(queries[0].contains("labelSelector="), "{queries:?}");
+    }
+
+    #[tokio::test]
+    async fn a_cache_that_cannot_catch_up_gets_a_consistent_read() {
+        let (out, queries) = restart_pytorchjob(
+            Some("4711"),
+            vec![(504, status(504, "Timeout")), (200, pod_list(3))],
+        )
+        .await;
+        let out = out.expect("restarted on the second request");
+        assert_eq!((out.pods_deleted, out.requests), (3, 2));
+        assert!(!queries[1].contains("resourceVersion"), "{queries:?}");
+        assert!(queries[1].contains("labelSelector="), "{queries:?}");
+    }
+
+    #[tokio::test]
+    async fn without_a_version_the_read_is_consistent_and_other_errors_are_not_retried() {
+        let (out, queries) = restart_pytorchjob(None, vec![(504, status(504, "Timeout"))]).await;
+        assert!(out.is_err(), "{out:?}");
+        assert_eq!(queries.len(), 1);
+        assert!(!queries[0].contains("resourceVersion"), "{queries:?}");
+        let (out, queries) =
+            restart_pytorchjob(Some("9"), vec![(500, status(500, "InternalError"))]).await;
+        assert!(out.is_err(), "{out:?}");
+        assert_eq!(queries.len(), 1, "only a 504 is asked again: {queries:?}");
     }
 
     #[test]

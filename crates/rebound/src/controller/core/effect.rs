@@ -6,6 +6,7 @@
 use crate::fault::{Fault, Level};
 use crate::recover::{NodeSnapshot, Notice, PodLogTarget};
 use crate::workload::JobRef;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Identity of one effect; its outcome comes back with it.
@@ -88,7 +89,14 @@ pub type JobRecord = crate::recover::RecordWrite;
 #[allow(clippy::large_enum_variant)]
 pub enum EffectKind {
     /// Delete every pod of the job (or a Volcano Command).
-    RestartJob { job: JobRef, how: DeleteAll },
+    RestartJob {
+        job: JobRef,
+        how: DeleteAll,
+        /// The core's [`super::store::Store::pods_rv`] when it decided:
+        /// the `deletecollection` lists from the server's watch cache at
+        /// least this new rather than by a consistent read.
+        pods_rv: Option<Arc<str>>,
+    },
     /// Delete these pods (uid preconditions).
     DeletePods { job: JobRef, pods: Vec<PodTarget> },
     /// Append a restart record to the job and set its generation; for an

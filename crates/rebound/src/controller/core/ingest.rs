@@ -70,7 +70,12 @@ impl Core {
 
     pub(super) fn on_pod(&mut self, c: Change<PodSeen>, now: Now) {
         match c {
-            Change::Apply(PodSeen { mut info, faults }) => {
+            Change::Apply(PodSeen {
+                mut info,
+                faults,
+                resource_version,
+            }) => {
+                self.store.saw_pods_at(resource_version);
                 self.store.resolve_pod(&mut info);
                 let key = pod_carrier(&info.namespace, &info.name);
                 self.store.relists.saw(Watched::Pods, &key);
@@ -107,7 +112,12 @@ impl Core {
                     self.dirty_jobs.insert(jk);
                 }
             }
-            Change::Delete(PodSeen { info, .. }) => {
+            Change::Delete(PodSeen {
+                info,
+                resource_version,
+                ..
+            }) => {
+                self.store.saw_pods_at(resource_version);
                 self.remove_pod(&info.namespace.clone(), &info.name.clone(), now);
             }
             Change::Relist if self.store.pod_count() == 0 => {

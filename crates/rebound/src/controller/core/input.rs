@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A watch change of one kind, with reflector semantics: a relist
@@ -79,9 +80,25 @@ pub struct PodSeen {
     /// controller's `--fault-max-age`, without the terminations its last
     /// in-place restart caused or superseded.
     pub faults: Vec<Fault>,
+    /// The pod's `resourceVersion` as this watch event carried it: the
+    /// core keeps the last one, so that a job's `deletecollection` can be
+    /// listed from the API server's watch cache once that cache is at
+    /// least this new (`resourceVersionMatch=NotOlderThan`) instead of by a
+    /// consistent read (see [`crate::recover::restart_job`]).
+    pub resource_version: Option<Arc<str>>,
 }
 
 impl PodSeen {
+    /// A pod the watch saw deleted: no faults, only what the core needs
+    /// to forget it.
+    pub fn gone(p: &Pod, pool: &mut Interner) -> PodSeen {
+        PodSeen {
+            info: PodInfo::from_pod(p, &BTreeSet::new(), pool),
+            faults: Vec::new(),
+            resource_version: p.metadata.resource_version.as_deref().map(Arc::from),
+        }
+    }
+
     /// Compact `p` and read its faults as of `now`.
     pub fn read(
         p: &Pod,
@@ -111,6 +128,10 @@ impl PodSeen {
                 })
                 .collect()
         };
-        PodSeen { info, faults }
+        PodSeen {
+            info,
+            faults,
+            resource_version: p.metadata.resource_version.as_deref().map(Arc::from),
+        }
     }
 }

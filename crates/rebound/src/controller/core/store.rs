@@ -237,9 +237,22 @@ pub struct Store {
     /// Fault-carrying Events by `namespace/name`.
     pub event_faults: HashMap<String, EventFault>,
     pub relists: Relists,
+    /// The `resourceVersion` of the last pod event the watch delivered (in
+    /// the watch's own order, never compared: resource versions are
+    /// opaque). The server's watch cache has seen at least that much, and
+    /// every pod this store knows, so a `deletecollection` listed from
+    /// that cache no older than it misses none of them.
+    pub pods_rv: Option<Arc<str>>,
 }
 
 impl Store {
+    /// Note the resource version of a pod event just applied.
+    pub fn saw_pods_at(&mut self, rv: Option<Arc<str>>) {
+        if rv.is_some() {
+            self.pods_rv = rv;
+        }
+    }
+
     /// A pod by namespace and name.
     pub fn pod(&self, ns: &str, name: &str) -> Option<&PodInfo> {
         self.pods.get(ns)?.get(name)

@@ -161,6 +161,7 @@ impl Core {
                 EffectKind::RestartJob {
                     how: delete_all(&target, generation),
                     job: target,
+                    pods_rv: self.store.pods_rv.clone(),
                 }
             }
             Tier::PodFirst { pod } => EffectKind::DeletePods {

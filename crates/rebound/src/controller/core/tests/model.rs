@@ -416,14 +416,7 @@ impl Model {
             }
             (Kind::Pods, Pending::Delete(v)) => {
                 let pod: Pod = serde_json::from_value(v.clone()).unwrap_or_default();
-                Input::Pod(Change::Delete(PodSeen {
-                    info: super::super::pods::PodInfo::from_pod(
-                        &pod,
-                        &Default::default(),
-                        &mut self.pool,
-                    ),
-                    faults: Vec::new(),
-                }))
+                Input::Pod(Change::Delete(PodSeen::gone(&pod, &mut self.pool)))
             }
             (Kind::Nodes, Pending::Apply(v)) => Input::Node(Change::Apply(Box::new(node(v)))),
             (Kind::Nodes, Pending::Delete(v)) => Input::Node(Change::Delete(Box::new(node(v)))),
@@ -501,7 +494,7 @@ impl Model {
     /// it makes; the outcome the executor would report.
     pub fn apply(&mut self, e: &Effect) -> Outcome {
         match &e.kind {
-            EffectKind::RestartJob { job, how } => {
+            EffectKind::RestartJob { job, how, .. } => {
                 let DeleteAll::Selector(sel) = how else {
                     return Outcome::Failed("no Volcano here".into());
                 };

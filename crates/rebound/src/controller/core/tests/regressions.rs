@@ -630,3 +630,54 @@ fn logs_are_read_after_the_restart_was_answered_never_beside_it() {
     b.pass(30);
     assert_eq!(b.count(|k| matches!(k, EffectKind::SaveLogs { .. })), 1);
 }
+
+/// The version a restart's `deletecollection` may list from: the last pod
+/// event the core applied, the failed pod's own for a pod exit, and a newer
+/// one for the next restart (the first restart's deletions were seen).
+#[test]
+fn a_restart_lists_its_pods_no_older_than_the_last_pod_event_seen() {
+    let mut spec = model::default_policy_spec();
+    spec["cooldown"] = json!("0s");
+    let mut b = Bed::new(Some(spec));
+    let versions = |b: &Bed| -> Vec<Option<String>> {
+        b.log
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EffectKind::RestartJob { pods_rv, .. } => {
+                    Some(pods_rv.as_deref().map(str::to_string))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let failed_rv = |b: &Bed| {
+        b.m.pods
+            .values()
+            .find(|p| p["status"]["phase"] == "Failed")
+            .and_then(|p| p["metadata"]["resourceVersion"].as_str())
+            .map(str::to_string)
+    };
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    let first = failed_rv(&b);
+    assert!(first.is_some());
+    b.pump();
+    assert_eq!(
+        versions(&b),
+        vec![first.clone()],
+        "one restart, at the failed pod's version"
+    );
+    b.pass(90);
+    assert_eq!(failed_rv(&b), None, "the job was recreated");
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    let second = failed_rv(&b);
+    b.pump();
+    let v = versions(&b);
+    assert_eq!(
+        v,
+        vec![first.clone(), second.clone()],
+        "the second restart at the second failure's version"
+    );
+    assert_ne!(first, second);
+}

@@ -84,7 +84,7 @@ fn acted(b: &Bed) -> (Vec<Restart>, Vec<WorkloadKind>) {
     let mut records = Vec::new();
     for e in &b.log {
         match &e.kind {
-            EffectKind::RestartJob { job, how } => {
+            EffectKind::RestartJob { job, how, .. } => {
                 restarts.push((job.kind, job.name.clone(), job.uid.clone()));
                 assert!(
                     format!("{how:?}").contains("jobset.sigs.k8s.io/jobset-name=j0"),
