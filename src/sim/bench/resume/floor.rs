@@ -195,7 +195,7 @@ mod tests {
 
     #[test]
     fn the_in_place_floor_runs_the_init_containers_again() {
-        let m = PodCosts::modelled();
+        let m = PodCosts::round();
         // kill 0.5 + setup (1 + 1 + 1) + agent (1 + 1) + worker (1 + 1) + probe 2
         let f = in_place(&m, &wired());
         assert_eq!(f.control_plane_s, 0.0);
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn recreate_floors_follow_each_operator_s_limits() {
-        let (m, l, s) = (PodCosts::modelled(), OperatorLimits::published(), wired());
+        let (m, l, s) = (PodCosts::round(), OperatorLimits::published(), wired());
         // fresh: devices 1 + sandbox 2 + 9 of containers
         let v = recreate(JobKind::Volcano, 1024, &m, &l, &s);
         assert!((v.per_pod_s - 12.0).abs() < 1e-9);
