@@ -51,6 +51,7 @@ mod proxy;
 mod rbac;
 #[macro_use]
 mod real_node;
+mod real_node_admission;
 mod real_node_costs;
 mod real_node_faults;
 mod real_node_setup;

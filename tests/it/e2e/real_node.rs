@@ -25,6 +25,7 @@ use kube::api::PostParams;
 use rebound::inplace::inject::{InjectOptions, inject_document};
 use rebound::inplace::{AGENT_CONTAINER, GENERATION_ANNOTATION, RELEASED_ANNOTATION};
 use rebound_sim::envtest::node::{REBOUND_IMAGE, RealNode, shared_node};
+use rebound_sim::proxy::Proxy;
 use rebound_sim::testbed::Server;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -89,7 +90,7 @@ pub(super) fn api_port() -> String {
         .unwrap_or_default()
 }
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -98,7 +99,7 @@ fn free_port() -> u16 {
 
 /// A pod template for the real node: one worker (`/pause` of the
 /// rebound image: runs until stopped), host network, bound to `node`.
-fn template(node: &str, policy: &str) -> Value {
+pub(super) fn template(node: &str, policy: &str) -> Value {
     json!({
         "metadata": {"labels": {OPT_IN.0: OPT_IN.1}},
         "spec": {
@@ -142,6 +143,20 @@ pub(super) async fn create_job(
     node: &str,
     agent_image: impl Fn(usize) -> String,
 ) {
+    create_job_adjusted(bed, ns, kind, pods, node, agent_image, |_| {}).await;
+}
+
+/// [`create_job`], each wired pod template's spec then changed by
+/// `adjust`.
+pub(super) async fn create_job_adjusted(
+    bed: &Testbed,
+    ns: &str,
+    kind: Kind,
+    pods: usize,
+    node: &str,
+    agent_image: impl Fn(usize) -> String,
+    adjust: impl Fn(&mut Value),
+) {
     let labels = json!({OPT_IN.0: OPT_IN.1});
     let mut job = match kind {
         Kind::Volcano => {
@@ -168,7 +183,7 @@ pub(super) async fn create_job(
                          "template": template(node, "Never")},
             })
         }
-        Kind::JobSet => panic!("not on the real node"),
+        Kind::JobSet | Kind::PyTorch => panic!("not wired by inject on the real node"),
     };
     // `rebound inject` wires every template alike; each gets its port by
     // wiring it alone.
@@ -184,6 +199,9 @@ pub(super) async fn create_job(
                 free_port(),
                 &agent_image(i),
             );
+            if let Some(spec) = one.pointer_mut("/spec/tasks/0/template/spec") {
+                adjust(spec);
+            }
             wired.push(one["spec"]["tasks"][0].take());
         }
         job["spec"]["tasks"] = json!(wired);
@@ -194,6 +212,9 @@ pub(super) async fn create_job(
             free_port(),
             &agent_image(0),
         );
+        if let Some(spec) = job.pointer_mut("/spec/template/spec") {
+            adjust(spec);
+        }
     }
     let obj: kube::api::DynamicObject = serde_json::from_value(job).expect("job object");
     Api::<kube::api::DynamicObject>::namespaced_with(bed.client(), ns, &kind.resource())
@@ -203,7 +224,11 @@ pub(super) async fn create_job(
 }
 
 /// Pod condition types seen by a watch of the job's pods, per pod.
-fn watch_conditions(bed: &Testbed, ns: &str, kind: Kind) -> Arc<Mutex<BTreeSet<(String, String)>>> {
+pub(super) fn watch_conditions(
+    bed: &Testbed,
+    ns: &str,
+    kind: Kind,
+) -> Arc<Mutex<BTreeSet<(String, String)>>> {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
@@ -260,25 +285,90 @@ async fn in_place_on_the_real_kubelet(
     let ml = bed.ns("ml");
     agent_rbac(&bed, &ml).await;
     create_job(&bed, &ml, kind, pods, node.name(), |_| REBOUND_IMAGE.into()).await;
-    let before = running_on(&bed, &ml, kind, pods, node).await;
+    let fault = Fault {
+        xid,
+        second,
+        cut: None,
+    };
+    restarts_in_place_on(node, &bed, &ml, kind, pods, fault).await;
+    ctl.shutdown().await;
+}
+
+/// The fault of [`restarts_in_place_on`].
+pub(super) struct Fault<'a> {
+    /// The XID written on the node.
+    pub(super) xid: &'a str,
+    /// A second XID, written while the job restarts.
+    pub(super) second: Option<&'a str>,
+    /// The agents' own proxy to the API server, whose connections are cut
+    /// for this long from just before the fault.
+    pub(super) cut: Option<(&'a Proxy, Duration)>,
+}
+
+/// The checks of an in-place restart on the real node, for the job `j`
+/// of `kind` with `pods` pods already created in `ml`: the fault, rebound's
+/// two writes, every container of every pod restarted in place (same
+/// pods, restart counts +1, `AllContainersRestarting` seen), the workers
+/// running again only after the release, nothing deleted; then a wired
+/// pod's quick stop on delete.
+pub(super) async fn restarts_in_place_on(
+    node: &'static RealNode,
+    bed: &Testbed,
+    ml: &str,
+    kind: Kind,
+    pods: usize,
+    fault: Fault<'_>,
+) {
+    let Fault { xid, second, cut } = fault;
+    let (bed, ml) = (bed, ml.to_owned());
+    let before = running_on(bed, &ml, kind, pods, node).await;
     let restarts: BTreeMap<String, i32> = before
         .iter()
         .map(|p| (p.name_any(), worker_restarts(p)))
         .collect();
-    let order = super::tiers::watch_order(&bed, &ml, kind, restarts);
-    let conditions = watch_conditions(&bed, &ml, kind);
+    let order = super::tiers::watch_order(bed, &ml, kind, restarts);
+    let conditions = watch_conditions(bed, &ml, kind);
+    let cut_until = cut.map(|(proxy, d)| {
+        // The agents' watches end and their reconnects are refused.
+        proxy.inject().refuse_connections(d);
+        Instant::now() + d
+    });
     let t0 = Instant::now();
-    xid_condition(&bed, node.name(), xid).await;
+    xid_condition(bed, node.name(), xid).await;
+    if let Some(until) = cut_until {
+        wait("generation 1 raised", T, || async {
+            let a = job_annotations(bed, &ml, kind).await;
+            (a.get(GENERATION_ANNOTATION).map(String::as_str) == Some("1")).then_some(())
+        })
+        .await;
+        assert!(
+            Instant::now() + Duration::from_secs(2) < until,
+            "the generation came too late to be missed by the cut agents"
+        );
+        // Cut off, no agent can see the new generation: no pod restarts.
+        while Instant::now() + Duration::from_millis(300) < until {
+            for p in running(bed, &ml, kind.selector()).await {
+                let old = before.iter().find(|b| uid(b) == uid(&p));
+                assert_eq!(
+                    Some(agent_restarts(&p)),
+                    old.map(agent_restarts),
+                    "{}: restarted while its agent was cut off",
+                    p.name_any()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     if let Some(code) = second {
         // A second fault under the job while it restarts (cooldown 0s:
         // only the recovery in progress stops another one).
         wait("generation 1 raised", T, || async {
-            let a = job_annotations(&bed, &ml, kind).await;
+            let a = job_annotations(bed, &ml, kind).await;
             (a.get(GENERATION_ANNOTATION).map(String::as_str) == Some("1")).then_some(())
         })
         .await;
-        xid_condition(&bed, node.name(), code).await;
-        let a = job_annotations(&bed, &ml, kind).await;
+        xid_condition(bed, node.name(), code).await;
+        let a = job_annotations(bed, &ml, kind).await;
         assert_ne!(
             a.get(RELEASED_ANNOTATION).map(String::as_str),
             Some("1"),
@@ -290,8 +380,8 @@ async fn in_place_on_the_real_kubelet(
         RT,
         node,
         || async {
-            let a = job_annotations(&bed, &ml, kind).await;
-            let p = running(&bed, &ml, kind.selector()).await;
+            let a = job_annotations(bed, &ml, kind).await;
+            let p = running(bed, &ml, kind.selector()).await;
             (a.get(GENERATION_ANNOTATION).map(String::as_str) == Some("1")
                 && a.get(RELEASED_ANNOTATION).map(String::as_str) == Some("1")
                 && p.len() == pods
@@ -326,7 +416,7 @@ async fn in_place_on_the_real_kubelet(
             p.name_any()
         );
     }
-    assert_eq!(destructive(&bed), Vec::<String>::new());
+    assert_eq!(destructive(bed), Vec::<String>::new());
     let seen = conditions.lock().expect("seen").clone();
     for p in &after {
         assert!(
@@ -336,10 +426,10 @@ async fn in_place_on_the_real_kubelet(
         );
     }
     wait("both writes logged", T, || async {
-        (job_writes(&bed, kind) >= 2).then_some(())
+        (job_writes(bed, kind) >= 2).then_some(())
     })
     .await;
-    assert_eq!(job_writes(&bed, kind), 2, "one record, one release");
+    assert_eq!(job_writes(bed, kind), 2, "one record, one release");
     // Every worker ran again only after the release (resourceVersions of
     // one etcd: which came first).
     let (released, first_worker) = wait("every worker seen running again", T, || async {
@@ -353,13 +443,13 @@ async fn in_place_on_the_real_kubelet(
     if second.is_some() {
         // Let the second fault be decided: still one recovery.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let a = job_annotations(&bed, &ml, kind).await;
+        let a = job_annotations(bed, &ml, kind).await;
         assert_eq!(
             a.get("rebound.dev/restart-count").map(String::as_str),
             Some("1")
         );
         assert_eq!(a.get(GENERATION_ANNOTATION).map(String::as_str), Some("1"));
-        assert_eq!(job_writes(&bed, kind), 2, "one record, one release");
+        assert_eq!(job_writes(bed, kind), 2, "one record, one release");
     }
     // A wired pod stops at once when deleted: its agent ends on SIGTERM
     // (as its container's PID 1 it has no default action for it) instead
@@ -386,8 +476,25 @@ async fn in_place_on_the_real_kubelet(
         "a deleted wired pod took {:?} to stop (grace period 30 s)",
         t.elapsed()
     );
-    super::real_node_faults::clear_fault(&bed, node).await;
-    ctl.shutdown().await;
+    if let (Some((proxy, _)), Some(until)) = (cut, cut_until) {
+        // The agents caught up by reading their job again once they could:
+        // the first request through their proxy after the cut.
+        let after_cut: Vec<RequestRecord> = proxy
+            .requests()
+            .into_iter()
+            .filter(|r| r.at >= until)
+            .collect();
+        let first = after_cut
+            .iter()
+            .min_by_key(|r| r.at)
+            .map(|r| (r.verb, r.name.clone()));
+        assert_eq!(
+            first,
+            Some(("get", Some(super::tiers::JOB.to_owned()))),
+            "the agents' first request after the cut"
+        );
+    }
+    super::real_node_faults::clear_fault(bed, node).await;
 }
 
 /// With a second fault during the restart: still one recovery.

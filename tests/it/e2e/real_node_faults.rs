@@ -1,9 +1,14 @@
 //! In-place restarts on the real kubelet that do not go smoothly: an agent
 //! that never comes back (the recovery falls back to the next tier and the
-//! barrier is released), and a repeat within ten minutes (the kubelet's
-//! restart backoff). See real_node.rs for the node and the wiring.
+//! barrier is released), a repeat within ten minutes (the kubelet's
+//! restart backoff), and agents cut off from the API server while their
+//! job moves on (they catch up). See real_node.rs for the node and the
+//! wiring.
 
-use super::real_node::{RT, agent_rbac, create_job, running_on, wait_long};
+use super::real_node::{
+    Fault, RT, agent_rbac, create_job, create_job_adjusted, restarts_in_place_on, running_on,
+    wait_long,
+};
 use super::tiers::{Kind, TIERS, agent_restarts, destructive, job_annotations, ready, uid};
 use super::*;
 use rebound::inplace::{GENERATION_ANNOTATION, RELEASED_ANNOTATION};
@@ -171,5 +176,99 @@ async fn a_repeat_within_ten_minutes_restarts_in_place_again(node: &'static Real
     ctl.shutdown().await;
 }
 
+/// Where the agents of [`agents_cut_off_from_the_api_server_catch_up_and_restart_in_place`]
+/// find their kubeconfig.
+const AGENT_KUBECONFIG: &str = "/etc/rebound-e2e/kubeconfig";
+
+/// The agents reach the API server through a proxy of their own (the
+/// test bed's recording, fault-injecting proxy, a second one beside the
+/// controller's): a kubeconfig in a ConfigMap, named by `KUBECONFIG`
+/// (which the agent's client reads before the in-cluster settings), with
+/// the pod's own ServiceAccount token, which the proxy forwards (the
+/// agents keep their RBAC), and its CA (unused over the proxy's plain
+/// HTTP, but without one the agent's client looks for the system's roots,
+/// which its image does not have). Then every connection of the agents is closed
+/// and refused for 10 s from just before the fault: rebound raises the
+/// generation meanwhile, no pod restarts while its agent cannot see it,
+/// and once the proxy is back the agents read their job again (their
+/// first request), exit, and the kubelet restarts the pods in place.
+async fn agents_cut_off_from_the_api_server_catch_up_and_restart_in_place(node: &'static RealNode) {
+    let kind = Kind::Volcano;
+    let upstream = Testbed::real_upstream().await.expect("the control plane");
+    let proxy = rebound_sim::proxy::Proxy::start(upstream)
+        .await
+        .expect("the agents' proxy");
+    let (bed, ctl) = bed_with(Server::Real, 1, TIERS, None).await;
+    let ml = bed.ns("ml");
+    agent_rbac(&bed, &ml).await;
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: agents\n\
+         clusters: [{{name: proxy, cluster: {{server: \"{}\", \
+         certificate-authority: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt}}}}]\n\
+         users: [{{name: agent, user: {{tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token}}}}]\n\
+         contexts: [{{name: agents, context: {{cluster: proxy, user: agent}}}}]\n",
+        proxy.url()
+    );
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "agent-kubeconfig"},
+        "data": {"kubeconfig": kubeconfig},
+    }))
+    .expect("configmap");
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(bed.client(), &ml)
+        .create(&Default::default(), &cm)
+        .await
+        .expect("create the agents' kubeconfig");
+    let dir = AGENT_KUBECONFIG
+        .rsplit_once('/')
+        .map_or("/", |(d, _)| d)
+        .to_owned();
+    create_job_adjusted(
+        &bed,
+        &ml,
+        kind,
+        2,
+        node.name(),
+        |_| REBOUND_IMAGE.into(),
+        |spec| {
+            spec["volumes"] = serde_json::json!([{"name": "agent-kubeconfig",
+                "configMap": {"name": "agent-kubeconfig"}}]);
+            let agent = spec["initContainers"]
+                .as_array_mut()
+                .and_then(|a| {
+                    a.iter_mut()
+                        .find(|c| c["name"] == rebound::inplace::AGENT_CONTAINER)
+                })
+                .expect("the agent");
+            agent["volumeMounts"] = serde_json::json!([{"name": "agent-kubeconfig",
+                "mountPath": dir, "readOnly": true}]);
+            if let Some(env) = agent["env"].as_array_mut() {
+                env.push(serde_json::json!({"name": "KUBECONFIG", "value": AGENT_KUBECONFIG}));
+            }
+        },
+    )
+    .await;
+    running_on(&bed, &ml, kind, 2, node).await;
+    // The agents follow their job through their proxy, with their own
+    // identity (a watch that the proxy logged as answered).
+    wait("the agents' watches through their proxy", T, || async {
+        let watches = proxy
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "watch" && r.resource == "jobs" && r.status == 200)
+            .count();
+        (watches >= 2).then_some(())
+    })
+    .await;
+    let fault = Fault {
+        xid: "45",
+        second: None,
+        cut: Some((&proxy, Duration::from_secs(10))),
+    };
+    restarts_in_place_on(node, &bed, &ml, kind, 2, fault).await;
+    ctl.shutdown().await;
+    proxy.shutdown().await;
+}
+
 real_node!(an_agent_that_never_comes_back_falls_back_with_the_barrier_released);
+real_node!(agents_cut_off_from_the_api_server_catch_up_and_restart_in_place);
 real_node!(a_repeat_within_ten_minutes_restarts_in_place_again);

@@ -27,13 +27,16 @@ spec:
     fallbackAfter: 2m
 "#;
 
-/// The job kinds whose operators keep the agent's restart rule under
-/// their real CRDs (Kubeflow's v1.9 CRDs prune it: docs/in-place.md).
+/// The job kinds of the in-place tests. The operators of the first three
+/// keep the agent's restart rule under their real CRDs; Kubeflow's v1.9
+/// CRDs prune it (docs/in-place.md), so a PyTorchJob's pods are wired at
+/// admission (real server only: admission.rs, real_node_admission.rs).
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Kind {
     Volcano,
     JobSet,
     Batch,
+    PyTorch,
 }
 
 /// Every test's job is named `j`.
@@ -45,6 +48,7 @@ impl Kind {
             Kind::Volcano => "volcano.sh/job-name=j",
             Kind::JobSet => "jobset.sigs.k8s.io/jobset-name=j",
             Kind::Batch => "batch.kubernetes.io/job-name=j",
+            Kind::PyTorch => "training.kubeflow.org/job-name=j",
         }
     }
 
@@ -53,6 +57,7 @@ impl Kind {
             Kind::Volcano => volcano::job_resource(),
             Kind::JobSet => jobset::api_resource(),
             Kind::Batch => kube::api::ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&()),
+            Kind::PyTorch => super::pytorchjob_resource(),
         }
     }
 
@@ -68,6 +73,11 @@ impl Kind {
                 .await
                 .map(drop),
             Kind::Batch => c.create_batch_job_with(ns, JOB, n, opts).await.map(drop),
+            // One master, the rest workers.
+            Kind::PyTorch => c
+                .create_pytorchjob_with(ns, JOB, n.saturating_sub(1), opts)
+                .await
+                .map(drop),
         }
         .expect("create the job");
     }

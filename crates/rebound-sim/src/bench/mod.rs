@@ -207,7 +207,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
 pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
     anyhow::ensure!(
         args.scenario != "resume",
-        "the resume scenario has a report of its own: rebound::sim::bench::resume::measure"
+        "the resume scenario has a report of its own: rebound_sim::bench::resume::measure"
     );
     let setup = Instant::now();
     let pods_total = args.nodes() * args.pods_per_node;

@@ -5,8 +5,8 @@
 //! difference from a real kube-apiserver.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), rebound::sim::server::SimError> {
-//! use rebound::sim::server::ApiServer;
+//! # async fn demo() -> Result<(), rebound_sim::server::SimError> {
+//! use rebound_sim::server::ApiServer;
 //! let handle = ApiServer::builder().start().await?;
 //! let client = handle.client();
 //! # let _ = client; Ok(()) }

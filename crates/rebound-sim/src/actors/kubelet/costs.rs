@@ -22,25 +22,33 @@
 //! image pulls, `--pod-costs zero` for none).
 //!
 //! Each figure is labelled by what it rests on: **cited** (a published
-//! default or a documented behaviour, with its source), **estimate** (a
-//! plausible figure nobody has measured for this simulation yet; to be
-//! replaced by a measurement on a real kubelet), **measured** (none yet).
-//! The job operators' and schedulers' client limits, all cited, are in
+//! default or a documented behaviour, with its source) or **measured** (on
+//! the test bed's real node: kubelet v1.36.2, containerd 1.6.20, runc
+//! 1.1.5, one pod wired as `rebound inject` wires it, the image on the
+//! node, host network, no device plugin; the 1-pod column of
+//! docs/simulated-kubelet.md, "Measured on a real node", 2026-12-03).
+//! One figure is neither, and 0: how long a job's own init container runs
+//! (`init`), which is the workload's, not the node's. A cost the measured
+//! node has no step for is 0, and says so: the figures
+//! are a small, idle node's, the least a real training node pays (a GPU
+//! device plugin, a CNI plugin, a multi-GB image and a training process's
+//! own start and stop add to them: `--pod-costs` takes each). The job
+//! operators' and schedulers' client limits, all cited, are in
 //! [`crate::actors::ratelimit`].
 //!
 //! | cost | modelled | label | based on |
 //! |---|---|---|---|
 //! | `schedule` | 50 pods/s, burst 100 | cited | kube-scheduler binds each pod with one API request through a client limited by `clientConnection.qps: 50`, `burst: 100` (KubeSchedulerConfiguration v1 defaults); Volcano's pods are bound by vc-scheduler instead (2000/s, see `ratelimit`) |
-//! | `devices` | 1 s | estimate | device plugin `Allocate` at admission (NVIDIA: plus the CDI / container-toolkit hook) |
-//! | `sandbox` | 2 s | estimate | containerd `RunPodSandbox` with CNI setup; the SIG Scalability SLO allows 5 s at p99 for a whole stateless pod start with pre-pulled images (cited bound) |
-//! | `image` | 1 s per container | estimate | image present on the node (`IfNotPresent`), snapshot prepared for a multi-GB training image; a cold pull is minutes |
-//! | `start` | 1 s per container | estimate | `CreateContainer` + `StartContainer` |
-//! | `init` | 1 s per regular init container | estimate | what an init container does is the workload's own; a short setup step |
-//! | `ready` | 2 s | estimate | the worker's first successful startup/readiness probe after its start (the probe's own period is not simulated) |
-//! | `stop` | 5 s | estimate | SIGTERM to exit of a training process (checkpoint flush, NCCL teardown), at most the pod's `terminationGracePeriodSeconds` (30 s by default) |
-//! | `kill` | 0.5 s | estimate | KEP-5532: an in-place restart kills the containers without a grace period |
-//! | `backoff` | 10 s | cited | the kubelet's container restart backoff (10 s doubling, `MaxContainerBackOff` 300 s), which KEP-5532 applies to repeated in-place restarts of a pod; the first restart waits nothing, a pod without one for 10 minutes starts again from none |
-//! | `backoff-max` | 300 s | cited | as above |
+//! | `devices` | 0 | measured | the node has no device plugin, so no `Allocate` (the kubelet's admission, where it would run, is inside `sandbox`'s figure); a GPU node's is not measured here |
+//! | `sandbox` | 0.45 s | measured | create → `PodReadyToStartContainers` (the kubelet sees the pod, admits it, `RunPodSandbox`; no CNI call: host network) |
+//! | `image` | 0 | measured | the image check of an image on the node is inside `start`'s figure; a cold pull of a training image is minutes (`--pod-costs image=`) |
+//! | `start` | 0.22 s | measured | sandbox ready → the first container running (`CreateContainer` + `StartContainer`, image check included); a container started after a sidecar's startup probe waited 0.73 s (the kubelet's next sync), which the model does not tell apart |
+//! | `init` | 0 | the workload's, not the node's | how long a regular init container runs is what it does, not a node's cost (not measured: the measured pod has none); its start is charged as every container's (`image` + `start`); `--pod-costs init=` for a job's real setup step |
+//! | `ready` | 0.71 s | measured | agent running → its startup probe passed (`periodSeconds: 1`); a probe with a longer period waits up to that period |
+//! | `stop` | 2.64 s | measured | delete → pod gone, for containers that exit at SIGTERM (the agent, `/pause`); a training process's own shutdown adds to it (at most its `terminationGracePeriodSeconds`) |
+//! | `kill` | 0.99 s | measured | generation written → agent running again (1.21 s) less `start` (0.22 s): the agent seeing the generation, exiting, the kubelet noticing and killing the containers |
+//! | `backoff` | 0 | measured | a second `RestartAllContainers` restart of the same pod within a minute took as long as the first (2.0 s, 2.1 s; tests/it/e2e/real_node_faults.rs): the kubelet applied no restart backoff to it; a third was not measured |
+//! | `backoff-max` | 300 s | cited | the kubelet's `MaxContainerBackOff` (300 s), the cap of the container restart backoff KEP-5532 refers to; no effect while `backoff` is 0 |
 
 use std::fmt;
 use std::time::Duration;
@@ -124,9 +132,41 @@ pub enum CostsError {
 const KEYS: &str = "schedule (pods/s), schedule-burst, devices, sandbox, image, start, init, ready, stop, kill, backoff, backoff-max; bases: modelled, zero";
 
 impl PodCosts {
-    /// The modelled costs of a real node (the table in the module
-    /// documentation).
+    /// The modelled costs of a real node: each measured on the test bed's
+    /// real node or cited (the table in the module documentation).
     pub fn modelled() -> Self {
+        Self {
+            // cited: KubeSchedulerConfiguration v1 clientConnection defaults
+            schedule_rate: 50.0,
+            schedule_burst: 100,
+            // measured: no device plugin on the node, no step
+            devices: Duration::ZERO,
+            // measured: create → PodReadyToStartContainers
+            sandbox: Duration::from_millis(450),
+            // measured: inside `start` (image on the node)
+            image: Duration::ZERO,
+            // measured: sandbox ready → first container running
+            start: Duration::from_millis(220),
+            // not a node cost: how long a setup step runs is the job's own
+            init: Duration::ZERO,
+            // measured: running → startup probe passed (period 1 s)
+            ready: Duration::from_millis(710),
+            // measured: delete → gone, containers exiting at SIGTERM
+            stop: Duration::from_millis(2640),
+            // measured: generation → agent running again, less `start`
+            kill: Duration::from_millis(990),
+            // measured: no backoff at a second restart within a minute
+            backoff: Duration::ZERO,
+            // cited: the kubelet's MaxContainerBackOff
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+
+    /// The costs `PodCosts::modelled` had before any was measured (round
+    /// estimates: 1 s per step, 2 s for a sandbox and a probe): the
+    /// sequencing tests use them because their steps are easy to follow.
+    #[cfg(test)]
+    pub(crate) fn round() -> Self {
         Self {
             schedule_rate: 50.0,
             schedule_burst: 100,
@@ -283,7 +323,7 @@ mod tests {
 
     #[test]
     fn in_place_restarts_back_off_from_the_second_one_doubling_to_the_cap() {
-        let m = PodCosts::modelled();
+        let m = PodCosts::round();
         let secs = |n| m.restart_backoff(n).as_secs();
         assert_eq!(
             [0, 1, 2, 3, 4, 5, 6, 7].map(secs),

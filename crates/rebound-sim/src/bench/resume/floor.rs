@@ -195,7 +195,7 @@ mod tests {
 
     #[test]
     fn the_in_place_floor_runs_the_init_containers_again() {
-        let m = PodCosts::modelled();
+        let m = PodCosts::round();
         // kill 0.5 + setup (1 + 1 + 1) + agent (1 + 1) + worker (1 + 1) + probe 2
         let f = in_place(&m, &wired());
         assert_eq!(f.control_plane_s, 0.0);
@@ -203,8 +203,25 @@ mod tests {
     }
 
     #[test]
-    fn recreate_floors_follow_each_operator_s_limits() {
+    fn the_modelled_floors_are_the_documented_ones() {
+        // docs/simulated-kubelet.md and the README quote these.
         let (m, l, s) = (PodCosts::modelled(), OperatorLimits::published(), wired());
+        // kill 0.99 + setup 0.22 + agent 0.22 + worker 0.22 + probe 0.71
+        let f = in_place(&m, &s);
+        assert!((f.per_pod_s - 2.36).abs() < 1e-9, "{f:?}");
+        // sandbox 0.45 + 3 starts of 0.22 + probe 0.71
+        let v = recreate(JobKind::Volcano, 1024, &m, &l, &s);
+        assert!((v.per_pod_s - 1.82).abs() < 1e-9, "{v:?}");
+        // + stop 2.64 between Volcano's kills and its creates
+        assert!(
+            (v.control_plane_s - (38.96 + 2.64 + 18.48)).abs() < 1e-9,
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn recreate_floors_follow_each_operator_s_limits() {
+        let (m, l, s) = (PodCosts::round(), OperatorLimits::published(), wired());
         // fresh: devices 1 + sandbox 2 + 9 of containers
         let v = recreate(JobKind::Volcano, 1024, &m, &l, &s);
         assert!((v.per_pod_s - 12.0).abs() < 1e-9);

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::fault::wire::format_condition_message;
 

@@ -151,7 +151,7 @@ fn a_pod_without_costs_runs_ready_in_one_step() {
 
 #[test]
 fn a_wired_pod_starts_in_order_and_waits_at_the_barrier_then_restarts_in_place() {
-    let mut h = Harness::new(wired(), PodCosts::modelled());
+    let mut h = Harness::new(wired(), PodCosts::round());
     // Devices (1 s) and sandbox (2 s) first.
     assert_eq!(h.status()["phase"], "Pending");
     assert_eq!(h.cond("PodReadyToStartContainers"), "False");
