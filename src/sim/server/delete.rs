@@ -293,17 +293,21 @@ impl Shared {
             }
             return Ok((change.obj.clone(), false));
         }
-        // a pod whose graceful deletion is confirmed is first written with
-        // grace 0, then goes (two events, as on a real server)
+        // a pod is first written with its deletion stamped and grace 0,
+        // then goes: two events (MODIFIED, DELETED), as the real pod
+        // strategy's graceful deletion writes even a deletion with grace 0
+        // (a kubelet's watch sees the MODIFIED)
         if is_pod
-            && om_terminating(&old)
-            && old
-                .pointer("/metadata/deletionGracePeriodSeconds")
-                .and_then(Value::as_i64)
-                != Some(0)
+            && (!om_terminating(&old)
+                || old
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    != Some(0))
         {
             let mut d = (*old).clone();
-            meta_mut(&mut d).insert("deletionGracePeriodSeconds".into(), json!(0));
+            let m = meta_mut(&mut d);
+            m.entry("deletionTimestamp").or_insert_with(|| json!(now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
             w.put(key, d);
         }
         let old = w.get(key, ns, name).unwrap_or(old);

@@ -23,6 +23,7 @@ pub mod errors;
 pub mod events;
 pub mod http;
 pub mod inject;
+pub mod kindcheck;
 pub mod list;
 pub mod log;
 pub mod openapi;

@@ -218,6 +218,14 @@ impl Shared {
             });
         }
         let change = w.put(&loc.key, body);
+        if res.group == "apiextensions.k8s.io" {
+            // the new resource's watch cache starts here: a watch of it
+            // from before is 410, as on a real server (whose cache starts
+            // when the resource is first served, before any object of it)
+            if let Ok(info) = crd::resource_of(&change.obj) {
+                w.start_cache(&info.key());
+            }
+        }
         if loc.key.as_ref() == NS_KEY {
             self.kcm
                 .push(super::controllers::Work::NamespaceCreated(name.clone()));
@@ -280,9 +288,18 @@ impl Shared {
             )));
         }
         let mut w = self.store.write();
-        let old = w
-            .get(&loc.key, loc.ns_str(), &name)
-            .ok_or_else(|| ApiError::not_found(loc.target(&name)))?;
+        let old = match w.get(&loc.key, loc.ns_str(), &name) {
+            Some(o) => o,
+            None if loc.sub.is_none() && create_on_update(&loc.res) => {
+                meta_mut(&mut body).insert("name".into(), json!(name));
+                let collection = Loc {
+                    name: None,
+                    ..loc.clone()
+                };
+                return self.create_locked(&mut w, &collection, body, opts, None);
+            }
+            None => return Err(ApiError::not_found(loc.target(&name))),
+        };
         match meta_str(&body, "resourceVersion").filter(|s| !s.is_empty()) {
             Some(rv) if Some(rv) != meta_str(&old, "resourceVersion") => {
                 return Err(ApiError::conflict(
@@ -643,6 +660,17 @@ impl Shared {
                 message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)".into(),
             }]));
         }
+        if res.group.is_empty() && matches!(res.plural.as_str(), "configmaps" | "secrets") {
+            let configmap = res.plural == "configmaps";
+            if !configmap {
+                // a patch's stringData lands in data before the check
+                defaults::secret_string_data(&mut cand);
+            }
+            let causes = super::kindcheck::immutable_update(old, &cand, configmap);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid("", &res.kind, &name, causes));
+            }
+        }
         if om_terminating(old) {
             let old_f = finalizers(old);
             if finalizers(&cand).iter().any(|f| !old_f.contains(f)) {
@@ -764,6 +792,20 @@ impl Shared {
 
 /// The pod QoS class from its containers' requests and limits (cpu and
 /// memory), as the real server computes it on create.
+/// Whether a PUT to a missing object creates it: the kinds whose real
+/// registry strategy says `AllowCreateOnUpdate() == true` among those
+/// served (Leases, Events in both groups, Services; also Endpoints and
+/// LimitRanges, which are not served).
+fn create_on_update(res: &ResourceInfo) -> bool {
+    matches!(
+        (res.group.as_str(), res.plural.as_str()),
+        ("coordination.k8s.io", "leases")
+            | ("", "events")
+            | ("events.k8s.io", "events")
+            | ("", "services")
+    )
+}
+
 pub(super) fn qos_class(pod: &Value) -> &'static str {
     let containers: Vec<&Value> = ["containers", "initContainers"]
         .iter()
