@@ -6,19 +6,14 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::controllers::Work;
-
-/// Storage key of CustomResourceDefinitions.
-pub(super) const CRD_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
-
-/// The finalizer a real server puts on a deleted CRD until its objects are gone.
-pub(super) const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+use super::crd::{CRD_FINALIZER, CRD_KEY};
 use super::errors::{ApiError, Cause};
 use super::ops::{
     DeleteOpts, ListQuery, Loc, NS_KEY, Reply, finalizers, meta_mut, meta_str, om_terminating,
 };
 use super::state::Shared;
 use super::store::Inner;
+use super::work::Work;
 
 impl Shared {
     /// Removes an object for good and collects its dependents; returns its

@@ -41,6 +41,7 @@ pub mod store;
 pub mod table;
 pub mod validate;
 pub mod watch;
+pub mod work;
 pub mod write;
 
 mod handle;

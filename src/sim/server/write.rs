@@ -228,11 +228,10 @@ impl Shared {
         }
         if loc.key.as_ref() == NS_KEY {
             self.kcm
-                .push(super::controllers::Work::NamespaceCreated(name.clone()));
+                .push(super::work::Work::NamespaceCreated(name.clone()));
         }
         if res.group == "apiextensions.k8s.io" {
-            self.kcm
-                .push(super::controllers::Work::Establish(name.clone()));
+            self.kcm.push(super::work::Work::Establish(name.clone()));
         }
         Ok(Reply {
             code: 201,
