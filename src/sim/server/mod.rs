@@ -13,9 +13,11 @@
 //! ```
 
 pub mod apply;
+pub mod commit;
 pub mod conformance;
 pub mod controllers;
 pub mod crd;
+pub mod create;
 pub mod defaults;
 pub mod delete;
 pub mod discovery;
@@ -30,6 +32,7 @@ pub mod openapi;
 pub mod ops;
 pub mod patch;
 pub mod podcheck;
+pub mod podrules;
 pub mod pods;
 pub mod quantity;
 pub mod render;
