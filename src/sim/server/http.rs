@@ -292,64 +292,6 @@ async fn handle(State((shared, addr)): State<AppState>, req: Request) -> Respons
     response
 }
 
-/// `CreateOptions`/`UpdateOptions`/`PatchOptions`/`DeleteOptions` as the
-/// real server validates them (`ValidateCreateOptions`...): a
-/// `fieldManager` of at most 128 bytes, `dryRun` only `All`,
-/// `fieldValidation` one of the four values; 422 with one cause each.
-fn check_write_options(method: &Method, q: &Query) -> Result<(), ApiError> {
-    let kind = match *method {
-        Method::POST => "CreateOptions",
-        Method::PUT => "UpdateOptions",
-        Method::PATCH => "PatchOptions",
-        Method::DELETE => "DeleteOptions",
-        _ => return Ok(()),
-    };
-    let mut causes = Vec::new();
-    if kind != "DeleteOptions"
-        && let Some(m) = q.get("fieldManager")
-        && m.len() > 128
-    {
-        causes.push(super::errors::Cause {
-            reason: "FieldValueTooLong",
-            field: "fieldManager".into(),
-            message: "Too long: may not be more than 128 bytes".into(),
-        });
-    }
-    let dry: Vec<&str> =
-        q.0.iter()
-            .filter(|(k, _)| k == "dryRun")
-            .map(|(_, v)| v.as_str())
-            .collect();
-    if dry.iter().any(|d| *d != "All") {
-        causes.push(super::errors::Cause {
-            reason: "FieldValueNotSupported",
-            field: "dryRun".into(),
-            message: format!(
-                "Unsupported value: {}: supported values: \"All\"",
-                serde_json::to_string(&dry).unwrap_or_default()
-            ),
-        });
-    }
-    if kind != "DeleteOptions"
-        && let Some(v) = q.get("fieldValidation")
-        && !matches!(v, "" | "Ignore" | "Strict" | "Warn")
-    {
-        causes.push(super::errors::Cause {
-            reason: "FieldValueNotSupported",
-            field: "fieldValidation".into(),
-            message: format!(
-                "Unsupported value: {}: supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
-                serde_json::to_string(v).unwrap_or_default()
-            ),
-        });
-    }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid("meta.k8s.io", kind, "", causes))
-    }
-}
-
 fn manager(q: &Query, headers: &HeaderMap) -> String {
     if let Some(m) = q.get("fieldManager").filter(|m| !m.is_empty()) {
         return m.to_string();
@@ -491,7 +433,7 @@ async fn dispatch(
         }
         Route::Resource(loc) => loc,
     };
-    if let Err(e) = check_write_options(method, q) {
+    if let Err(e) = super::options::check(method, &q.0) {
         return error_response(&e);
     }
     let wopts = WriteOpts {

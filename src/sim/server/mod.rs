@@ -30,6 +30,7 @@ pub mod list;
 pub mod log;
 pub mod openapi;
 pub mod ops;
+pub mod options;
 pub mod patch;
 pub mod podcheck;
 pub mod podrules;
