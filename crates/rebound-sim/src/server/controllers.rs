@@ -8,12 +8,11 @@
 //! asynchronously, after the request that caused it has been answered:
 //! writes queue work, a task of the server does it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 
 use super::ops::{
     DeleteOpts, Loc, NS_KEY, WriteOpts, finalizers, meta_mut, meta_str, om_terminating,
@@ -21,6 +20,7 @@ use super::ops::{
 use super::state::Shared;
 use super::store::Inner;
 use super::validate;
+use super::work::Work;
 
 /// The field manager of everything the emulated controllers write.
 pub const MANAGER: &str = "kube-controller-manager";
@@ -31,48 +31,6 @@ const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to veri
 /// A placeholder CA: the embedded server serves plain HTTP, so no client
 /// verifies anything with it; its shape is a PEM certificate's.
 const ROOT_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBbTCCAROgAwIBAgIUcmVib3VuZC1zaW0tZW1iZWRkZWQwCgYIKoZIzj0EAwIw\nHTEbMBkGA1UEAwwScmVib3VuZC1zaW0tcm9vdC1jYTAgFw0yNjAxMDEwMDAwMDBa\nGA8yMTI2MDEwMTAwMDAwMFowHTEbMBkGA1UEAwwScmVib3VuZC1zaW0tcm9vdC1j\nYTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABHJlYm91bmQtc2ltLWVtYmVkZGVk\nLXNlcnZlci1oYXMtbm8tdGxzLXRoaXMtaXMtYS1wbGFjZWhvbGRlci1rZXkwCgYI\nKoZIzj0EAwIDSAAwRQIgcmVib3VuZC1zaW0tcGxhY2Vob2xkZXItc2lnbmF0dXJl\nAiEAcmVib3VuZC1zaW0tcGxhY2Vob2xkZXItc2lnbmF0dXJlLTI=\n-----END CERTIFICATE-----\n";
-
-/// Work for the controllers, queued by writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Work {
-    /// A namespace was created: its ServiceAccount and root CA ConfigMap.
-    NamespaceCreated(String),
-    /// A namespace is terminating: delete its content, then finalize it.
-    NamespaceDeleting(String),
-    /// An object with this uid is gone: collect its dependents.
-    OwnerGone(String),
-    /// A CRD was created: its names are accepted and it is established.
-    Establish(String),
-    /// A CRD is being deleted: its objects go, then it does.
-    CrdCleanup(String),
-    /// An object (storage key, namespace, name) carries the
-    /// `foregroundDeletion` or `orphan` finalizer.
-    Finalize(Arc<str>, String, String),
-}
-
-/// The queue between the writes and the controllers' task.
-#[derive(Debug, Default)]
-pub struct Queue {
-    items: Mutex<VecDeque<Work>>,
-    wake: Notify,
-}
-
-impl Queue {
-    /// Queues work (done after the current request).
-    pub fn push(&self, w: Work) {
-        if let Ok(mut q) = self.items.lock() {
-            q.push_back(w);
-        }
-        self.wake.notify_one();
-    }
-
-    fn take(&self) -> Vec<Work> {
-        self.items
-            .lock()
-            .map(|mut q| q.drain(..).collect())
-            .unwrap_or_default()
-    }
-}
 
 /// Runs the controllers until the server's state is dropped.
 pub async fn run(shared: Weak<Shared>) {
@@ -89,7 +47,7 @@ pub async fn run(shared: Weak<Shared>) {
         } else {
             Duration::from_millis(200)
         };
-        let _ = tokio::time::timeout(wait, queue.wake.notified()).await;
+        let _ = tokio::time::timeout(wait, queue.notified()).await;
         // a short pause, as a real controller acts after the answer
         tokio::time::sleep(Duration::from_millis(5)).await;
         let Some(s) = shared.upgrade() else {
@@ -342,14 +300,14 @@ impl Shared {
     }
 
     fn crd_cleanup(&self, w: &mut Inner, name: &str) {
-        let key: Arc<str> = Arc::from(super::delete::CRD_KEY);
+        let key: Arc<str> = Arc::from(super::crd::CRD_KEY);
         let Some(crd) = w.get(&key, "", name) else {
             return;
         };
         let mut next = (*crd).clone();
         let left: Vec<Value> = finalizers(&crd)
             .into_iter()
-            .filter(|f| f.as_str() != Some(super::delete::CRD_FINALIZER))
+            .filter(|f| f.as_str() != Some(super::crd::CRD_FINALIZER))
             .collect();
         if left.is_empty() {
             meta_mut(&mut next).remove("finalizers");

@@ -10,6 +10,12 @@ use serde_json::{Value, json};
 use super::errors::{ApiError, Cause};
 use super::resources::{ResourceInfo, ScalePaths, StatusOnCreate};
 
+/// Storage key of CustomResourceDefinitions.
+pub(super) const CRD_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+/// The finalizer a real server puts on a deleted CRD until its objects are gone.
+pub(super) const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
 fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }

@@ -6,19 +6,14 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::controllers::Work;
-
-/// Storage key of CustomResourceDefinitions.
-pub(super) const CRD_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
-
-/// The finalizer a real server puts on a deleted CRD until its objects are gone.
-pub(super) const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+use super::crd::{CRD_FINALIZER, CRD_KEY};
 use super::errors::{ApiError, Cause};
 use super::ops::{
     DeleteOpts, ListQuery, Loc, NS_KEY, Reply, finalizers, meta_mut, meta_str, om_terminating,
 };
 use super::state::Shared;
 use super::store::Inner;
+use super::work::Work;
 
 impl Shared {
     /// Removes an object for good and collects its dependents; returns its
@@ -293,17 +288,21 @@ impl Shared {
             }
             return Ok((change.obj.clone(), false));
         }
-        // a pod whose graceful deletion is confirmed is first written with
-        // grace 0, then goes (two events, as on a real server)
+        // a pod is first written with its deletion stamped and grace 0,
+        // then goes: two events (MODIFIED, DELETED), as the real pod
+        // strategy's graceful deletion writes even a deletion with grace 0
+        // (a kubelet's watch sees the MODIFIED)
         if is_pod
-            && om_terminating(&old)
-            && old
-                .pointer("/metadata/deletionGracePeriodSeconds")
-                .and_then(Value::as_i64)
-                != Some(0)
+            && (!om_terminating(&old)
+                || old
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    != Some(0))
         {
             let mut d = (*old).clone();
-            meta_mut(&mut d).insert("deletionGracePeriodSeconds".into(), json!(0));
+            let m = meta_mut(&mut d);
+            m.entry("deletionTimestamp").or_insert_with(|| json!(now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
             w.put(key, d);
         }
         let old = w.get(key, ns, name).unwrap_or(old);

@@ -433,11 +433,15 @@ async fn dispatch(
         }
         Route::Resource(loc) => loc,
     };
+    if let Err(e) = super::options::check(method, &q.0) {
+        return error_response(&e);
+    }
     let wopts = WriteOpts {
         explicit_manager: q.get("fieldManager").is_some_and(|m| !m.is_empty()),
         manager: manager(q, headers),
         force: q.flag("force"),
         strict: q.get("fieldValidation") == Some("Strict"),
+        ignore_unknown: q.get("fieldValidation") == Some("Ignore"),
         dry_run: q.get("dryRun").is_some_and(|d| !d.is_empty()),
     };
     let accept = header_str(headers, header::ACCEPT);

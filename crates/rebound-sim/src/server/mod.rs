@@ -13,9 +13,11 @@
 //! ```
 
 pub mod apply;
+pub mod commit;
 pub mod conformance;
 pub mod controllers;
 pub mod crd;
+pub mod create;
 pub mod defaults;
 pub mod delete;
 pub mod discovery;
@@ -23,12 +25,15 @@ pub mod errors;
 pub mod events;
 pub mod http;
 pub mod inject;
+pub mod kindcheck;
 pub mod list;
 pub mod log;
 pub mod openapi;
 pub mod ops;
+pub mod options;
 pub mod patch;
 pub mod podcheck;
+pub mod podrules;
 pub mod pods;
 pub mod quantity;
 pub mod render;
@@ -40,6 +45,7 @@ pub mod store;
 pub mod table;
 pub mod validate;
 pub mod watch;
+pub mod work;
 pub mod write;
 
 mod handle;

@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::errors::{ApiError, Cause, Target};
 use super::events;
+use super::kindcheck;
 use super::resources::ResourceInfo;
 use super::schema;
 use super::selectors::{FieldSelector, LabelSelector};
@@ -80,6 +81,8 @@ pub struct WriteOpts {
     pub strict: bool,
     /// `dryRun=All`: validate but do not store.
     pub dry_run: bool,
+    /// `fieldValidation=Ignore`: unknown fields dropped without a warning.
+    pub ignore_unknown: bool,
     /// `fieldManager` was given (apply requires it).
     pub explicit_manager: bool,
 }
@@ -298,6 +301,28 @@ impl Shared {
             causes.push(c);
         }
         causes.extend(validate::check_labels(obj));
+        causes.extend(kindcheck::owner_references(obj));
+        if !res.custom {
+            let unknown = kindcheck::unknown_fields(&res.group, &res.plural, obj);
+            if !unknown.is_empty() {
+                if opts.strict {
+                    let fields = unknown
+                        .iter()
+                        .map(|p| format!("unknown field \"{p}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    return Err(ApiError::bad_request(format!(
+                        "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {fields}",
+                        kind = res.kind,
+                        v = loc.version,
+                    )));
+                }
+                if !opts.ignore_unknown {
+                    warnings.extend(unknown.iter().map(|p| format!("unknown field \"{p}\"")));
+                }
+                kindcheck::drop_fields(obj, &unknown);
+            }
+        }
         if let Some(schema) = res.schemas.get(&loc.version) {
             let out = schema::apply(schema, obj);
             if !out.pruned.is_empty() {
@@ -319,6 +344,11 @@ impl Shared {
             causes.extend(out.causes);
         }
         if loc.key.as_ref() == "/events" {
+            // an Event with an eventTime (a "new" one) needs its
+            // reporting fields, through either API
+            if obj.get("eventTime").is_some_and(|t| !t.is_null()) {
+                causes.extend(kindcheck::v1_event_required(obj, loc.res.is_events_v1()));
+            }
             if loc.res.is_events_v1() {
                 causes.extend(validate::check_v1_event(obj));
             }
@@ -354,6 +384,19 @@ impl Shared {
                 )));
             }
             causes.extend(super::podcheck::check(obj));
+            causes.extend(kindcheck::toleration_effects(obj));
+            causes.extend(kindcheck::pod_quantities(obj));
+        }
+        if res.group.is_empty() && res.plural == "nodes" {
+            if kindcheck::node_bad_quantity(obj) {
+                return Err(ApiError::bad_request(format!(
+                    "Node in version \"{}\" cannot be handled as a Node: {}",
+                    loc.version,
+                    super::quantity::INVALID
+                )));
+            }
+            causes.extend(kindcheck::node_taints(obj));
+            causes.extend(kindcheck::node_quantities(obj));
         }
         if !causes.is_empty() {
             // Events are validated as the core type, whichever API wrote them

@@ -67,7 +67,7 @@ pub struct Shared {
     /// Options.
     pub opts: ServerOptions,
     /// Work for the emulated kube-controller-manager (`controllers`).
-    pub kcm: Arc<super::controllers::Queue>,
+    pub kcm: Arc<super::work::Queue>,
     /// Watch events sent, by storage key (`group/plural`): what a watcher
     /// fan-out costs, which the request log cannot show.
     pub watch_events: WatchEventCounts,

@@ -97,6 +97,11 @@ pub struct Inner {
     rv: u64,
     /// Watches from a resourceVersion below this get 410.
     floor: u64,
+    /// Per resource, where its watch cache starts: a custom resource's
+    /// cache is made when its CRD is created, at the then current
+    /// resourceVersion, as a real server answers watches from before its
+    /// resource was served with 410 (`too old resource version: 1 (438)`).
+    cache_start: HashMap<Arc<str>, u64>,
     objects: HashMap<Arc<str>, BTreeMap<ObjKey, Arc<Value>>>,
     history: VecDeque<Arc<Change>>,
     history_cap: usize,
@@ -127,6 +132,21 @@ impl Inner {
     /// Oldest resourceVersion a watch can resume from.
     pub fn floor(&self) -> u64 {
         self.floor
+    }
+
+    /// Oldest resourceVersion a watch of resource `res` can resume from:
+    /// [`Inner::floor`], or later where the resource's watch cache began.
+    pub fn floor_of(&self, res: &str) -> u64 {
+        self.cache_start
+            .get(res)
+            .map_or(self.floor, |s| self.floor.max(*s))
+    }
+
+    /// Starts the watch cache of resource `res` now (a newly served custom
+    /// resource): watches from before the current resourceVersion get 410.
+    pub fn start_cache(&mut self, res: &str) {
+        let rv = self.rv;
+        self.cache_start.insert(Arc::from(res), rv);
     }
 
     /// One object.

@@ -147,9 +147,9 @@ pub fn start(shared: Arc<Shared>, loc: Loc, q: WatchQuery) -> Result<WatchBody, 
                 first.push(filter.bookmark(cur, true));
             }
         } else if let Some(f) = from {
-            if f < r.floor() {
-                let err =
-                    ApiError::expired(format!("too old resource version: {f} ({})", r.floor()));
+            let floor = r.floor_of(&filter.loc.key);
+            if f < floor {
+                let err = ApiError::expired(format!("too old resource version: {f} ({floor})"));
                 let body = encode("ERROR", &err.to_status());
                 return Ok(Box::pin(futures::stream::iter([Ok(body)])));
             }
@@ -159,7 +159,9 @@ pub fn start(shared: Arc<Shared>, loc: Loc, q: WatchQuery) -> Result<WatchBody, 
                 }
             }
         }
-        (r.subscribe(&filter.loc.key), cur)
+        // a resourceVersion from the future: only what comes after it
+        // (the real watch cache waits for it, then sends later events)
+        (r.subscribe(&filter.loc.key), cur.max(from.unwrap_or(0)))
     };
     let Some(sub) = sub else {
         return Err(ApiError::internal("watch broadcast closed"));

@@ -126,11 +126,20 @@ impl Run<'_> {
                 break;
             };
             let var = out[start + 2..start + len].to_string();
-            let val = self
-                .vars
-                .get(&var)
-                .cloned()
-                .unwrap_or_else(|| format!("<missing:{var}>"));
+            // `{{rv+1000000}}`: a number captured, plus an offset (a
+            // resourceVersion from the future)
+            let (name, offset) = match var.split_once('+') {
+                Some((n, o)) => (n.to_string(), o.parse::<u64>().ok()),
+                None => (var.clone(), None),
+            };
+            let val = match (self.vars.get(&name), offset) {
+                (Some(v), Some(o)) => v
+                    .parse::<u64>()
+                    .map(|n| (n + o).to_string())
+                    .unwrap_or_else(|_| format!("<not a number:{name}>")),
+                (Some(v), None) => v.clone(),
+                (None, _) => format!("<missing:{var}>"),
+            };
             out.replace_range(start..start + len + 2, &val);
         }
         out

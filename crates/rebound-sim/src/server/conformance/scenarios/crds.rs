@@ -16,7 +16,7 @@ fn yaml(text: &str) -> Option<Value> {
 }
 
 /// The CRD's create and the wait for it to be served.
-fn register(
+pub(super) fn register(
     s: &mut Scenario,
     crd: Value,
     name: &'static str,

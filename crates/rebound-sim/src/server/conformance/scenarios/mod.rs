@@ -15,6 +15,7 @@ mod lifecycle;
 mod objects;
 mod pods;
 mod reads;
+mod refusals;
 mod watches;
 mod writes;
 
@@ -30,6 +31,7 @@ pub fn all(shared: Option<&Path>) -> Vec<Scenario> {
     v.extend(objects::all());
     v.extend(pods::all());
     v.extend(crds::all(shared));
+    v.extend(refusals::all());
     v
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::super::scenario::{Body, Keep, Scenario, Until};
+use super::super::scenario::{Body, Keep, Scenario, Until, Wait};
 use super::{MERGE, cm, core, pod};
 
 fn basic() -> Scenario {
@@ -185,6 +185,104 @@ fn expiry() -> Scenario {
     s
 }
 
+fn edges() -> Scenario {
+    let mut s = Scenario::namespaced(
+        "watch-edges",
+        "a watch from a future resourceVersion gets nothing before it; a custom resource's watch from before its CRD is 410 Expired; every pod deletion is MODIFIED (deletionTimestamp) then DELETED on a watch by spec.nodeName",
+    );
+    let cms = core("configmaps");
+    let pods = core("pods");
+    s.get("list", &cms)
+        .capture("rv", "/metadata/resourceVersion")
+        .keep(Keep::StatusCode);
+    s.watch(
+        "watch-future",
+        "future",
+        &format!("{cms}?watch=1&resourceVersion={{{{rv+1000000}}}}&timeoutSeconds=3"),
+    );
+    s.post("create-1", &cms, cm("e1", json!({})))
+        .keep(Keep::StatusCode);
+    s.post("create-2", &cms, cm("e2", json!({})))
+        .keep(Keep::StatusCode);
+    s.events("future-events", "future", Until::Closed)
+        .timeout(Duration::from_secs(15));
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "edges.cf-watch.example.com"},
+        "spec": {"group": "cf-watch.example.com", "scope": "Namespaced",
+            "names": {"plural": "edges", "singular": "edge", "kind": "Edge"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    super::crds::register(
+        &mut s,
+        crd,
+        "edges.cf-watch.example.com",
+        "register",
+        "established",
+    );
+    let edges = "/apis/cf-watch.example.com/v1/namespaces/{ns}/edges";
+    s.get("list-edges", edges)
+        .timeout(Duration::from_secs(30))
+        .wait(Wait::Status(200))
+        .keep(Keep::StatusCode);
+    s.watch(
+        "watch-edges-before-crd",
+        "old",
+        &format!("{edges}?watch=1&resourceVersion={{{{rv}}}}"),
+    );
+    s.events("expired-events", "old", Until::Count(1))
+        .keep(Keep::Only(vec![
+            "/type",
+            "/object/kind",
+            "/object/code",
+            "/object/reason",
+            "/object/status",
+        ]));
+    s.get(
+        "list-pods",
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dcf-we-1",
+    )
+    .capture("prv", "/metadata/resourceVersion")
+    .keep(Keep::StatusCode);
+    s.watch(
+        "watch-node",
+        "node",
+        "/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dcf-we-1&resourceVersion={{prv}}",
+    );
+    let mut bound = pod("bound", json!({}));
+    bound["spec"]["nodeName"] = json!("cf-we-1");
+    s.post("create-bound", &pods, bound).keep(Keep::StatusCode);
+    s.delete(
+        "delete-bound",
+        &format!("{pods}/bound"),
+        Some(json!({"gracePeriodSeconds": 0})),
+    )
+    .keep(Keep::Only(vec![
+        "/body/kind",
+        "/body/metadata/deletionGracePeriodSeconds",
+    ]));
+    let mut done = pod("done", json!({}));
+    done["spec"]["nodeName"] = json!("cf-we-1");
+    s.post("create-done", &pods, done).keep(Keep::StatusCode);
+    s.patch(
+        "done-succeeded",
+        &format!("{pods}/done/status"),
+        MERGE,
+        Body::Json(json!({"status": {"phase": "Succeeded"}})),
+    )
+    .keep(Keep::StatusCode);
+    s.delete("delete-done", &format!("{pods}/done"), None)
+        .keep(Keep::StatusCode);
+    s.events("node-events", "node", Until::Count(7))
+        .keep(Keep::Only(vec![
+            "/type",
+            "/object/metadata/name",
+            "/object/metadata/resourceVersion",
+            "/object/metadata/deletionGracePeriodSeconds",
+            "/object/status/phase",
+        ]));
+    s
+}
+
 pub(super) fn all() -> Vec<Scenario> {
-    vec![basic(), node_pods(), expiry()]
+    vec![basic(), node_pods(), expiry(), edges()]
 }
