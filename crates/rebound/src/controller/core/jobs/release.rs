@@ -108,11 +108,17 @@ impl Core {
                 w.current = w.current.max(generation);
                 w.released = w.released.max(generation);
             }
-            // The job is gone or moved on to another generation: what it
-            // shows now decides (a newer generation has its own recovery).
+            // The job is gone, was recreated, or moved on to another
+            // generation: what the watch shows next decides. Until it
+            // shows it, the store still has the raised generation, so the
+            // release stays owed and is tried again after a backoff (a
+            // deleted or fresh job, or one at a released generation, then
+            // clears it in `ensure_released`; a newer one is released or
+            // followed by its own recovery).
             Outcome::Gone(why) => {
-                tracing::info!(job = ?key, %why, "release not needed any more");
-                self.releasing.remove(key);
+                tracing::info!(job = ?key, %why, "release not needed as sent; waiting for the watch to show the job as it is now");
+                r.attempts = r.attempts.saturating_add(1);
+                r.retry_at = now.wall.checked_add_signed(backoff(r.attempts));
             }
             Outcome::NotLeader => {}
             Outcome::Failed(why) => {
