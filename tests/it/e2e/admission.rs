@@ -292,8 +292,18 @@ async fn restarts_in_place(
             let a = j.annotations();
             let p = running(bed, ml, selector).await;
             if let Ok(mut s) = seen.lock() {
+                // The controller's decisions so far: whether the fault
+                // was seen and what became of it (this test has flaked
+                // with no generation written at all).
+                let decided: Vec<String> = ctl
+                    .metrics
+                    .encode()
+                    .lines()
+                    .filter(|l| l.starts_with("rebound_decisions_total"))
+                    .map(str::to_string)
+                    .collect();
                 *s = format!(
-                    "generation {:?}, released {:?}, {} running: {:?}",
+                    "generation {:?}, released {:?}, {} running: {:?}; decisions: {decided:?}",
                     a.get(GENERATION_ANNOTATION),
                     a.get(RELEASED_ANNOTATION),
                     p.len(),
