@@ -168,6 +168,10 @@ impl Core {
                 fates.push(Fate::Absorbed);
                 continue;
             }
+            if let Some(until) = self.wait_for_unseen_job(&r, &occ, now) {
+                fates.push(Fate::Pending { until: Some(until) });
+                continue;
+            }
             let input = self.job_input(&r, &occ.fault);
             let handled = input
                 .history

@@ -101,6 +101,7 @@ impl Core {
                 }
                 self.job_progress(&key, now);
                 self.resume_if_unfollowed(&key, now);
+                self.unseen_job_arrived(&key, now);
                 if self.recoveries.contains_key(&key) {
                     self.dirty_jobs.insert(key);
                 }

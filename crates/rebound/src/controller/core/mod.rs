@@ -30,6 +30,7 @@ pub mod pods;
 pub mod restart_counts;
 pub mod status;
 pub mod store;
+mod unseen_jobs;
 
 use crate::ascend::clusterd::ClusterdView;
 use crate::metrics::Metrics;
@@ -129,6 +130,8 @@ pub struct Core {
     /// its cooldown), these are handled, whatever the timestamps' second
     /// resolution says.
     acted_for: HashMap<OccurrenceId, BTreeSet<JobKey>>,
+    /// Decisions waiting for a job object the watch has not shown yet.
+    unseen: unseen_jobs::UnseenJobs,
     synced: HashSet<Watched>,
     /// Installed job kinds; `None` until discovery answered once.
     kinds: Option<BTreeSet<crate::api::WorkloadKind>>,
@@ -191,6 +194,7 @@ impl Core {
             current: HashMap::new(),
             carriers: HashMap::new(),
             acted_for: HashMap::new(),
+            unseen: unseen_jobs::UnseenJobs::default(),
             synced: HashSet::new(),
             kinds: None,
             leading: false,

@@ -11,4 +11,5 @@ mod node_faults;
 mod property;
 mod regressions;
 mod trainjob;
+mod unseen_jobs;
 mod wiring;

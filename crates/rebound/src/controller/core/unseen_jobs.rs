@@ -1,0 +1,128 @@
+//! Faults that reach a job before its object does.
+//!
+//! The pods, nodes and each job kind come from separate watches, so a
+//! pod's (or a node fault's) event can arrive before the event of the job
+//! the pod belongs to: a job just created, or a job kind's watch that is
+//! restarting. A job the store has not seen has no labels, so no policy
+//! would select it and the fault would be skipped as `NoPolicy`, for good:
+//! a missed fault. Such a decision waits instead, for the job's object or
+//! for [`UNSEEN_JOB_WAIT`] after the fault arrived, whichever is first;
+//! the job's arrival decides it at once.
+
+use super::occurrence::{Fate, OccurrenceId};
+use super::store::{JobKey, job_key};
+use super::{Core, Now, Occurrence};
+use crate::api::WorkloadKind;
+use crate::workload::JobRef;
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// How long a decision waits for a job object its pods name but the watch
+/// has not shown. The watches of one cluster deliver within milliseconds
+/// of each other; a job kind's watch that restarts waits out kube-runtime's
+/// backoff (up to seconds): 30 s covers both, and a job that never appears
+/// (deleted, its pods on their way out) is then decided with what is known,
+/// as before.
+pub const UNSEEN_JOB_WAIT: Duration = Duration::from_secs(30);
+
+/// Occurrences waiting for the object of a job they concern, each with
+/// the wall time its wait ends (the ledger's wake-ups are wall times too).
+#[derive(Debug, Default)]
+pub(super) struct UnseenJobs {
+    by_job: HashMap<JobKey, BTreeMap<OccurrenceId, DateTime<Utc>>>,
+}
+
+impl UnseenJobs {
+    /// At most this many jobs are remembered: beyond it the waits start
+    /// over (each still ends, [`UNSEEN_JOB_WAIT`] later).
+    const MAX_JOBS: usize = 4096;
+
+    /// When the wait of `id` for `key` ends, starting it now if it has not
+    /// started.
+    fn wait(&mut self, key: JobKey, id: OccurrenceId, now: DateTime<Utc>) -> DateTime<Utc> {
+        if self.by_job.len() >= Self::MAX_JOBS && !self.by_job.contains_key(&key) {
+            self.by_job.clear();
+        }
+        let wait = chrono::Duration::from_std(UNSEEN_JOB_WAIT).unwrap_or_default();
+        *self
+            .by_job
+            .entry(key)
+            .or_default()
+            .entry(id)
+            .or_insert(now + wait)
+    }
+
+    /// `id` no longer waits for `key` (its wait is over).
+    fn over(&mut self, key: &JobKey, id: OccurrenceId) {
+        if let Some(ids) = self.by_job.get_mut(key) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.by_job.remove(key);
+            }
+        }
+    }
+
+    /// The occurrences that waited for `key`, which is seen now.
+    fn seen(&mut self, key: &JobKey) -> Vec<OccurrenceId> {
+        self.by_job
+            .remove(key)
+            .map(|ids| ids.into_keys().collect())
+            .unwrap_or_default()
+    }
+
+    /// Jobs waited for (tests).
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.by_job.len()
+    }
+}
+
+impl Core {
+    /// When to decide `occ` for `job` again if the job's object has not
+    /// been seen yet and may still come; `None` when it can be decided now
+    /// (the object is known, the kind has none, the kind is not installed,
+    /// or the wait is over). Records the wait, so the object's arrival
+    /// decides it.
+    pub(super) fn wait_for_unseen_job(
+        &mut self,
+        job: &JobRef,
+        occ: &Occurrence,
+        now: Now,
+    ) -> Option<DateTime<Utc>> {
+        let key = job_key(job);
+        if job.kind == WorkloadKind::Pod || self.store.jobs.contains_key(&key) {
+            return None;
+        }
+        // A kind that is not installed has no watch to deliver it.
+        if !self.kinds.as_ref().is_some_and(|k| k.contains(&job.kind)) {
+            return None;
+        }
+        let until = self.unseen.wait(key.clone(), occ.id, now.wall);
+        if until <= now.wall {
+            tracing::info!(job = ?key, "a fault's job was never seen: decided without its object");
+            self.unseen.over(&key, occ.id);
+            return None;
+        }
+        tracing::debug!(job = ?key, %until, "fault before its job's object: waiting for it");
+        Some(until)
+    }
+
+    /// The job `key`'s object arrived: the decisions that waited for it
+    /// are taken now.
+    pub(super) fn unseen_job_arrived(&mut self, key: &JobKey, now: Now) {
+        for id in self.unseen.seen(key) {
+            let Some(level) = self
+                .ledger
+                .get(id)
+                .filter(|e| matches!(e.fate, Fate::Pending { .. }))
+                .map(|e| e.level)
+            else {
+                continue;
+            };
+            // Due now: `decide_current` leaves a wake-up still ahead.
+            self.ledger.set(id, level, Fate::Pending { until: None });
+            self.decide_current(id, now);
+        }
+    }
+}
