@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{ClusterError, wait_for};
 
@@ -23,13 +23,7 @@ pub const JOB_CRDS: [&str; 7] = [
 
 /// Creates a namespace unless it exists.
 pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<(), ClusterError> {
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let obj = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
-    match api.create(&PostParams::default(), &obj).await {
-        Ok(_) => Ok(()),
-        Err(e) if crate::actors::util::is_status(&e, 409) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(crate::actors::util::ensure_namespace(client, ns).await?)
 }
 
 /// Label on the CRDs [`install_crds`] creates, so a later run may replace
