@@ -1,4 +1,4 @@
-//! The kubelets' pods: a [`PodRun`] per pod on a Ready node, updated from
+//! The kubelets' pods: a `PodRun` per pod on a Ready node, updated from
 //! the pod watch and synced (advanced, status compared) when due.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
