@@ -81,7 +81,7 @@ pub struct SimConfig {
     /// shared cluster a per-run prefix keeps runs and real nodes apart.
     pub node_prefix: String,
     /// `Some` when the simulated parts share a real cluster (see
-    /// [`SimCluster::connect`]); `None` for the embedded server.
+    /// [`SimCluster::connect`](super::SimCluster::connect)); `None` for the embedded server.
     pub shared: Option<SharedCluster>,
     /// The client limits of the simulated job operators and of Volcano's
     /// scheduler (none by default; `rebound sim` uses the published ones).

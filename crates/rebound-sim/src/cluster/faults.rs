@@ -10,7 +10,7 @@ use crate::actors::ascend::{AscendFault, AscendPlugin};
 use super::{ClusterError, SimCluster};
 
 impl SimCluster {
-    /// Terminates a container (see [`Kubelet::fail_container`]).
+    /// Terminates a container (see [`Kubelet::fail_container`](crate::actors::kubelet::Kubelet::fail_container)).
     pub async fn fail_container(
         &self,
         ns: &str,
@@ -25,7 +25,7 @@ impl SimCluster {
             .await?)
     }
 
-    /// Sets a node condition (see [`Kubelet::set_node_condition`]).
+    /// Sets a node condition (see [`Kubelet::set_node_condition`](crate::actors::kubelet::Kubelet::set_node_condition)).
     pub async fn set_node_condition(
         &self,
         node: &str,

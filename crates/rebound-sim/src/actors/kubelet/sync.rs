@@ -4,7 +4,7 @@
 //! whatever is due next, and status writes.
 //!
 //! Writes: a pod's status is written when what the kubelet would report
-//! differs from what the server holds (compared by [`fingerprint`]), as a
+//! differs from what the server holds (compared by [`fingerprint`](super::status::fingerprint)), as a
 //! merge patch with the resourceVersion the kubelet last saw as
 //! precondition, so that a concurrent writer (fault injection, the node
 //! lifecycle marks) is never overwritten unseen: a 409 waits for the watch
