@@ -16,6 +16,12 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+mod inplace;
+mod timeline;
+
+use inplace::in_place;
+use timeline::timeline_entry;
+
 /// `rebound demo` flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
@@ -339,117 +345,6 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The namespace, policy and job of the in-place part.
-const INPLACE_NS: &str = "team-c";
-const INPLACE_JOB: &str = "vc-inplace";
-const INPLACE_PODS: usize = 4;
-const INPLACE_POLICY: &str = r#"
-apiVersion: rebound.dev/v1alpha1
-kind: RecoveryPolicy
-metadata: {name: in-place-first, namespace: team-c}
-spec:
-  selector:
-    matchLabels: {kcover.io/cascading-recovery: "true"}
-  restart:
-    tiers: [InPlace, ReplaceFaulty, Recreate]
-    fallbackAfter: 2m
-"#;
-
-/// A Volcano Job wired as `rebound inject` wires it, under a policy that
-/// tries in place first; an XID 13 under one of its pods restarts every
-/// pod where it is. True when the same pods run and are ready again after
-/// every container restarted.
-async fn in_place(clock: &Clock, bed: &Testbed, busy: &[&str]) -> anyhow::Result<bool> {
-    let c = &bed.cluster;
-    let client = bed.client();
-    super::cluster::ensure_namespace(&client, INPLACE_NS).await?;
-    bed.apply_yaml(INPLACE_POLICY).await?;
-    let selector = format!("volcano.sh/job-name={INPLACE_JOB}");
-    c.create_volcano_job_with(
-        INPLACE_NS,
-        INPLACE_JOB,
-        INPLACE_PODS as u32,
-        &super::cluster::JobOptions::labels(&[OPT_IN]).wired(),
-        serde_json::json!([]),
-    )
-    .await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), INPLACE_NS);
-    let ready_all = |list: &[Pod]| list.len() >= INPLACE_PODS && list.iter().all(pod_ready);
-    if !wait_until(
-        clock,
-        &format!("{INPLACE_NS}/{INPLACE_JOB}: {INPLACE_PODS} pods Running and Ready"),
-        Duration::from_secs(20),
-        || {
-            let pods = pods.clone();
-            let selector = selector.clone();
-            async move {
-                let l = pods
-                    .list(&ListParams::default().labels(&selector))
-                    .await
-                    .ok()?;
-                ready_all(&l.items).then_some(())
-            }
-        },
-    )
-    .await
-    {
-        return Ok(false);
-    }
-    clock.say(&format!("Volcano Job {INPLACE_NS}/{INPLACE_JOB} ({INPLACE_PODS} pods) is running, wired for in-place restarts as `rebound inject` wires it (the restart agent sidecar, its RestartAllContainers rule, its barrier probe); {INPLACE_NS}'s policy tries tiers InPlace, ReplaceFaulty, Recreate"));
-    let before = pods
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items;
-    let restarts_before: BTreeMap<String, u32> = before
-        .iter()
-        .filter_map(|p| Some((p.metadata.uid.clone()?, restarts(p))))
-        .collect();
-    let Some(node) = before
-        .iter()
-        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
-        .find(|n| !busy.contains(&n.as_str()))
-    else {
-        clock.say("  ✗ no node of the in-place job is free of the earlier faults");
-        return Ok(false);
-    };
-    clock.say(&format!("FAULT 4: the agent on {node} reports XID 13 (Graphics Engine Exception) on GPU 1, under a pod of {INPLACE_JOB}"));
-    let start = Instant::now();
-    xid_event(&client, &node, "13", "1", 1).await?;
-    let again = wait_until(
-        clock,
-        &format!("{INPLACE_JOB}: restarted in place, the same {INPLACE_PODS} pods Running and Ready again"),
-        Duration::from_secs(30),
-        || {
-            let pods = pods.clone();
-            let selector = selector.clone();
-            let restarts_before = restarts_before.clone();
-            async move {
-                let l = pods
-                    .list(&ListParams::default().labels(&selector))
-                    .await
-                    .ok()?;
-                // The same pods, each with its containers restarted.
-                let every_one_again = l.items.iter().all(|p| {
-                    p.metadata
-                        .uid
-                        .as_ref()
-                        .and_then(|u| restarts_before.get(u))
-                        .is_some_and(|b| restarts(p) > *b)
-                });
-                (every_one_again && ready_all(&l.items)).then_some(())
-            }
-        },
-    )
-    .await;
-    if again {
-        clock.say(&format!(
-            "  in place: {:.2}s from the fault to every pod ready again; no pod deleted, none created, none rescheduled (pod costs here are the demo's: none; `rebound sim --scenario resume` measures both tiers under modelled costs)",
-            start.elapsed().as_secs_f64()
-        ));
-    }
-    Ok(again)
-}
-
 /// Restarts of the pod's containers (the restart agent's included).
 fn restarts(p: &Pod) -> u32 {
     let s = p.status.as_ref();
@@ -459,15 +354,6 @@ fn restarts(p: &Pod) -> u32 {
         .flatten()
         .map(|c| c.restart_count.max(0) as u32)
         .sum()
-}
-
-/// Running with the Ready condition True.
-fn pod_ready(p: &Pod) -> bool {
-    pod_running(p)
-        && p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn uids(pods: &Api<Pod>, selector: &str) -> anyhow::Result<Vec<String>> {
@@ -581,61 +467,4 @@ pub async fn xid_event(
         ..Default::default()
     };
     api.create(&PostParams::default(), &ev).await.map(|_| ())
-}
-
-/// One decision as timeline lines: the fault, its level and rule, and each
-/// job and node decision with its reasons.
-fn timeline_entry(t0: Instant, d: &rebound_core::policy::Decision) -> String {
-    use std::fmt::Write;
-    let mut o = String::new();
-    let t = t0.elapsed().as_secs_f64();
-    let f = &d.fault;
-    let _ = writeln!(
-        o,
-        "[{t:>7.3}s]   seen: {} {}{} → level {} (rule {}{})",
-        f.source,
-        f.code,
-        f.node
-            .as_ref()
-            .map(|n| format!(" on {n}"))
-            .unwrap_or_default(),
-        d.level,
-        d.rule,
-        d.escalated_by
-            .as_ref()
-            .map(|e| format!(", escalated by {e} after {} sightings", f.count))
-            .unwrap_or_default()
-    );
-    if let Some(n) = &d.node {
-        let what = match (&n.skip, n.actions.is_empty()) {
-            (None, false) => "cordon".to_string(),
-            (Some(s), _) => format!("no node action ({})", s.name()),
-            (None, true) => "no node action".to_string(),
-        };
-        let _ = writeln!(
-            o,
-            "[{t:>7.3}s]   decided: node {}: {what} — {}",
-            n.node,
-            n.reasons.join("; ")
-        );
-    }
-    for j in &d.jobs {
-        let what = match (&j.skip, &j.action) {
-            (None, Some(rebound_core::policy::JobAction::RestartJob { .. })) => {
-                "restart the job".to_string()
-            }
-            (None, Some(rebound_core::policy::JobAction::RestartPod { pod, .. })) => {
-                format!("restart pod {pod}")
-            }
-            (Some(s), _) => format!("no restart ({})", s.name()),
-            (None, None) => "nothing".into(),
-        };
-        let _ = writeln!(
-            o,
-            "[{t:>7.3}s]   decided: {}: {what} — {}",
-            j.job,
-            j.reasons.join("; ")
-        );
-    }
-    o
 }

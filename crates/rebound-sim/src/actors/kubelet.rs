@@ -208,7 +208,7 @@ const LEASE_SECONDS: i32 = 40;
 pub async fn renew_leases(client: Client, nodes: Vec<String>) {
     use k8s_openapi::api::coordination::v1::Lease;
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    if let Err(e) = super::super::cluster::ensure_namespace(&client, "kube-node-lease").await {
+    if let Err(e) = super::util::ensure_namespace(&client, "kube-node-lease").await {
         tracing::warn!(error = %e, "node lease namespace");
     }
     let mut tick = tokio::time::interval(Duration::from_secs(10));

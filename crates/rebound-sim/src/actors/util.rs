@@ -1,10 +1,31 @@
 //! Small helpers shared by the actors: time stamps, random name suffixes,
-//! owner references and error classification.
+//! owner references, error classification, and creating a namespace
+//! (which the cluster set-up uses too, so the actors need not import it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Value, json};
+
+/// Creates a namespace unless it exists (409 is success): for the actors
+/// that write into a namespace they may be the first to use
+/// (`kube-node-lease`), and behind [`crate::cluster::ensure_namespace`].
+pub async fn ensure_namespace(client: &kube::Client, ns: &str) -> Result<(), kube::Error> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let obj = Namespace {
+        metadata: ObjectMeta {
+            name: Some(ns.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match api.create(&kube::api::PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 409) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
 
 /// Now as an RFC 3339 time with second precision, as `metav1.Time` encodes.
 pub(crate) fn now_rfc3339() -> String {

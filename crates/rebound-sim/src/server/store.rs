@@ -9,81 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
-use axum::body::Bytes;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-/// Kind of a change, as in a watch event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    /// Object created.
-    Added,
-    /// Object changed.
-    Modified,
-    /// Object removed (the object is its last state, with the new RV).
-    Deleted,
-}
-
-/// One committed write, kept in the history and sent to watchers.
-#[derive(Debug)]
-pub struct Change {
-    /// resourceVersion of the write.
-    pub rv: u64,
-    /// Storage key of the resource (`group/plural`).
-    pub res: Arc<str>,
-    /// Namespace (`""` for cluster-scoped).
-    pub ns: String,
-    /// What happened.
-    pub kind: ChangeKind,
-    /// The object after the write (for Deleted: its last state).
-    pub obj: Arc<Value>,
-    /// The object before the write (None for Added), for selector watches.
-    pub old: Option<Arc<Value>>,
-    /// Watch events already encoded from this change, by how they were
-    /// rendered: every watcher of the same rendering shares one
-    /// serialisation, as kube-apiserver's watch cache does (a job watched
-    /// by each of its 1,024 pods' agents is encoded once per change, not
-    /// 1,024 times).
-    pub encoded: Mutex<Vec<(EncodingKey, Bytes)>>,
-}
-
-/// How many of the newest changes keep their encodings (a watcher further
-/// behind, or resuming from older history, encodes again).
-const ENCODINGS_KEPT: usize = 4096;
-
-/// How a watch event was rendered from a change: its type, the version and
-/// resource it is served as, and whether only metadata is sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EncodingKey {
-    /// `ADDED`, `MODIFIED`, `DELETED`.
-    pub ty: &'static str,
-    /// `group/plural` as served (the core and events.k8s.io Events share
-    /// storage).
-    pub served: String,
-    /// The version served.
-    pub version: String,
-    /// A metadata-only watch.
-    pub meta_only: bool,
-}
-
-impl Change {
-    /// The encoded event for `key`, from the cache or made by `encode`
-    /// (and kept).
-    pub fn encoded_as(&self, key: EncodingKey, encode: impl FnOnce() -> Bytes) -> Bytes {
-        if let Ok(cache) = self.encoded.lock()
-            && let Some((_, b)) = cache.iter().find(|(k, _)| *k == key)
-        {
-            return b.clone();
-        }
-        let b = encode();
-        if let Ok(mut cache) = self.encoded.lock()
-            && !cache.iter().any(|(k, _)| *k == key)
-        {
-            cache.push((key, b.clone()));
-        }
-        b
-    }
-}
+mod change;
+use change::ENCODINGS_KEPT;
+pub use change::{Change, ChangeKind, EncodingKey};
 
 /// `(namespace, name)`; namespace is `""` for cluster-scoped objects.
 pub type ObjKey = (String, String);
@@ -471,65 +402,4 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn key(ty: &'static str, meta_only: bool) -> EncodingKey {
-        EncodingKey {
-            ty,
-            served: "batch.volcano.sh/jobs".into(),
-            version: "v1alpha1".into(),
-            meta_only,
-        }
-    }
-
-    #[test]
-    fn a_change_is_encoded_once_per_rendering() {
-        let c = Change {
-            rv: 7,
-            res: Arc::from("batch.volcano.sh/jobs"),
-            ns: "ns".into(),
-            kind: ChangeKind::Modified,
-            obj: Arc::new(json!({"metadata": {"name": "j"}})),
-            old: None,
-            encoded: Mutex::default(),
-        };
-        let mut made = 0;
-        let mut enc = |text: &'static str| {
-            made += 1;
-            Bytes::from_static(text.as_bytes())
-        };
-        let a = c.encoded_as(key("MODIFIED", false), || enc("full"));
-        let b = c.encoded_as(key("MODIFIED", false), || enc("again"));
-        let m = c.encoded_as(key("MODIFIED", true), || enc("meta"));
-        let d = c.encoded_as(key("ADDED", false), || enc("added"));
-        assert_eq!(made, 3, "the second full watcher reused the first encoding");
-        assert_eq!((&a[..], &b[..]), (&b"full"[..], &b"full"[..]));
-        assert_eq!((&m[..], &d[..]), (&b"meta"[..], &b"added"[..]));
-    }
-
-    #[test]
-    fn only_the_newest_changes_keep_their_encodings() {
-        let store = Store::new(10_000, 16);
-        let res: Arc<str> = Arc::from("batch.volcano.sh/jobs");
-        let mut w = store.write();
-        let mut changes = Vec::new();
-        for i in 0..ENCODINGS_KEPT {
-            let c = w.put(
-                &res,
-                json!({"metadata": {"name": format!("j{i}"), "namespace": "ns"}}),
-            );
-            c.encoded_as(key("ADDED", false), || Bytes::from_static(b"x"));
-            changes.push(c);
-        }
-        let len = |c: &Arc<Change>| c.encoded.lock().map(|e| e.len()).unwrap_or(99);
-        assert_eq!(len(&changes[0]), 1, "within the newest {ENCODINGS_KEPT}");
-        w.put(
-            &res,
-            json!({"metadata": {"name": "last", "namespace": "ns"}}),
-        );
-        assert_eq!(len(&changes[0]), 0, "fell out of the newest: cleared");
-        assert_eq!(len(&changes[1]), 1);
-    }
-}
+mod tests;

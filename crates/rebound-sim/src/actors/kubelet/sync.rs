@@ -4,7 +4,7 @@
 //! whatever is due next, and status writes.
 //!
 //! Writes: a pod's status is written when what the kubelet would report
-//! differs from what the server holds (compared by [`fingerprint`]), as a
+//! differs from what the server holds (compared by [`fingerprint`](super::status::fingerprint)), as a
 //! merge patch with the resourceVersion the kubelet last saw as
 //! precondition, so that a concurrent writer (fault injection, the node
 //! lifecycle marks) is never overwritten unseen: a 409 waits for the watch
@@ -17,20 +17,26 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::watcher::Event;
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::agents::{AgentVerdict, Agents};
-use super::pod::{Effect, PodRun, Timing};
-use super::spec::{PodSpecView, parse_pod};
-use super::status::{KUBELET_CONDITIONS, Transitions, fingerprint};
+use super::pod::{PodRun, Timing};
+use super::spec::PodSpecView;
+use super::status::Transitions;
 use super::{KubeletConfig, inject};
 use crate::actors::ascend;
 use crate::actors::runtime::{Writer, next_batch, ticks, watch_stream};
-use crate::actors::util::{is_conflict, is_not_found, key};
+use crate::actors::util::key;
+
+mod pods;
+mod writes;
+
+use pods::Kubelets;
+use writes::{apply, spawn_delete, spawn_status};
 
 #[derive(Debug, Clone, Default)]
 struct NodeView {
@@ -160,328 +166,6 @@ fn exits(run: &PodRun, st: &PodStatus) -> Vec<(String, i32, String)> {
             })
         })
         .collect()
-}
-
-struct Kubelets {
-    client: Client,
-    cfg: KubeletConfig,
-    writer: Writer<Input>,
-    agents: Agents,
-    nodes: HashMap<String, NodeView>,
-    pods: HashMap<String, Entry>,
-    by_node: HashMap<String, HashSet<String>>,
-    /// The Ascend device plugin's allocations: node -> chip -> pod key.
-    chips: HashMap<String, HashMap<u32, String>>,
-    wakeups: BTreeSet<(Instant, String)>,
-}
-
-impl Kubelets {
-    fn forget(&mut self, k: &str) {
-        self.agents.stop(k);
-        if let Some(e) = self.pods.remove(k)
-            && let Some(n) = e.node
-        {
-            if let Some(set) = self.by_node.get_mut(&n) {
-                set.remove(k);
-            }
-            if let Some(set) = self.chips.get_mut(&n) {
-                set.retain(|_, p| p != k);
-            }
-        }
-    }
-
-    /// A pod event; returns whether the pod needs a look.
-    fn on_pod(&mut self, obj: DynamicObject, now: Instant) -> Option<String> {
-        let ns = obj.namespace().unwrap_or_default();
-        let k = key(&ns, &obj.name_any());
-        let uid = obj.uid().unwrap_or_default();
-        let rv = obj.resource_version().unwrap_or_default();
-        let rv_n = rv_number(&rv);
-        let deleting = obj.metadata.deletion_timestamp.is_some();
-        let annotated = obj.annotations().contains_key(ascend::DEVICE_ANNOTATION);
-        let v = serde_json::to_value(&obj).ok()?;
-        let status: PodStatus = serde_json::from_value(v["status"].clone()).unwrap_or_default();
-        let node = v["spec"]["nodeName"]
-            .as_str()
-            .filter(|n| !n.is_empty())
-            .map(str::to_owned);
-        if self.pods.get(&k).is_some_and(|e| e.uid != uid) {
-            // Another pod under the same name.
-            self.forget(&k);
-        }
-        let e = self.pods.entry(k.clone()).or_insert_with(|| Entry {
-            uid: uid.clone(),
-            node: None,
-            deleting: false,
-            api_terminal: false,
-            rv: String::new(),
-            rv_n: 0,
-            seen: 0,
-            foreign: Vec::new(),
-            spec: parse_pod(&v),
-            npus: npus_of(&v),
-            annotated: false,
-            device: None,
-            run: None,
-            tr: Transitions::default(),
-            in_flight: false,
-            delete_in_flight: false,
-            sent: None,
-            conflicted_at: None,
-            wake: None,
-        });
-        if rv_n != 0 && rv_n < e.rv_n {
-            // Older than what a write of ours already answered.
-            return None;
-        }
-        if e.node.is_none()
-            && let Some(n) = &node
-        {
-            self.by_node.entry(n.clone()).or_default().insert(k.clone());
-        }
-        e.node = node;
-        e.rv = rv;
-        e.rv_n = rv_n;
-        e.deleting = deleting;
-        e.annotated |= annotated;
-        e.api_terminal = matches!(status.phase.as_deref(), Some("Succeeded") | Some("Failed"));
-        e.foreign = status
-            .conditions
-            .iter()
-            .flatten()
-            .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
-            .cloned()
-            .collect();
-        e.seen = fingerprint(&status);
-        if let Some(sent) = &mut e.sent
-            && sent.rv == rv_n
-        {
-            sent.echo = Some(e.seen);
-        }
-        let t = Timing {
-            costs: &self.cfg.costs,
-            restart_delay: self.cfg.restart_delay,
-        };
-        if let Some(run) = &mut e.run {
-            let mut fx = Vec::new();
-            for (name, code, reason) in exits(run, &status) {
-                run.exited(&name, code, &reason, now, t, &mut fx);
-            }
-            apply(
-                &mut self.agents,
-                &k,
-                &e.uid,
-                fx,
-                &mut e.delete_in_flight,
-                &self.writer,
-                &self.client,
-            );
-        }
-        Some(k)
-    }
-
-    /// Looks at one pod: starts it, advances it, writes its status, and
-    /// sets its next wake-up.
-    fn sync(&mut self, k: &str, now: Instant) {
-        let t = Timing {
-            costs: &self.cfg.costs,
-            restart_delay: self.cfg.restart_delay,
-        };
-        let Some(e) = self.pods.get_mut(k) else {
-            return;
-        };
-        let Some(node) = e.node.as_ref().and_then(|n| self.nodes.get(n)) else {
-            return;
-        };
-        if !node.ready {
-            return;
-        }
-        if e.run.is_none() {
-            if e.deleting {
-                // Never ran here: nothing to stop.
-                if !e.delete_in_flight {
-                    e.delete_in_flight = true;
-                    spawn_delete(&self.writer, &self.client, k, &e.uid);
-                }
-                return;
-            }
-            if e.api_terminal {
-                return;
-            }
-            e.run = Some(PodRun::new(
-                e.spec.clone(),
-                node.ip.clone(),
-                now,
-                t.costs,
-                self.cfg.start_delay,
-            ));
-            // The device plugin's Allocate: chips for the pod, written in
-            // its annotation before the containers start.
-            if e.npus > 0 && node.npus > 0 && !e.annotated {
-                let node_name = e.node.clone().unwrap_or_default();
-                let taken = self.chips.entry(node_name).or_default();
-                taken.retain(|_, p| p != k);
-                let used: Vec<u32> = taken.keys().copied().collect();
-                match ascend::pick_chips(node.npus, &used, e.npus) {
-                    Some(picked) => {
-                        for c in &picked {
-                            taken.insert(*c, k.to_owned());
-                        }
-                        let name = k.split_once('/').map_or(k, |(_, n)| n);
-                        e.device = Some(ascend::device_annotation(name, &node.ip, &picked));
-                    }
-                    None => {
-                        tracing::debug!(pod = %k, "not enough free Ascend chips for the annotation");
-                    }
-                }
-            }
-        }
-        let Some(run) = e.run.as_mut() else { return };
-        let mut fx = Vec::new();
-        if e.deleting {
-            run.delete(now, t, &mut fx);
-        }
-        run.advance(now, t, &mut fx);
-        apply(
-            &mut self.agents,
-            k,
-            &e.uid,
-            fx,
-            &mut e.delete_in_flight,
-            &self.writer,
-            &self.client,
-        );
-        if !e.deleting && !e.in_flight && e.conflicted_at != Some(e.rv_n) {
-            let desired = run.status(&mut e.tr, &e.foreign);
-            let hash = fingerprint(&desired);
-            let echoed = e
-                .sent
-                .as_ref()
-                .is_some_and(|s| s.hash == hash && s.echo == Some(e.seen));
-            if hash != e.seen && !echoed {
-                e.in_flight = true;
-                spawn_status(&self.writer, &self.client, k, e, &desired, hash);
-            }
-        }
-        let due = e.run.as_ref().and_then(PodRun::next_due);
-        if let Some(due) = due
-            && e.wake != Some(due)
-        {
-            e.wake = Some(due);
-            self.wakeups.insert((due, k.to_owned()));
-        }
-    }
-}
-
-/// Carries out a pod's effects.
-fn apply(
-    agents: &mut Agents,
-    k: &str,
-    uid: &str,
-    fx: Vec<Effect>,
-    delete_in_flight: &mut bool,
-    writer: &Writer<Input>,
-    client: &Client,
-) {
-    for f in fx {
-        match f {
-            Effect::StartAgent { run, wiring } => agents.start(k, uid, run, &wiring),
-            Effect::StopAgent => agents.stop(k),
-            Effect::Delete => {
-                if !*delete_in_flight {
-                    *delete_in_flight = true;
-                    spawn_delete(writer, client, k, uid);
-                }
-            }
-        }
-    }
-}
-
-/// Graceful deletion finished: the kubelet stopped the containers, now the
-/// object goes.
-fn spawn_delete(writer: &Writer<Input>, client: &Client, k: &str, uid: &str) {
-    let Some((ns, name)) = k.split_once('/') else {
-        return;
-    };
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let (name, uid, k) = (name.to_owned(), uid.to_owned(), k.to_owned());
-    writer.spawn(async move {
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        if let Err(e) = api.delete(&name, &dp).await
-            && !is_not_found(&e)
-            && !is_conflict(&e)
-        {
-            tracing::debug!(pod = %name, error = %e, "finish pod deletion");
-        }
-        Input::Deleted(k)
-    });
-}
-
-fn spawn_status(
-    writer: &Writer<Input>,
-    client: &Client,
-    k: &str,
-    e: &Entry,
-    status: &PodStatus,
-    hash: u64,
-) {
-    let Some((ns, name)) = k.split_once('/') else {
-        return;
-    };
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let body = serde_json::to_value(status).unwrap_or(Value::Null);
-    let device = e.device.clone().filter(|_| !e.annotated);
-    let (name, k, uid, rv, used_rv) = (
-        name.to_owned(),
-        k.to_owned(),
-        e.uid.clone(),
-        e.rv.clone(),
-        e.rv_n,
-    );
-    writer.spawn(async move {
-        let mut rv = rv;
-        let annotated = device.is_some();
-        if let Some(d) = device {
-            let patch = json!({"metadata": {"annotations": {ascend::DEVICE_ANNOTATION: d}}});
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(p) => rv = p.resource_version().unwrap_or(rv),
-                Err(e) => tracing::debug!(pod = %name, error = %e, "device plugin annotation"),
-            }
-        }
-        let patch = json!({"metadata": {"resourceVersion": rv}, "status": body});
-        let outcome = match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(p) => Wrote::Ok {
-                hash,
-                rv: p.resource_version().unwrap_or_default(),
-            },
-            Err(e) if is_conflict(&e) => Wrote::Conflict,
-            Err(e) if is_not_found(&e) => Wrote::Gone,
-            Err(e) => {
-                tracing::debug!(pod = %name, error = %e, "pod status");
-                Wrote::Failed
-            }
-        };
-        Input::Status {
-            key: k,
-            uid,
-            used_rv,
-            annotated,
-            outcome,
-        }
-    });
 }
 
 /// Runs the kubelets of all nodes until the task is aborted.

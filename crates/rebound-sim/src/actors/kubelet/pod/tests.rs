@@ -4,6 +4,7 @@
 use super::*;
 use crate::actors::kubelet::spec::parse_pod;
 use crate::actors::kubelet::status::Transitions;
+use rebound::inplace::Verdict;
 use serde_json::{Value, json};
 
 const S: Duration = Duration::from_secs(1);
