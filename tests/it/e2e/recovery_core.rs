@@ -2,7 +2,7 @@
 //! servers: a graded recovery that succeeds leaves its healthy replacement
 //! alone; a rewritten node condition is not a repeat of its faults; a
 //! fault present at start-up waits for the jobs and their recorded
-//! cooldown.
+//! cooldown; a fault that arrives before its job's object waits for it.
 
 use super::*;
 use rebound::fault::wire::{self, WireFault};
@@ -189,6 +189,50 @@ spec:
     }
 }
 
+/// The controller's watch of the job kind reconnects late while the other
+/// watches deliver (the proxy, or the embedded server, holds it back): a
+/// job created meanwhile gets its pods and a node fault before the
+/// controller sees the job's object. The decision waits for the object
+/// and restarts the job once the watch is back; it used to be skipped as
+/// `NoPolicy` (no labels to select a policy by), for good. Found as the
+/// admission tests' flake on the real server.
+async fn a_fault_before_its_jobs_object_restarts_the_job_when_the_watch_catches_up(server: Server) {
+    let (bed, ctl) = bed_with(server, 4, "", None).await;
+    let ml = bed.ns("ml");
+    let hold = Duration::from_secs(12);
+    let held_at = std::time::Instant::now();
+    bed.inject()
+        .hold_watches("rebound-controller/", "pytorchjobs", hold);
+    let sel = running_pytorchjob(&bed, &ml, "late", 1).await;
+    let n = node_of(&bed, &ml, &sel).await;
+    // An app-level XID (RestartJob) on the node of the job's pods.
+    xid_condition(&bed, &n, "13").await;
+    assert!(
+        held_at.elapsed() < hold - Duration::from_secs(2),
+        "the fault was written after the hold ended ({:?}): the race is not tested",
+        held_at.elapsed()
+    );
+    assert_eq!(restarts_in(&bed, &ml, PT, "late"), 0, "nothing yet");
+    wait(
+        "the job restarted once its watch is back",
+        hold + T,
+        || async { (restarts_in(&bed, &ml, PT, "late") >= 1).then_some(()) },
+    )
+    .await;
+    assert!(
+        held_at.elapsed() >= hold,
+        "restarted before the controller could see the job's object"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        restarts_in(&bed, &ml, PT, "late"),
+        1,
+        "one fault, one restart"
+    );
+    ctl.shutdown().await;
+}
+
 e2e!(graded_recovery_that_succeeds_never_deletes_the_replacement);
+e2e!(a_fault_before_its_jobs_object_restarts_the_job_when_the_watch_catches_up);
 e2e!(a_rewritten_node_condition_is_not_a_repeat);
 e2e!(a_fault_present_at_start_up_waits_for_the_recorded_cooldown);

@@ -1,7 +1,9 @@
 //! The proxy's fault injection: the embedded server's `FaultInjector` API
 //! (`drop_watches`, `fail_next`, `fail_next_matching`, `set_latency`,
 //! `expire_all_versions`) for any API server behind the proxy, plus
-//! `refuse_connections`, which stands in for a server restart.
+//! `refuse_connections`, which stands in for a server restart, and
+//! `hold_watches`, which holds back one client's watch of one resource (a
+//! watch that reconnects late while the others deliver).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::server::ApiError;
-use crate::server::inject::{FailRule, take_rule};
+use crate::server::inject::{FailRule, WatchHold, take_rule};
 
 /// Where `expire_all_versions` stands: asked `asked` times, of which the
 /// first `done` found the upstream's current resourceVersion; every
@@ -31,6 +33,7 @@ pub struct ProxyInjector {
     /// Requests carried out whose answer is replaced (a lost answer).
     lose: Mutex<Option<FailRule>>,
     latency_us: AtomicU64,
+    pub(super) hold: WatchHold,
     expiry: Arc<watch::Sender<Expiry>>,
     /// Reads the upstream's current resourceVersion.
     upstream: kube::Client,
@@ -56,6 +59,7 @@ impl ProxyInjector {
             fail: Mutex::new(None),
             lose: Mutex::new(None),
             latency_us: AtomicU64::new(0),
+            hold: WatchHold::default(),
             expiry: Arc::new(watch::channel(Expiry::default()).0),
             upstream,
             runtime,
@@ -166,6 +170,16 @@ impl ProxyInjector {
     pub fn refuse_connections(&self, d: Duration) {
         self.refuse_tx.send_replace(Some(Instant::now() + d));
         self.kill_tx.send_modify(|g| *g += 1);
+    }
+
+    /// Holds every watch of `resource` (plural) by a client whose
+    /// user agent starts with `agent` for `d` before it is forwarded, and
+    /// ends the open ones (`drop_watches`) so that they reconnect into the
+    /// hold: that client sees the resource's changes late, every other
+    /// watch on time, as when one of a controller's watches reconnects.
+    pub fn hold_watches(&self, agent: &str, resource: &str, d: Duration) {
+        self.hold.set(agent, resource, d);
+        self.drop_watches();
     }
 
     pub(super) fn latency(&self) -> Option<Duration> {

@@ -318,6 +318,17 @@ async fn handle(
     if let Some(d) = inner.inject.latency() {
         tokio::time::sleep(d).await;
     }
+    if target.verb == "watch"
+        && let Some(d) = inner.inject.hold.held(
+            parts
+                .headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok()),
+            &target.resource,
+        )
+    {
+        tokio::time::sleep(d).await;
+    }
     let rv = route::query_param(&query, "resourceVersion");
     let response = match inner.inject.take_failure(target.verb, &target.resource) {
         Some(e) => error_response(&e),

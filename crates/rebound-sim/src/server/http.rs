@@ -102,6 +102,11 @@ async fn handle(State((shared, addr)): State<AppState>, req: Request) -> Respons
         Route::Resource(l) => l.res.plural.as_str(),
         _ => "",
     };
+    if verb == "watch"
+        && let Some(d) = shared.inject.hold.held(ua.as_deref(), plural)
+    {
+        tokio::time::sleep(d).await;
+    }
     let response = match shared.inject.take_failure(verb, plural) {
         Some(e) => error_response(&e),
         None => {

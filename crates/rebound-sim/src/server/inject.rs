@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -21,6 +21,32 @@ pub(crate) struct FailRule {
     pub(crate) resource: Option<String>,
 }
 
+/// Watches of one resource by one client held back for a while (the
+/// embedded server's and the test bed proxy's injectors share it): that
+/// client sees the resource's changes late, every other watch on time, as
+/// when one of a controller's watches reconnects while the others deliver.
+#[derive(Debug, Default)]
+pub(crate) struct WatchHold(Mutex<Option<(String, String, Instant)>>);
+
+impl WatchHold {
+    /// Holds watches of `resource` (plural) by user agents starting with
+    /// `agent` for `d` from now.
+    pub(crate) fn set(&self, agent: &str, resource: &str, d: Duration) {
+        if let Ok(mut g) = self.0.lock() {
+            *g = Some((agent.to_string(), resource.to_string(), Instant::now() + d));
+        }
+    }
+
+    /// How long a watch of `resource` by `agent` is still held.
+    pub(crate) fn held(&self, agent: Option<&str>, resource: &str) -> Option<Duration> {
+        let g = self.0.lock().ok()?;
+        let (a, r, until) = g.as_ref()?;
+        (r == resource && agent.is_some_and(|u| u.starts_with(a.as_str())))
+            .then(|| until.saturating_duration_since(Instant::now()))
+            .filter(|d| !d.is_zero())
+    }
+}
+
 /// Controls for misbehaviour; reached through `ApiServerHandle::inject()`.
 #[derive(Debug)]
 pub struct FaultInjector {
@@ -30,6 +56,7 @@ pub struct FaultInjector {
     /// Requests carried out whose answer is replaced (a lost answer).
     lose: Mutex<Option<FailRule>>,
     latency_us: AtomicU64,
+    pub(crate) hold: WatchHold,
     store: Arc<Store>,
 }
 
@@ -40,6 +67,7 @@ impl FaultInjector {
             fail: Mutex::new(None),
             lose: Mutex::new(None),
             latency_us: AtomicU64::new(0),
+            hold: WatchHold::default(),
             store,
         }
     }
@@ -48,6 +76,14 @@ impl FaultInjector {
     /// re-watch from their last resourceVersion).
     pub fn drop_watches(&self) {
         self.drop_tx.send_modify(|g| *g += 1);
+    }
+
+    /// Holds every watch of `resource` (plural) by a client whose user
+    /// agent starts with `agent` for `d` before it is served, and ends the
+    /// open ones so that they reconnect into the hold.
+    pub fn hold_watches(&self, agent: &str, resource: &str, d: Duration) {
+        self.hold.set(agent, resource, d);
+        self.drop_watches();
     }
 
     /// Answers the next `n` requests with `status` (e.g. 500, or 429 which

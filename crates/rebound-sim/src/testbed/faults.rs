@@ -64,6 +64,15 @@ impl Injector<'_> {
         }
     }
 
+    /// Holds the watches of `resource` by clients whose user agent starts
+    /// with `agent` for `d` (open ones end and reconnect into the hold).
+    pub fn hold_watches(&self, agent: &str, resource: &str, d: Duration) {
+        match self {
+            Injector::Embedded(i) => i.hold_watches(agent, resource, d),
+            Injector::Proxy(i) => i.hold_watches(agent, resource, d),
+        }
+    }
+
     /// Delays every request by `d`.
     pub fn set_latency(&self, d: Duration) {
         match self {
