@@ -1615,7 +1615,7 @@ fn docs_cover_levels_skips_cel_variables_events_and_ascend_names() {
         );
     }
     // Every skip reason the decision core can report.
-    let decide = read("crates/rebound-core/src/policy/decide.rs");
+    let decide = read("crates/rebound-core/src/policy/decide/outcome.rs");
     let skips = captures(
         r#"Skip::[A-Za-z]+(?: \{ \.\. \})? => "([A-Za-z]+)""#,
         &decide,
