@@ -4,7 +4,7 @@
 //! the end of the wait.
 
 use super::model::{Kind, Model};
-use super::regressions::Bed;
+use super::bed::Bed;
 use crate::controller::core::occurrence::Fate;
 use crate::controller::core::unseen_jobs::UNSEEN_JOB_WAIT;
 
