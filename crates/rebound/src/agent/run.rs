@@ -1,6 +1,6 @@
 //! Wiring: sources → fold state → conditions and Events. The one-shot dry
-//! run ([`dry_run`]), the restore after a restart ([`restore`]) and where
-//! reports go ([`sink`]) are submodules.
+//! run (`dry_run`), the restore after a restart (`restore`) and where
+//! reports go (`sink`) are submodules.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
