@@ -24,10 +24,10 @@
 //!   input × pattern);
 //! - a conditional costs its condition and the dearer branch.
 //!
-//! Sizes are tracked as a `Shape` (module `shape`): the length of the value itself, the
-//! longest length of anything nested in it, and its total size, so that a
-//! comprehension over a variable's elements (`node.faults.all(f, f…)`)
-//! knows how long each element can be.
+//! Sizes are tracked as a `Shape` (module `shape`): the length of the
+//! value itself, the longest length of anything nested in it, and its
+//! total size, so that a comprehension over a variable's elements
+//! (`node.faults.all(f, f…)`) knows how long each element can be.
 
 mod patterns;
 mod shape;
