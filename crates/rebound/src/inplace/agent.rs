@@ -28,9 +28,6 @@
 //! ([`AgentCore::fail_open`]): a broken wiring must never keep training
 //! from starting.
 
-use std::collections::hash_map::RandomState;
-use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -41,6 +38,15 @@ use tokio::time::Instant;
 use super::{AgentCore, Generation, STATE_LABEL, Verdict, watch_selector};
 
 pub use super::job_ref::{AgentError, JobRef};
+
+mod backoff;
+mod report;
+mod trainjob;
+
+use backoff::{Backoff, jitter};
+pub use report::{Cause, Report};
+pub use trainjob::follow_trainjob;
+use trainjob::resolve;
 
 /// How the runner talks to the API server.
 #[derive(Clone, Debug)]
@@ -76,117 +82,6 @@ impl Default for RunnerConfig {
             backoff_max: Duration::from_secs(30),
         }
     }
-}
-
-/// Why the verdict changed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Cause {
-    /// The first read of the job fixed this run's generation.
-    FirstRead,
-    /// The job's generation annotations changed.
-    Generation,
-    /// The job could not be read for `fail_open_after`; the last error.
-    FailOpen(String),
-}
-
-/// A change of the agent's verdict, as the sink receives it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    /// The new verdict.
-    pub verdict: Verdict,
-    /// The job's generation as last read (`None` when failing open without
-    /// ever having read it).
-    pub observed: Option<Generation>,
-    /// The generation this run of the agent belongs to, once known.
-    pub generation: Option<u64>,
-    /// Why.
-    pub cause: Cause,
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let obs = |f: &mut fmt::Formatter<'_>| match self.observed {
-            Some(g) => write!(
-                f,
-                "job at generation {}, released {}",
-                g.current, g.released
-            ),
-            None => write!(f, "job never read"),
-        };
-        match (&self.verdict, &self.cause) {
-            (_, Cause::FailOpen(why)) => {
-                write!(
-                    f,
-                    "barrier opened without reading the job (fail-open): {why}"
-                )
-            }
-            (Verdict::Hold, _) => {
-                write!(
-                    f,
-                    "barrier holds for generation {}: ",
-                    self.generation.unwrap_or(0)
-                )?;
-                obs(f)
-            }
-            (Verdict::Open, _) => {
-                write!(
-                    f,
-                    "barrier open for generation {}: ",
-                    self.generation.unwrap_or(0)
-                )?;
-                obs(f)
-            }
-            (Verdict::Exit, _) => {
-                write!(
-                    f,
-                    "pod behind: this run belongs to generation {}, ",
-                    self.generation.unwrap_or(0)
-                )?;
-                obs(f)?;
-                write!(f, "; exiting so that the pod restarts in place")
-            }
-        }
-    }
-}
-
-/// Exponential backoff with jitter (a quarter either way), so thousands
-/// of agents that lost the API server together do not return together.
-struct Backoff {
-    min: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(cfg: &RunnerConfig) -> Backoff {
-        Backoff {
-            min: cfg.backoff_min,
-            max: cfg.backoff_max.max(cfg.backoff_min),
-            next: cfg.backoff_min,
-        }
-    }
-
-    fn reset(&mut self) {
-        self.next = self.min;
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        let quarter = d / 4;
-        d - quarter + jitter(quarter * 2)
-    }
-}
-
-/// A random duration in `[0, max)`.
-fn jitter(max: Duration) -> Duration {
-    let nanos = max.as_nanos() as u64;
-    if nanos == 0 {
-        return Duration::ZERO;
-    }
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(nanos);
-    Duration::from_nanos(h.finish() % nanos)
 }
 
 /// How one watch ended.
@@ -421,79 +316,6 @@ impl<S: FnMut(&Report)> Runner<S> {
             }
         }
     }
-}
-
-/// Tries of [`follow_trainjob`]'s read before it settles for the JobSet.
-const OWNER_READS: u32 = 3;
-
-/// The job whose generation the agent of a JobSet's pod follows: the
-/// TrainJob that controls the JobSet, if one does (Kubeflow Trainer v2
-/// makes a JobSet of each TrainJob's name, and rebound keeps the generation
-/// on the TrainJob), else the JobSet itself. A pod cannot tell the two
-/// apart by its labels, so the admission policy wires every JobSet pod to
-/// its JobSet, and the agent looks once. Any other job kind is returned
-/// as is, without a request. A JobSet that cannot be read after a few
-/// tries is followed itself (the runner then reads it again, and fails
-/// open if it never can).
-pub async fn follow_trainjob(client: &kube::Client, job: &JobRef, cfg: &RunnerConfig) -> JobRef {
-    resolve(client, job, cfg).await.0
-}
-
-/// [`follow_trainjob`], with the JobSet's metadata when the JobSet itself
-/// is followed: the runner's first read, so a JobSet's agent still makes
-/// one `GET` per run.
-async fn resolve(
-    client: &kube::Client,
-    job: &JobRef,
-    cfg: &RunnerConfig,
-) -> (JobRef, Option<ObjectMeta>) {
-    if job.group != "jobset.x-k8s.io" || job.plural != "jobsets" {
-        return (job.clone(), None);
-    }
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &job.namespace, &job.api_resource());
-    let mut backoff = Backoff::new(cfg);
-    for attempt in 1..=OWNER_READS {
-        match tokio::time::timeout(cfg.request_timeout, api.get_metadata_opt(&job.name)).await {
-            Ok(Ok(Some(m))) => {
-                return match trainjob_owner(&m.metadata, &job.namespace) {
-                    Some(owner) => (owner, None),
-                    None => (job.clone(), Some(m.metadata)),
-                };
-            }
-            Ok(Ok(None)) => return (job.clone(), None),
-            Ok(Err(e)) => {
-                tracing::debug!(job = %job, error = %e, attempt, "restart agent: cannot read the JobSet's owner");
-            }
-            Err(_) => {
-                tracing::debug!(job = %job, attempt, "restart agent: reading the JobSet's owner timed out");
-            }
-        }
-        if attempt < OWNER_READS {
-            tokio::time::sleep(backoff.next_delay()).await;
-        }
-    }
-    (job.clone(), None)
-}
-
-/// The TrainJob that controls a JobSet (its controller owner reference of
-/// kind `TrainJob` in `trainer.kubeflow.org`).
-fn trainjob_owner(meta: &ObjectMeta, namespace: &str) -> Option<JobRef> {
-    let o = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))?;
-    let (group, version) = o.api_version.split_once('/')?;
-    (group == "trainer.kubeflow.org" && o.kind == "TrainJob" && !o.name.is_empty()).then(|| {
-        JobRef {
-            group: group.to_owned(),
-            version: version.to_owned(),
-            plural: "trainjobs".to_owned(),
-            namespace: namespace.to_owned(),
-            name: o.name.clone(),
-        }
-    })
 }
 
 /// Follows `job` until the pod must restart, reporting every change of

@@ -1,4 +1,8 @@
+use super::super::fault::Accelerator;
+use super::super::report::{ExistingCondition, timestamp};
+use super::super::state::FoldConfig;
 use super::*;
+use crate::fault::wire::WireFault;
 use crate::fault::wire::format_condition_message;
 
 #[test]

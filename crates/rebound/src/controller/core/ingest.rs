@@ -6,16 +6,19 @@
 
 use super::input::{Change, PodSeen};
 use super::occurrence::{self, OccurrenceId};
-use super::store::{EventFault, JobInfo, NodeInfo, RetryLimit, Watched, job_key};
+use super::store::{NodeInfo, Watched, job_key};
 use super::{Core, Now, Occurrence, Scope};
-use crate::api::WorkloadKind;
 use crate::fault::Fault;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::DynamicObject;
-use serde_json::Value;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
+
+mod device_info;
+mod events;
+mod job_info;
+
+pub use job_info::{job_info, retry_limit};
 
 fn pod_carrier(ns: &str, name: &str) -> String {
     format!("pod/{ns}/{name}")
@@ -198,193 +201,6 @@ impl Core {
         self.nodes.forget(name);
         self.set_carrier(format!("node/{name}"), Vec::new(), now);
     }
-
-    pub(super) fn on_event(&mut self, c: Change<Box<Event>>, now: Now) {
-        match c {
-            Change::Apply(ev) => {
-                let key = format!(
-                    "event/{}/{}",
-                    ev.namespace().unwrap_or_default(),
-                    ev.name_any()
-                );
-                self.store.relists.saw(Watched::Events, &key);
-                self.event_applied(key, &ev, now);
-            }
-            Change::Delete(ev) => {
-                let key = format!(
-                    "event/{}/{}",
-                    ev.namespace().unwrap_or_default(),
-                    ev.name_any()
-                );
-                self.event_removed(&key, now);
-            }
-            Change::Relist => self.store.relists.begin(Watched::Events),
-            Change::Synced => {
-                if let Some(seen) = self.end_relist(Watched::Events) {
-                    let gone: Vec<String> = self
-                        .store
-                        .event_faults
-                        .keys()
-                        .filter(|k| !seen.contains(*k))
-                        .cloned()
-                        .collect();
-                    for k in gone {
-                        self.event_removed(&k, now);
-                    }
-                }
-            }
-        }
-    }
-
-    fn event_applied(&mut self, key: String, ev: &Event, now: Now) {
-        let f = match crate::fault::event::event_fault(ev, &self.cfg.root, now.wall) {
-            None => return,
-            Some(Err(e)) => {
-                tracing::warn!(event = %ev.name_any(), error = %e, "unreadable fault Event");
-                self.metrics
-                    .parse_errors
-                    .get_or_create(&crate::metrics::KindLabels {
-                        kind: "Event".into(),
-                    })
-                    .inc();
-                return;
-            }
-            Some(Ok(f)) => f,
-        };
-        let seen = crate::fault::event::event_time(ev).unwrap_or(now.wall);
-        let age = (now.wall - seen).to_std().unwrap_or_default();
-        if age > self.cfg.fault_max_age {
-            return;
-        }
-        let scope = match (&f.pod, &f.namespace) {
-            (Some(pod), Some(ns)) => match self.store.pod(ns, pod) {
-                Some(p) => Scope::Pod(p.job.clone()),
-                None if f.node.is_some() => Scope::NodeEvent,
-                None => return,
-            },
-            _ if f.node.is_some() => Scope::NodeEvent,
-            _ => return,
-        };
-        let uid = ev.uid().unwrap_or_default();
-        let count = f.count;
-        let occs = if f.first_seen == f.last_seen && has_reporter_identity(ev) {
-            node_occurrences(std::slice::from_ref(&f), scope.clone(), now)
-        } else {
-            // The newest counts only: a tenant writes `count`.
-            occurrence::materialized(count)
-                .map(|k| {
-                    let mut g = f.clone();
-                    g.count = k;
-                    Occurrence {
-                        id: occurrence::event_occurrence(&uid, k),
-                        fault: g,
-                        scope: scope.clone(),
-                        received: Some(now.mono),
-                    }
-                })
-                .collect()
-        };
-        if let (Some(node), Scope::NodeEvent) = (&f.node, &scope) {
-            self.dirty_nodes.insert(node.clone());
-        }
-        self.store.event_faults.insert(
-            key.clone(),
-            EventFault {
-                fault: f,
-                uid,
-                count,
-            },
-        );
-        self.set_carrier(key, occs, now);
-    }
-
-    fn event_removed(&mut self, key: &str, now: Now) {
-        if let Some(e) = self.store.event_faults.remove(key)
-            && let Some(n) = e.fault.node
-        {
-            self.dirty_nodes.insert(n);
-        }
-        self.set_carrier(key.to_string(), Vec::new(), now);
-    }
-
-    pub(super) fn on_device_info(&mut self, c: Change<Box<ConfigMap>>, now: Now) {
-        match c {
-            Change::Apply(cm) => {
-                let Some(node) = crate::fault::ascend::deviceinfo_node(&cm) else {
-                    return;
-                };
-                let key = format!("device/{node}");
-                self.store.relists.saw(Watched::DeviceInfo, &key);
-                match crate::fault::ascend::deviceinfo_faults(&cm, now.wall) {
-                    Ok(mut faults) => {
-                        // A fault listed again is the same occurrence: keep
-                        // the time it was first listed when the plugin
-                        // wrote none of its own.
-                        if let Some((prev, _)) = self.store.device_faults.get(&node) {
-                            for f in &mut faults {
-                                if let Some(p) = prev.iter().find(|p| {
-                                    p.code == f.code && p.device == f.device && p.source == f.source
-                                }) {
-                                    f.first_seen = p.first_seen;
-                                    f.last_seen = p.last_seen;
-                                }
-                            }
-                        }
-                        let parsed = crate::fault::ascend::parse_deviceinfo(&cm).ok();
-                        let healthy =
-                            faults.is_empty() || parsed.as_ref().is_some_and(|d| d.healthy());
-                        if let Some(v) = &self.clusterd {
-                            v.set_device_info(&node, parsed);
-                        }
-                        let occs = node_occurrences(&faults, Scope::Node, now);
-                        self.store
-                            .device_faults
-                            .insert(node.clone(), (faults, healthy));
-                        self.set_carrier(key, occs, now);
-                        self.dirty_nodes.insert(node);
-                    }
-                    Err(e) => {
-                        tracing::warn!(configmap = %cm.name_any(), error = %e, "unreadable device-plugin ConfigMap");
-                        self.metrics
-                            .parse_errors
-                            .get_or_create(&crate::metrics::KindLabels {
-                                kind: "ConfigMap".into(),
-                            })
-                            .inc();
-                    }
-                }
-            }
-            Change::Delete(cm) => {
-                if let Some(node) = crate::fault::ascend::deviceinfo_node(&cm) {
-                    self.device_removed(&node, now);
-                }
-            }
-            Change::Relist => self.store.relists.begin(Watched::DeviceInfo),
-            Change::Synced => {
-                if let Some(seen) = self.end_relist(Watched::DeviceInfo) {
-                    let gone: Vec<String> = self
-                        .store
-                        .device_faults
-                        .keys()
-                        .filter(|n| !seen.contains(&format!("device/{n}")))
-                        .cloned()
-                        .collect();
-                    for n in gone {
-                        self.device_removed(&n, now);
-                    }
-                }
-            }
-        }
-    }
-
-    fn device_removed(&mut self, node: &str, now: Now) {
-        self.store.device_faults.remove(node);
-        if let Some(v) = &self.clusterd {
-            v.set_device_info(node, None);
-        }
-        self.set_carrier(format!("device/{node}"), Vec::new(), now);
-        self.dirty_nodes.insert(node.to_string());
-    }
 }
 
 /// The occurrences of node faults (condition lines, device faults, Events
@@ -401,119 +217,6 @@ fn node_occurrences(faults: &[Fault], scope: Scope, now: Now) -> Vec<Occurrence>
             received: Some(now.mono),
         })
         .collect()
-}
-
-/// Whether the Event carries the reporter's occurrence time (`at`), so
-/// that its occurrences are the ones of the condition line.
-fn has_reporter_identity(ev: &Event) -> bool {
-    ev.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(crate::fault::wire::FAULT_ANNOTATION))
-        .and_then(|v| crate::fault::wire::parse_annotation(v).ok())
-        .is_some_and(|w| w.at.is_some())
-}
-
-/// What the core keeps of a job object.
-pub fn job_info(kind: WorkloadKind, o: &DynamicObject) -> JobInfo {
-    let annotations: BTreeMap<String, String> = o.annotations().clone();
-    JobInfo {
-        resource_version: o.resource_version(),
-        labels: o.labels().clone(),
-        // For the kinds with a retry limit of their own (batch Job,
-        // Volcano, JobSet), the limit decides (`spec.restart.onRetryLimit`);
-        // `Never` is the training operators' and bare pods' word.
-        never: !matches!(
-            kind,
-            WorkloadKind::Job
-                | WorkloadKind::VolcanoJob
-                | WorkloadKind::JobSet
-                | WorkloadKind::TrainJob
-        ) && crate::workload::restart_policy_never(kind, &o.data, None),
-        uid: o.uid(),
-        history: crate::recover::read_history(&annotations),
-        generation: crate::inplace::Generation::from_annotations(&annotations),
-        retry_limit: retry_limit(kind, &o.data),
-        counted_restarts: super::restart_counts::counted_restarts(kind, &o.data),
-        native_in_place: kind == WorkloadKind::JobSet
-            && o.data["spec"]["failurePolicy"]["restartStrategy"].as_str()
-                == Some("InPlaceRestart"),
-        trainjob: (kind == WorkloadKind::JobSet)
-            .then(|| trainjob_owner(o))
-            .flatten(),
-        annotations,
-    }
-}
-
-/// The TrainJob a JobSet runs for: its controller owner of group
-/// `trainer.kubeflow.org` (Trainer v2 names the JobSet after it).
-fn trainjob_owner(o: &DynamicObject) -> Option<Arc<crate::workload::JobRef>> {
-    let owner = o
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))?;
-    let group = owner.api_version.split('/').next().unwrap_or_default();
-    if group != "trainer.kubeflow.org" || owner.kind != "TrainJob" {
-        return None;
-    }
-    Some(Arc::new(crate::workload::JobRef {
-        kind: WorkloadKind::TrainJob,
-        api_version: owner.api_version.clone(),
-        plural: "trainjobs".into(),
-        namespace: o.namespace().unwrap_or_default(),
-        name: owner.name.clone(),
-        uid: Some(owner.uid.clone()).filter(|u| !u.is_empty()),
-    }))
-}
-
-/// The retry limit of a job's own operator, as its spec and status stand.
-///
-/// - batch Job: `spec.backoffLimit` (default 6) minus `status.failed`:
-///   the Job controller counts every deleted, unfinished pod as failed.
-/// - Volcano Job: `spec.maxRetry` (default 3) minus `status.retryCount`:
-///   a restart counts one retry.
-/// - JobSet: `spec.failurePolicy.maxRestarts` (default 0) minus
-///   `status.restarts`: a restart that fails a child Job (one whose
-///   `backoffLimit` is 0) restarts the JobSet once.
-/// - Kubeflow: none (the training operator recreates deleted pods without
-///   counting them against `runPolicy.backoffLimit`, which counts container
-///   restarts).
-pub fn retry_limit(kind: WorkloadKind, data: &Value) -> Option<RetryLimit> {
-    let int = |v: &Value, d: i64| v.as_i64().unwrap_or(d);
-    match kind {
-        WorkloadKind::Job => Some(RetryLimit {
-            field: "spec.backoffLimit",
-            remaining: int(&data["spec"]["backoffLimit"], 6) - int(&data["status"]["failed"], 0),
-            per_restart: None,
-        }),
-        WorkloadKind::VolcanoJob => Some(RetryLimit {
-            field: "spec.maxRetry",
-            remaining: int(&data["spec"]["maxRetry"], 3) - int(&data["status"]["retryCount"], 0),
-            per_restart: Some(1),
-        }),
-        WorkloadKind::JobSet => {
-            // A deleted pod fails its child Job only when that Job allows
-            // no failure; then the JobSet restarts once.
-            let fails_child = data["spec"]["replicatedJobs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|rj| {
-                    let s = &rj["template"]["spec"];
-                    s["backoffLimit"].as_i64() == Some(0)
-                        || s["backoffLimitPerIndex"].as_i64() == Some(0)
-                });
-            Some(RetryLimit {
-                field: "spec.failurePolicy.maxRestarts",
-                remaining: int(&data["spec"]["failurePolicy"]["maxRestarts"], 0)
-                    - int(&data["status"]["restarts"], 0),
-                per_restart: Some(i64::from(fails_child)),
-            })
-        }
-        _ => None,
-    }
 }
 
 /// The jobs of a pod's scope (tests and the decision).

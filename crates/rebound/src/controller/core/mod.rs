@@ -14,7 +14,8 @@
 //! occurrences), [`occurrence`] (identity and the ledger), [`decide`]
 //! (occurrence → recovery or a reason), [`jobs`] (a recovery's tiers and
 //! phases), [`nodes`] (desired node state and the breaker), [`hang`],
-//! [`status`].
+//! [`status`]; the step's leadership changes and periodic tick in
+//! `leadership` and `tick`.
 
 pub mod decide;
 pub mod effect;
@@ -23,6 +24,7 @@ pub mod ingest;
 mod ingest_objects;
 pub mod input;
 pub mod jobs;
+mod leadership;
 pub mod nodes;
 pub mod occurrence;
 pub mod plan;
@@ -30,6 +32,7 @@ pub mod pods;
 pub mod restart_counts;
 pub mod status;
 pub mod store;
+mod tick;
 mod unseen_jobs;
 
 use crate::ascend::clusterd::ClusterdView;
@@ -351,61 +354,6 @@ impl Core {
         std::mem::take(&mut self.out)
     }
 
-    /// Became able to act (ready and leading): resume recoveries recorded on
-    /// the jobs, reconcile every node and job, decide every current
-    /// occurrence not decided yet. What a previous leader did is recognised
-    /// from the cluster (restart history, generations, node annotations),
-    /// so nothing is done twice.
-    fn take_over(&mut self, now: Now) {
-        self.resume_recoveries(now);
-        self.dirty_nodes.extend(self.store.nodes.keys().cloned());
-        self.dirty_jobs
-            .extend(self.store.pods_by_job.keys().cloned());
-        let ids: Vec<OccurrenceId> = self.current.keys().copied().collect();
-        for id in ids {
-            self.decide_current(id, now);
-        }
-    }
-
-    /// Leadership ended or lapsed: what was decided under it is dropped
-    /// and rebuilt from the cluster's records when leadership returns
-    /// ([`Self::take_over`]), since another replica may have acted in
-    /// between. Outcomes of its effects are ignored; the occurrences its
-    /// recoveries acted on or absorbed are decided again then (a restart
-    /// in the job's history after them makes them handled).
-    fn end_term(&mut self, now: Now) {
-        if !self.recoveries.is_empty() {
-            tracing::info!(
-                recoveries = self.recoveries.len(),
-                "leadership ended: dropping the recoveries of this term"
-            );
-        }
-        for (_, rec) in std::mem::take(&mut self.recoveries) {
-            if let Some(v) = &self.clusterd {
-                v.job_done(&rec.job);
-            }
-        }
-        self.releasing.clear();
-        self.acted_for.clear();
-        self.inflight
-            .retain(|_, (w, _)| matches!(w, Waiting::Status(..)));
-        self.nodes.end_term();
-        let ids: Vec<OccurrenceId> = self.current.keys().copied().collect();
-        for id in ids {
-            if let Some(e) = self.ledger.get(id)
-                && matches!(
-                    e.fate,
-                    occurrence::Fate::Acted { .. } | occurrence::Fate::Absorbed
-                )
-            {
-                let level = e.level;
-                self.ledger
-                    .set(id, level, occurrence::Fate::Pending { until: None });
-            }
-        }
-        let _ = now;
-    }
-
     fn effect(&mut self, kind: EffectKind, received: Option<Instant>) -> EffectId {
         let id = self.next_id;
         self.next_id += 1;
@@ -438,87 +386,6 @@ impl Core {
             Waiting::Node(name) => self.node_done(&name, id, outcome, now),
             Waiting::Status(target, text) => self.status.written(&target, text, outcome.is_ok()),
         }
-    }
-
-    fn on_tick(&mut self, now: Now) {
-        let timeout = chrono::Duration::from_std(OUTCOME_TIMEOUT).unwrap_or_default();
-        let lost: Vec<EffectId> = self
-            .inflight
-            .iter()
-            .filter(|(_, (_, sent))| now.wall - *sent > timeout)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in lost {
-            self.on_done(
-                id,
-                Outcome::Failed(format!("no outcome within {OUTCOME_TIMEOUT:?}")),
-                now,
-            );
-        }
-        // Occurrences held for a cooldown whose time has come.
-        if self.acting() {
-            for id in self.ledger.due(now.wall) {
-                self.decide_current(id, now);
-            }
-        }
-        let every = |last: &mut Option<DateTime<Utc>>, d: Duration| {
-            let due = last.is_none_or(|l| (now.wall - l).to_std().unwrap_or(Duration::ZERO) >= d);
-            if due {
-                *last = Some(now.wall);
-            }
-            due
-        };
-        if every(&mut self.last_scan, Duration::from_secs(5)) {
-            // Lasting faults escalate with time, the breaker's window moves
-            // on: nodes with faults or held separations are looked at again.
-            let faulty: Vec<String> = self
-                .store
-                .nodes
-                .keys()
-                .filter(|n| self.store.node_has_faults(n) || self.nodes.is_held(n))
-                .cloned()
-                .collect();
-            self.dirty_nodes.extend(faulty);
-            self.rescan_lasting(now);
-            self.scan_hangs(now);
-        }
-        let resync = self.cfg.resync_interval;
-        if every(&mut self.last_resync, resync) {
-            self.dirty_nodes.extend(self.store.nodes.keys().cloned());
-            self.dirty_jobs.extend(self.recoveries.keys().cloned());
-        }
-        // Recoveries waiting for a deadline or a retry.
-        let due: Vec<JobKey> = self
-            .recoveries
-            .iter()
-            .filter(|(_, r)| r.wakes_by(now.wall))
-            .map(|(k, _)| k.clone())
-            .collect();
-        self.dirty_jobs.extend(due);
-        let releases = self.releases_due(now.wall);
-        self.dirty_jobs.extend(releases);
-        let interval = self.cfg.status_interval;
-        if self.leading && every(&mut self.last_status, interval) {
-            self.flush_status(now);
-        }
-    }
-
-    fn reconcile_dirty(&mut self, now: Now) {
-        if !self.acting() {
-            return;
-        }
-        for name in std::mem::take(&mut self.dirty_nodes) {
-            self.reconcile_node(&name, now);
-        }
-        for key in std::mem::take(&mut self.dirty_jobs) {
-            self.advance(&key, now);
-        }
-        self.metrics
-            .breaker_held
-            .set(self.nodes.held_count() as i64);
-        self.metrics
-            .breaker_open
-            .set(i64::from(self.nodes.held_count() > 0));
     }
 }
 

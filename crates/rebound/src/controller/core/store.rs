@@ -14,6 +14,10 @@ use k8s_openapi::api::core::v1::Node;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+mod relists;
+
+pub use relists::{Relists, Watched};
+
 /// Key of a job in the store: (namespace, kind, name).
 pub type JobKey = (String, String, String);
 
@@ -120,95 +124,6 @@ pub struct JobInfo {
     /// The TrainJob a JobSet runs for (its controller owner): the JobSet's
     /// pods are the TrainJob's.
     pub trainjob: Option<Arc<JobRef>>,
-}
-
-/// The watches whose data the core keeps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Watched {
-    Pods,
-    Nodes,
-    Events,
-    DeviceInfo,
-    Policies,
-    Classifications,
-    /// The installed job kinds (discovery); their object watches follow.
-    Kinds,
-    Jobs(WorkloadKind),
-}
-
-impl Watched {
-    /// The name in metrics and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Watched::Pods => "pods",
-            Watched::Nodes => "nodes",
-            Watched::Events => "events",
-            Watched::DeviceInfo => "configmaps",
-            Watched::Policies => "policies",
-            Watched::Classifications => "classifications",
-            Watched::Kinds => "kinds",
-            Watched::Jobs(_) => "jobs",
-        }
-    }
-}
-
-/// Relist bookkeeping: between a watch's relist start and its end, the keys
-/// it delivered; at the end, every object of that watch not delivered again
-/// was deleted meanwhile.
-/// A relist that began with nothing of its kind held has nothing to
-/// remove, and keeps no keys (the first list of 20,000 pods would hold
-/// 20,000 strings at the moment memory peaks).
-#[derive(Debug, Default)]
-pub struct Relists {
-    open: HashMap<Watched, Option<HashSet<String>>>,
-}
-
-impl Relists {
-    /// A relist of `w` starts.
-    pub fn begin(&mut self, w: Watched) {
-        self.open.insert(w, Some(HashSet::new()));
-    }
-
-    /// A relist of `w` starts while nothing of it is held: whatever it
-    /// delivers is all there is, so it needs no keys.
-    pub fn begin_from_nothing(&mut self, w: Watched) {
-        self.open.insert(w, None);
-    }
-
-    /// `key` was delivered by `w`.
-    pub fn saw(&mut self, w: Watched, key: &str) {
-        if let Some(Some(s)) = self.open.get_mut(&w) {
-            s.insert(key.to_string());
-        }
-    }
-
-    /// The relist of `w` ended: the keys it delivered (`None` when no
-    /// relist was open, e.g. a watch that reported synced twice, or when it
-    /// began from nothing: then nothing held is missing from it).
-    pub fn end(&mut self, w: Watched) -> Option<HashSet<String>> {
-        self.open.remove(&w).flatten()
-    }
-
-    /// Whether any relist is open.
-    pub fn any_open(&self) -> bool {
-        !self.open.is_empty()
-    }
-
-    /// Whether a relist of any job kind is open.
-    pub fn any_jobs_open(&self) -> bool {
-        self.open.keys().any(|w| matches!(w, Watched::Jobs(_)))
-    }
-
-    /// Forget an open relist of `w` (its kind was removed: no list of it
-    /// will ever end).
-    pub fn cancel(&mut self, w: Watched) {
-        self.open.remove(&w);
-    }
-
-    /// Whether the relist of `w` is open.
-    pub fn is_open(&self, w: Watched) -> bool {
-        self.open.contains_key(&w)
-    }
 }
 
 /// A fault an Event carries, kept while the Event exists.
@@ -472,72 +387,4 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::controller::core::pods::Interner;
-    use k8s_openapi::api::core::v1::Pod;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    fn pod(name: &str, node: &str, job: &str) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                uid: Some(format!("uid-{name}")),
-                labels: Some(BTreeMap::from([
-                    ("training.kubeflow.org/job-name".into(), job.into()),
-                    ("training.kubeflow.org/replica-type".into(), "worker".into()),
-                    (
-                        "training.kubeflow.org/operator-name".into(),
-                        "pytorchjob-controller".into(),
-                    ),
-                ])),
-                ..Default::default()
-            },
-            spec: Some(k8s_openapi::api::core::v1::PodSpec {
-                node_name: Some(node.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn the_indices_follow_upserts_moves_and_removals() {
-        let mut pool = Interner::default();
-        let keys = BTreeSet::new();
-        let mut c = Store::default();
-        c.upsert_pod(PodInfo::from_pod(&pod("a", "n1", "j"), &keys, &mut pool));
-        c.upsert_pod(PodInfo::from_pod(&pod("b", "n1", "j"), &keys, &mut pool));
-        assert_eq!(c.pod_count(), 2);
-        assert_eq!(c.jobs_on_node("n1", None).len(), 1);
-        let jk = job_key(&c.pod("ns", "a").unwrap().job);
-        assert_eq!(c.job_pods(&jk).len(), 2);
-        // a moves to another node (a new pod of the same name)
-        c.upsert_pod(PodInfo::from_pod(&pod("a", "n2", "j"), &keys, &mut pool));
-        assert_eq!(c.pods_by_node.get("n1").map(BTreeSet::len), Some(1));
-        assert_eq!(c.pods_by_node.get("n2").map(BTreeSet::len), Some(1));
-        c.remove_pod("ns", "a");
-        c.remove_pod("ns", "b");
-        assert_eq!(c.pod_count(), 0);
-        assert!(c.pods.is_empty() && c.pods_by_job.is_empty() && c.pods_by_node.is_empty());
-        assert!(c.pod("ns", "a").is_none());
-    }
-
-    #[test]
-    fn a_relist_from_nothing_keeps_no_keys_and_removes_nothing() {
-        let mut r = Relists::default();
-        r.begin_from_nothing(Watched::Pods);
-        assert!(r.is_open(Watched::Pods) && r.any_open());
-        r.saw(Watched::Pods, "pod/ns/a");
-        assert_eq!(r.end(Watched::Pods), None);
-        assert!(!r.any_open());
-        // A later relist, with pods held, says which it delivered.
-        r.begin(Watched::Pods);
-        r.saw(Watched::Pods, "pod/ns/a");
-        assert_eq!(
-            r.end(Watched::Pods),
-            Some(HashSet::from(["pod/ns/a".to_string()]))
-        );
-    }
-}
+mod tests;

@@ -4,8 +4,8 @@
 
 use super::super::effect::EffectKind;
 use super::super::input::{Change, Input};
+use super::bed::Bed;
 use super::model::{self, KINDS};
-use super::regressions::Bed;
 use crate::api::WorkloadKind;
 use serde_json::{Value, json};
 

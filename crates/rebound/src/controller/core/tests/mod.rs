@@ -5,11 +5,13 @@
 //! real world produces (relists, dropped and duplicated events, failed
 //! actions, leadership changes, controller restarts) can be generated.
 
+mod bed;
 mod endings;
 mod model;
 mod node_faults;
 mod property;
 mod regressions;
+mod startup;
 mod trainjob;
 mod unseen_jobs;
 mod wiring;

@@ -1,8 +1,8 @@
 //! A node fault concerns every job with a pod on the node: what one job's
 //! restart does must not hide another job's own decision.
 
+use super::bed::Bed;
 use super::model::{self, Model};
-use super::regressions::Bed;
 
 #[test]
 fn a_job_held_by_its_cooldown_is_restarted_when_it_ends_though_another_job_was_acted_on() {

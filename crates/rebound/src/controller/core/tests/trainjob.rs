@@ -5,8 +5,8 @@
 
 use super::super::effect::EffectKind;
 use super::super::input::{Change, Input};
+use super::bed::Bed;
 use super::model::{self, NS, OPT_IN};
-use super::regressions::Bed;
 use crate::api::WorkloadKind;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::{Value, json};

@@ -3,8 +3,8 @@
 //! being skipped for want of labels; a job that never comes is decided at
 //! the end of the wait.
 
+use super::bed::Bed;
 use super::model::{Kind, Model};
-use super::regressions::Bed;
 use crate::controller::core::occurrence::Fate;
 use crate::controller::core::unseen_jobs::UNSEEN_JOB_WAIT;
 

@@ -1,0 +1,123 @@
+//! The test bed the scenario tests share: a core against a model cluster,
+//! pumped until quiet, with every effect it emitted kept for assertions.
+
+use super::super::Core;
+use super::super::effect::{Effect, EffectKind};
+use super::super::input::Input;
+use super::model::{self, KINDS, Model};
+use serde_json::Value;
+
+/// A core against a model cluster, with every effect it emitted.
+pub(super) struct Bed {
+    pub(super) m: Model,
+    pub(super) core: Core,
+    pub(super) queue: Vec<Effect>,
+    pub(super) log: Vec<Effect>,
+}
+
+impl Bed {
+    /// A cluster of 4 nodes and 2 JobSets of 2 pods, the root policy
+    /// `spec` (the model's default when `None`), a leading core.
+    pub(super) fn new(spec: Option<Value>) -> Bed {
+        Bed::on(Model::new(4, 2, 2), spec)
+    }
+
+    /// [`Bed::new`] on the model cluster `m`.
+    pub(super) fn on(mut m: Model, spec: Option<Value>) -> Bed {
+        if let Some(s) = spec {
+            m.policy = s;
+        }
+        let mut b = Bed {
+            m,
+            core: model::core(),
+            queue: Vec::new(),
+            log: Vec::new(),
+        };
+        let mut ins = b.m.startup();
+        ins.push(Input::Leader(true, 1));
+        b.feed(ins);
+        b
+    }
+
+    pub(super) fn feed(&mut self, inputs: Vec<Input>) {
+        for i in inputs {
+            let now = self.m.now();
+            for e in self.core.step(i, now) {
+                if matches!(e.kind, EffectKind::Decision(_)) {
+                    continue;
+                }
+                self.log.push(e.clone());
+                self.queue.push(e);
+            }
+        }
+    }
+
+    /// Deliver every watch change, carry out every effect, until nothing
+    /// moves (time stands still).
+    pub(super) fn pump(&mut self) {
+        for _ in 0..50 {
+            let mut moved = false;
+            for k in KINDS {
+                let ins = self.m.deliver(k, 10_000);
+                moved |= !ins.is_empty();
+                self.feed(ins);
+            }
+            let effects = std::mem::take(&mut self.queue);
+            moved |= !effects.is_empty();
+            for e in effects {
+                let o = self.m.apply(&e);
+                self.feed(vec![Input::Done(e.id, o)]);
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Let `secs` pass (ticking every second), pumping along.
+    pub(super) fn pass(&mut self, secs: i64) {
+        for _ in 0..secs {
+            self.m.t += 1;
+            self.feed(vec![Input::Tick]);
+            self.pump();
+        }
+    }
+
+    /// Effects emitted so far matching `f`.
+    pub(super) fn count(&self, f: impl Fn(&EffectKind) -> bool) -> usize {
+        self.log.iter().filter(|e| f(&e.kind)).count()
+    }
+
+    pub(super) fn restarts(&self) -> usize {
+        self.count(|k| matches!(k, EffectKind::RestartJob { .. }))
+    }
+
+    pub(super) fn cordons(&self) -> usize {
+        self.count(|k| matches!(k, EffectKind::Cordon { .. }))
+    }
+
+    /// The pods of job `j`, by name.
+    pub(super) fn pods_of(&self, j: &str) -> Vec<(String, String)> {
+        self.m
+            .pods
+            .values()
+            .filter(|p| p["metadata"]["labels"][model::JOBSET_NAME] == j)
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                    p["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Index of the first running pod of job `j` in the model's order.
+    pub(super) fn pod_index(&self, j: &str) -> usize {
+        self.m
+            .pods
+            .iter()
+            .filter(|(_, p)| p["status"]["phase"] == "Running")
+            .position(|(_, p)| p["metadata"]["labels"][model::JOBSET_NAME] == j)
+            .unwrap_or(0)
+    }
+}

@@ -1,0 +1,185 @@
+//! The model's API server side: an effect carried out with the server's
+//! preconditions (uid, resourceVersion, selectors, merge patches), the
+//! changes it makes queued for the watches.
+
+use super::*;
+
+impl Model {
+    /// Carry out an effect as the API server would, queueing the changes
+    /// it makes; the outcome the executor would report.
+    pub fn apply(&mut self, e: &Effect) -> Outcome {
+        match &e.kind {
+            EffectKind::RestartJob { job, how, .. } => {
+                let DeleteAll::Selector(sel) = how else {
+                    return Outcome::Failed("no Volcano here".into());
+                };
+                let want: Vec<(&str, &str)> =
+                    sel.split(',').filter_map(|kv| kv.split_once('=')).collect();
+                let doomed: Vec<(String, String)> = self
+                    .pods
+                    .iter()
+                    .filter(|(_, p)| {
+                        want.iter()
+                            .all(|(k, v)| p["metadata"]["labels"][*k].as_str() == Some(*v))
+                    })
+                    .map(|(n, p)| {
+                        (
+                            n.clone(),
+                            p["metadata"]["labels"][JOBSET_UID]
+                                .as_str()
+                                .unwrap_or("")
+                                .to_string(),
+                        )
+                    })
+                    .collect();
+                for (n, _) in &doomed {
+                    self.delete_pod(n);
+                }
+                self.applied.push(Applied::Restart {
+                    job: job.name.clone(),
+                    uid: job.uid.clone(),
+                    owners: doomed.into_iter().map(|(_, u)| u).collect(),
+                });
+                Outcome::Ok("deleted".into())
+            }
+            EffectKind::DeletePods { pods, .. } => {
+                for p in pods {
+                    let same = self
+                        .pods
+                        .get(&p.name)
+                        .is_some_and(|x| x["metadata"]["uid"] == p.uid.as_str());
+                    if same {
+                        self.delete_pod_with(&p.name, p.grace_seconds);
+                    }
+                }
+                Outcome::Ok("deleted".into())
+            }
+            EffectKind::Record { job, write, .. } => {
+                let Some(obj) = self.jobs.get(&job.name).cloned() else {
+                    return Outcome::Gone("404".into());
+                };
+                let uid = obj["metadata"]["uid"].as_str().unwrap_or("").to_string();
+                if job.uid.as_deref().is_some_and(|u| u != uid) {
+                    return Outcome::Gone("uid is immutable".into());
+                }
+                // The executor re-reads on a conflict: the patch is made
+                // from the object as it is.
+                let meta: ObjectMeta =
+                    serde_json::from_value(obj["metadata"].clone()).unwrap_or_default();
+                let (mut patch, _) = crate::recover::record_write_patch(&meta, write, Some(&uid));
+                patch["metadata"]
+                    .as_object_mut()
+                    .map(|m| m.remove("resourceVersion"));
+                let before = history_len(&obj);
+                self.patch_job(&job.name, &patch);
+                let grew = self
+                    .jobs
+                    .get(&job.name)
+                    .is_some_and(|o| history_len(o) > before);
+                if grew {
+                    // When the restart was decided (what cooldowns count).
+                    let at = (write.record.at - self.t0).num_seconds();
+                    self.applied.push(Applied::Record {
+                        uid,
+                        at,
+                        pod_only: write.record.pod_only,
+                    });
+                }
+                Outcome::Ok("recorded".into())
+            }
+            EffectKind::Release { job, generation } => {
+                let Some(obj) = self.jobs.get(&job.name) else {
+                    return Outcome::Gone("404".into());
+                };
+                if job
+                    .uid
+                    .as_deref()
+                    .is_some_and(|u| obj["metadata"]["uid"] != u)
+                {
+                    return Outcome::Gone("uid is immutable".into());
+                }
+                let patch = json!({
+                    "metadata": crate::inplace::Generation::release_patch(*generation),
+                });
+                self.patch_job(&job.name, &patch);
+                Outcome::Ok("released".into())
+            }
+            EffectKind::Cordon {
+                node: name,
+                level,
+                taint,
+                reason,
+                sticky,
+                ..
+            } => {
+                let Some(v) = self.nodes.get(name).cloned() else {
+                    return Outcome::Gone("404".into());
+                };
+                let snap = crate::recover::NodeSnapshot::from_node(&node(&v));
+                let why = crate::recover::Why {
+                    reason: reason.clone(),
+                    sticky: *sticky,
+                    at: None,
+                };
+                let at = wire::format_at(self.wall());
+                if let Some(p) =
+                    crate::recover::cordon_patch(&snap, *level, taint.as_deref(), &why, &at)
+                {
+                    if !snap.unschedulable {
+                        self.applied.push(Applied::Cordon {
+                            node: name.clone(),
+                            at: self.t,
+                        });
+                    }
+                    self.patch_node(name, &p);
+                }
+                Outcome::Ok("cordoned".into())
+            }
+            EffectKind::Uncordon {
+                node: name,
+                taint_key,
+                ..
+            } => {
+                let Some(v) = self.nodes.get(name).cloned() else {
+                    return Outcome::Gone("404".into());
+                };
+                let snap = crate::recover::NodeSnapshot::from_node(&node(&v));
+                if let Some(p) = crate::recover::uncordon_patch(&snap, Some(taint_key)) {
+                    self.patch_node(name, &p);
+                }
+                Outcome::Ok("uncordoned".into())
+            }
+            _ => Outcome::Ok(String::new()),
+        }
+    }
+
+    fn patch_job(&mut self, name: &str, patch: &Value) {
+        let rv = self.bump();
+        if let Some(obj) = self.jobs.get_mut(name) {
+            json_patch::merge(obj, patch);
+            obj["metadata"]["resourceVersion"] = json!(rv);
+            let o = obj.clone();
+            self.queue(Kind::Jobs, Pending::Apply(o));
+        }
+    }
+
+    fn patch_node(&mut self, name: &str, patch: &Value) {
+        let rv = self.bump();
+        if let Some(obj) = self.nodes.get_mut(name) {
+            let mut p = patch.clone();
+            p["metadata"]
+                .as_object_mut()
+                .map(|m| m.remove("resourceVersion"));
+            json_patch::merge(obj, &p);
+            obj["metadata"]["resourceVersion"] = json!(rv);
+            let o = obj.clone();
+            self.queue(Kind::Nodes, Pending::Apply(o));
+        }
+    }
+}
+
+fn history_len(job: &Value) -> usize {
+    let a: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(job["metadata"]["annotations"].clone()).unwrap_or_default();
+    crate::recover::read_history(&a).len()
+}

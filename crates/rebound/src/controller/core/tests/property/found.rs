@@ -1,0 +1,121 @@
+//! Cases the property test found, kept as plain tests so that they run
+//! whatever proptest's random seeds are.
+
+use super::*;
+
+/// Found by the property test (2026-12-04, in place alone): a release whose
+/// job was recreated meanwhile (the uid precondition fails, `Gone`) left
+/// the core with the old job's raised generation and nothing owing its
+/// release, until the watch showed the recreation. The release now stays
+/// owed, retried after a backoff, until the watch shows the job as it is.
+#[test]
+fn a_release_answered_gone_stays_owed_until_the_watch_shows_the_job() {
+    let ops = vec![
+        Op::NodeFault { node: 3, code: 1 },
+        Op::NodeFault { node: 3, code: 1 },
+        Op::Leader(0),
+        Op::Duplicate { kind: 2 },
+        Op::Tick { secs: 4 },
+        Op::NodeClear { node: 2 },
+        Op::Tick { secs: 12 },
+        Op::Complete { i: 205, ok: true },
+        Op::Deliver { kind: 0, n: 3 },
+        Op::Complete { i: 110, ok: true },
+        Op::Complete { i: 141, ok: true },
+        Op::Agents { reach: false },
+        Op::Deliver { kind: 1, n: 1 },
+        Op::Agents { reach: true },
+        Op::Deliver { kind: 1, n: 5 },
+        Op::Deliver { kind: 0, n: 3 },
+        Op::Complete { i: 203, ok: true },
+        Op::FailPod { i: 158 },
+        Op::Leader(1),
+        Op::FailPod { i: 129 },
+        Op::FailPod { i: 47 },
+        Op::Restart { sent: 59 },
+        Op::FailPod { i: 247 },
+        Op::RecreateJob { j: 0 },
+        Op::NodeClear { node: 2 },
+        Op::FailPod { i: 181 },
+        Op::RecreateJob { j: 0 },
+        Op::Leader(0),
+        Op::NodeClear { node: 1 },
+        Op::Deliver { kind: 0, n: 1 },
+        Op::NodeFault { node: 1, code: 1 },
+        Op::Deliver { kind: 1, n: 1 },
+        Op::Leader(2),
+        Op::Operator,
+        Op::Operator,
+        Op::Complete { i: 74, ok: true },
+        Op::Operator,
+        Op::Leader(1),
+        Op::Agents { reach: true },
+        Op::Lose { i: 10 },
+        Op::Leader(1),
+        Op::Tick { secs: 36 },
+        Op::Operator,
+        Op::FailPod { i: 151 },
+        Op::Deliver { kind: 1, n: 2 },
+        Op::Complete { i: 81, ok: true },
+        Op::Complete { i: 245, ok: false },
+        Op::Operator,
+        Op::Operator,
+        Op::Leader(1),
+        Op::Tick { secs: 20 },
+        Op::Agents { reach: false },
+        Op::Operator,
+        Op::RecreateJob { j: 0 },
+        Op::Deliver { kind: 1, n: 2 },
+        Op::Deliver { kind: 0, n: 4 },
+        Op::Complete { i: 95, ok: true },
+        Op::Tick { secs: 33 },
+        Op::Relist { kind: 2 },
+        Op::NodeFault { node: 3, code: 2 },
+        Op::Tick { secs: 19 },
+        Op::Deliver { kind: 1, n: 3 },
+        Op::Agents { reach: true },
+        Op::NodeFault { node: 3, code: 2 },
+        Op::Deliver { kind: 1, n: 5 },
+        Op::Tick { secs: 32 },
+        Op::Agents { reach: false },
+        Op::Restart { sent: 25 },
+        Op::Operator,
+        Op::Deliver { kind: 1, n: 1 },
+        Op::Operator,
+        Op::Duplicate { kind: 2 },
+        Op::Tick { secs: 31 },
+        Op::Operator,
+        Op::Deliver { kind: 1, n: 3 },
+        Op::Deliver { kind: 2, n: 4 },
+        Op::Relist { kind: 2 },
+        Op::Complete { i: 88, ok: false },
+        Op::Agents { reach: true },
+        Op::Complete { i: 129, ok: true },
+        Op::Deliver { kind: 0, n: 2 },
+        Op::Deliver { kind: 1, n: 2 },
+        Op::Complete { i: 10, ok: true },
+        Op::FailPod { i: 210 },
+        Op::Deliver { kind: 0, n: 2 },
+        Op::Complete { i: 60, ok: true },
+        Op::Deliver { kind: 0, n: 4 },
+        Op::Complete { i: 249, ok: true },
+        Op::Operator,
+        Op::Complete { i: 181, ok: true },
+        Op::Complete { i: 185, ok: true },
+        Op::Tick { secs: 1 },
+        Op::Leader(0),
+        Op::Deliver { kind: 0, n: 4 },
+    ];
+    let mut r = Run::new(Some(&["InPlace"]));
+    for o in &ops {
+        r.op(o);
+    }
+    r.settle();
+    for name in r.m.jobs.keys() {
+        let (current, released) = r.m.released(name);
+        assert_eq!(
+            current, released,
+            "job {name}: generation {current} never released"
+        );
+    }
+}
