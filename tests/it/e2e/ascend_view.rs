@@ -4,23 +4,21 @@
 //! `cluster-system` (`fault-job-info`), read back through the API server.
 
 use super::*;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{DeleteParams, PostParams};
-use rebound_sim::actors::ascend::{self as plugin, AscendFault};
+use kube::api::PostParams;
 use rebound_sim::cluster::Accelerator;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-const VIEW_NS: &str = "mindx-dl";
-const JOB_NS: &str = "cluster-system";
-const RES: &str = "huawei.com/Ascend910";
+pub(super) const VIEW_NS: &str = "mindx-dl";
+pub(super) const JOB_NS: &str = "cluster-system";
+pub(super) const RES: &str = "huawei.com/Ascend910";
 /// ClusterD's bound of one ConfigMap's data.
-const BOUND: usize = 800 * 1024;
+pub(super) const BOUND: usize = 800 * 1024;
 
 /// rebound's own levels for two codes; the plugin reports both as
 /// SeparateNPU, so the view shows whose level it publishes.
-const NPU: &str = r#"
+pub(super) const NPU: &str = r#"
 apiVersion: rebound.dev/v1alpha1
 kind: FaultClassification
 metadata: {name: npu}
@@ -32,14 +30,14 @@ spec:
   defaultLevel: Ignore
 "#;
 
-async fn ascend_bed(server: Server, nodes: usize) -> (Testbed, ControllerHandle) {
+pub(super) async fn ascend_bed(server: Server, nodes: usize) -> (Testbed, ControllerHandle) {
     let bed = ascend_cluster(server, nodes).await;
     let ctl = start_view(&bed).await;
     (bed, ctl)
 }
 
 /// An Ascend cluster with the view's namespaces and the classifications.
-async fn ascend_cluster(server: Server, nodes: usize) -> Testbed {
+pub(super) async fn ascend_cluster(server: Server, nodes: usize) -> Testbed {
     let bed = bed(
         server,
         SimConfig {
@@ -59,7 +57,7 @@ async fn ascend_cluster(server: Server, nodes: usize) -> Testbed {
 }
 
 /// A leading controller publishing the view (in the run's namespaces).
-async fn start_view(bed: &Testbed) -> ControllerHandle {
+pub(super) async fn start_view(bed: &Testbed) -> ControllerHandle {
     bed.start_controller(args(bed, |a| {
         a.clusterd_view = true;
         a.clusterd_namespace = bed.ns(VIEW_NS);
@@ -70,7 +68,7 @@ async fn start_view(bed: &Testbed) -> ControllerHandle {
 }
 
 /// The view's ConfigMaps in the namespace the test calls `ns`, by name.
-async fn view_cms(bed: &Testbed, ns: &str) -> BTreeMap<String, ConfigMap> {
+pub(super) async fn view_cms(bed: &Testbed, ns: &str) -> BTreeMap<String, ConfigMap> {
     Api::<ConfigMap>::namespaced(bed.client(), &bed.ns(ns))
         .list(&ListParams::default())
         .await
@@ -84,7 +82,7 @@ async fn view_cms(bed: &Testbed, ns: &str) -> BTreeMap<String, ConfigMap> {
 }
 
 /// The single data value of a view ConfigMap (its key is its name), parsed.
-fn value_of(cm: &ConfigMap) -> Value {
+pub(super) fn value_of(cm: &ConfigMap) -> Value {
     let name = cm.metadata.name.clone().unwrap_or_default();
     cm.data
         .as_ref()
@@ -94,7 +92,10 @@ fn value_of(cm: &ConfigMap) -> Value {
 }
 
 /// A node's device entry and the shard holding it.
-fn device_entry(cms: &BTreeMap<String, ConfigMap>, node: &str) -> Option<(String, Value)> {
+pub(super) fn device_entry(
+    cms: &BTreeMap<String, ConfigMap>,
+    node: &str,
+) -> Option<(String, Value)> {
     let key = format!("mindx-dl-deviceinfo-{node}");
     cms.iter()
         .filter(|(n, _)| n.starts_with("cluster-info-device-"))
@@ -104,14 +105,14 @@ fn device_entry(cms: &BTreeMap<String, ConfigMap>, node: &str) -> Option<(String
         })
 }
 
-fn node_entry(cms: &BTreeMap<String, ConfigMap>, node: &str) -> Option<Value> {
+pub(super) fn node_entry(cms: &BTreeMap<String, ConfigMap>, node: &str) -> Option<Value> {
     cms.get("cluster-info-node-cm")
         .map(value_of)
         .and_then(|v| v.get(format!("mindx-dl-nodeinfo-{node}")).cloned())
 }
 
 /// The `-Fault` list of a device entry (a JSON array inside a string).
-fn faults(entry: &Value) -> Vec<Value> {
+pub(super) fn faults(entry: &Value) -> Vec<Value> {
     entry["DeviceList"][format!("{RES}-Fault")]
         .as_str()
         .and_then(|s| serde_json::from_str(s).ok())
@@ -119,7 +120,7 @@ fn faults(entry: &Value) -> Vec<Value> {
 }
 
 /// The controller's writes to ConfigMaps in the namespace the test calls `ns`.
-fn view_writes(bed: &Testbed, ns: &str) -> Vec<RequestRecord> {
+pub(super) fn view_writes(bed: &Testbed, ns: &str) -> Vec<RequestRecord> {
     let ns = bed.ns(ns);
     bed.requests()
         .into_iter()
@@ -136,7 +137,7 @@ fn view_writes(bed: &Testbed, ns: &str) -> Vec<RequestRecord> {
 
 /// Every request the controller made in the view namespaces is granted by
 /// `config/rbac/controller_clusterd_role.yaml`.
-fn assert_granted(bed: &Testbed) {
+pub(super) fn assert_granted(bed: &Testbed) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("config/rbac/controller_clusterd_role.yaml");
     let text = std::fs::read_to_string(path).expect("rbac file");
@@ -353,140 +354,6 @@ async fn a_burst_of_faults_is_written_in_few_rate_limited_batches(server: Server
     ctl.shutdown().await;
 }
 
-/// 2,500 nodes' device-plugin ConfigMaps (created directly: running 2,500
-/// simulated kubelets is not needed to test the view), with realistic
-/// faults: shards within 800 KiB, every node in exactly one; then most
-/// nodes go and the surplus shards are deleted.
-async fn twenty_five_hundred_nodes_shard_within_the_bound(server: Server) {
-    let (bed, ctl) = ascend_bed(server, 2).await;
-    let started = Instant::now();
-    let api: Api<ConfigMap> = Api::namespaced(bed.client(), plugin::NAMESPACE);
-    // Named with the bed's node prefix, so a shared bed's clean-up finds them.
-    let prefix = bed.node_prefix();
-    let names: Vec<String> = (0..2500).map(|i| format!("{prefix}big-{i:04}")).collect();
-    futures::stream::iter(names.iter().enumerate())
-        .map(|(i, n)| {
-            let api = api.clone();
-            async move {
-                // Most nodes carry lingering NotHandleFault codes on up to
-                // three chips; one in fifty has a chip to separate.
-                let mut faults: Vec<AscendFault> = (0..(i % 4) as u32)
-                    .map(|chip| AscendFault {
-                        chip,
-                        codes: vec!["80C98009".into(), "8C1F8609".into(), "81078603".into()],
-                        level: "NotHandleFault".into(),
-                        fault_type: "CardUnhealthy".into(),
-                    })
-                    .collect();
-                if i % 50 == 0 {
-                    faults.push(AscendFault {
-                        chip: 7,
-                        codes: vec!["80E18402".into()],
-                        level: "SeparateNPU".into(),
-                        fault_type: "CardUnhealthy".into(),
-                    });
-                }
-                api.create(&PostParams::default(), &plugin::configmap(n, 8, &faults))
-                    .await
-                    .map(|_| ())
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let mut all = names.clone();
-    all.extend(bed.cluster.node_names());
-    let check = |cms: &BTreeMap<String, ConfigMap>, expect: &[String]| -> Option<usize> {
-        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-        let mut shards = 0;
-        for (name, cm) in cms
-            .iter()
-            .filter(|(n, _)| n.starts_with("cluster-info-device-"))
-        {
-            shards += 1;
-            let bytes: usize = cm
-                .data
-                .as_ref()?
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum();
-            assert!(bytes <= BOUND, "{name}: {bytes} bytes");
-            for k in value_of(cm).as_object()?.keys() {
-                *seen
-                    .entry(k.trim_start_matches("mindx-dl-deviceinfo-").to_string())
-                    .or_default() += 1;
-            }
-        }
-        assert!(seen.values().all(|c| *c == 1), "a node in two shards");
-        (seen.len() == expect.len() && expect.iter().all(|n| seen.contains_key(n)))
-            .then_some(shards)
-    };
-    let node_count = |cms: &BTreeMap<String, ConfigMap>| {
-        cms.get("cluster-info-node-cm")
-            .map(value_of)
-            .and_then(|v| v.as_object().map(|o| o.len()))
-    };
-    let shards = wait(
-        "2,502 nodes in the view",
-        Duration::from_secs(60),
-        || async {
-            let cms = view_cms(&bed, VIEW_NS).await;
-            let shards = check(&cms, &all)?;
-            (node_count(&cms) == Some(2502)).then_some(shards)
-        },
-    )
-    .await;
-    assert!(shards >= 3, "{shards} shards for 2,502 nodes");
-    let cms = view_cms(&bed, VIEW_NS).await;
-    let node_cm = value_of(&cms["cluster-info-node-cm"]);
-    assert_eq!(node_cm.as_object().unwrap().len(), 2502);
-    let unhealthy: Vec<&String> = node_cm
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(_, e)| e["NodeStatus"] == "UnHealthy")
-        .map(|(k, _)| k)
-        .collect();
-    assert_eq!(unhealthy.len(), 50, "the nodes with a chip to separate");
-    assert!(unhealthy.contains(&&format!("mindx-dl-nodeinfo-{prefix}big-0050")));
-    // 2,000 nodes go: their entries go, and so do the emptied shards.
-    futures::stream::iter(names.iter().take(2000))
-        .map(|n| {
-            let api = api.clone();
-            async move {
-                api.delete(&plugin::configmap_name(n), &DeleteParams::default())
-                    .await
-                    .map(|_| ())
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap();
-    let rest: Vec<String> = all.iter().skip(2000).cloned().collect();
-    let left = wait("502 nodes in the view", Duration::from_secs(60), || async {
-        let cms = view_cms(&bed, VIEW_NS).await;
-        let shards = check(&cms, &rest)?;
-        (node_count(&cms) == Some(502)).then_some(shards)
-    })
-    .await;
-    assert!(left < shards, "{left} shards left of {shards}");
-    assert!(
-        view_writes(&bed, VIEW_NS)
-            .iter()
-            .any(|r| r.verb == "delete"),
-        "a surplus shard was deleted"
-    );
-    assert_granted(&bed);
-    eprintln!("2,500-node view test took {:?}", started.elapsed());
-    ctl.shutdown().await;
-}
-
 /// What a previous writer (ClusterD, or an earlier leader) left is
 /// reconciled when the controller leads: the existing shard is updated in
 /// place, a surplus shard deleted, ConfigMaps that are not the view's are
@@ -597,6 +464,5 @@ async fn a_failing_write_is_counted_and_retried(server: Server) {
 
 e2e!(a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears);
 e2e!(a_burst_of_faults_is_written_in_few_rate_limited_batches);
-e2e!(twenty_five_hundred_nodes_shard_within_the_bound);
 e2e!(on_takeover_what_exists_is_reconciled);
 e2e!(a_failing_write_is_counted_and_retried);

@@ -38,8 +38,10 @@ macro_rules! e2e {
 }
 
 mod admission;
+mod admission_policy;
 mod ascend_ranktable;
 mod ascend_view;
+mod ascend_view_scale;
 mod bounds;
 mod endings;
 mod external;
@@ -58,6 +60,7 @@ mod real_node_setup;
 mod recovery_core;
 mod resilience;
 mod tiers;
+mod tiers_jobs;
 mod trainjob;
 
 use k8s_openapi::api::core::v1::{Node, Pod};

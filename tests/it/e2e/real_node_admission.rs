@@ -15,9 +15,8 @@
 //! server's loopback address (what the kubelet's `KUBERNETES_SERVICE_*`
 //! variables would give it through the `kubernetes` Service).
 
-use super::admission::{
-    PolicyCopy, agents, bed_with_real_crds, env_of, install_policy_copy, uninstall,
-};
+use super::admission::bed_with_real_crds;
+use super::admission_policy::{PolicyCopy, agents, env_of, install_policy_copy, uninstall};
 use super::real_node::{Fault, api_port, free_port, restarts_in_place_on, running_on, template};
 use super::real_node_setup::agent_rbac;
 use super::tiers::{JOB, Kind};
