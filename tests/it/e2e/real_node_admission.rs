@@ -55,9 +55,11 @@ async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
         };
         policies.push(install_policy_copy(&bed, &ml, &copy).await);
     }
-    // Not wired: the template is the job's own, as its user wrote it.
-    let replica = json!({"replicas": 1, "restartPolicy": "OnFailure",
-                         "template": template(node.name(), "OnFailure")});
+    // Not wired: the template is the job's own, as its user wrote it, its
+    // container named `pytorch` as the real training-operator requires.
+    let mut pod = template(node.name(), "OnFailure");
+    pod["spec"]["containers"][0]["name"] = json!("pytorch");
+    let replica = json!({"replicas": 1, "restartPolicy": "OnFailure", "template": pod});
     let job = json!({
         "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
         "metadata": {"name": JOB, "namespace": ml, "labels": {OPT_IN.0: OPT_IN.1}},

@@ -224,7 +224,7 @@ pub(super) fn watch_order(
                 .and_then(|s| s.container_statuses.as_ref())
                 .into_iter()
                 .flatten()
-                .find(|c| c.name == "worker")
+                .find(|c| training_container(&c.name))
                 .cloned();
             let name = p.name_any();
             if let Some(c) = main
@@ -261,8 +261,15 @@ pub(super) fn worker_restarts(p: &Pod) -> i32 {
         .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
         .flatten()
-        .find(|c| c.name == "worker")
+        .find(|c| training_container(&c.name))
         .map_or(0, |c| c.restart_count)
+}
+
+/// Whether a container is the pod's training process: `worker` in the
+/// tests' own templates, `pytorch` where the real training-operator
+/// requires that name.
+pub(super) fn training_container(name: &str) -> bool {
+    name == "worker" || name == "pytorch"
 }
 
 /// A cluster whose simulated containers take `start` to start.
