@@ -220,6 +220,36 @@ mod tests {
     }
 
     #[test]
+    fn without_at_a_code_written_again_while_the_condition_stays_true_is_the_same_occurrence() {
+        // A writer that omits `at=` (the tests' condition writer; not the
+        // agent): XID 13, then 31 in its place, then 13 again, the
+        // condition True throughout. The third line's time is the
+        // transition's, as the first's: by the contract it is the same
+        // occurrence (found on the real node: a third XID got no
+        // decision). A writer without `at=` must set the condition False
+        // between faults, or write `at=`, for a repeat to count.
+        let write = |code: &str| {
+            node(json!([{"type": "GpuFault", "status": "True",
+                "message": format!("source=NvidiaXid code={code} device=0 | Xid {code}"),
+                "lastTransitionTime": "2026-01-01T11:00:00Z"}]))
+        };
+        let first = node_faults(&write("13"), &[], now());
+        let between = node_faults(&write("31"), &[], now());
+        let third = node_faults(&write("13"), &[], now());
+        assert_eq!(between[0].first_seen, first[0].first_seen);
+        assert_eq!(third, first, "the same fault, the same identity");
+        // With `at=` the third is a fault of its own.
+        let stamped = node_faults(
+            &node(json!([{"type": "GpuFault", "status": "True",
+                "message": "source=NvidiaXid code=13 device=0 at=2026-01-01T11:40:00Z n=1 | Xid 13",
+                "lastTransitionTime": "2026-01-01T11:00:00Z"}])),
+            &[],
+            now(),
+        );
+        assert_ne!(stamped[0].first_seen, first[0].first_seen);
+    }
+
+    #[test]
     fn rewriting_a_condition_keeps_every_occurrence_time() {
         // One XID 13 on GPU 0; later the agent rewrites the condition with
         // an XID 31 on GPU 1 added, and again as a heartbeat only: the
