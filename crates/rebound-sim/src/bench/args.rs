@@ -160,4 +160,3 @@ impl SimArgs {
         <Sim as clap::Parser>::try_parse_from(argv).map(|s| s.args)
     }
 }
-

@@ -35,7 +35,8 @@ use rebound::inplace::inject::{InjectOptions, inject_document};
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
 /// The chart's rules for the restart agent (get and watch the job kinds).
-const AGENT_RULES: &str = include_str!("../../../../../chart/rebound/files/rbac/restart-agent-rules.yaml");
+const AGENT_RULES: &str =
+    include_str!("../../../../../chart/rebound/files/rbac/restart-agent-rules.yaml");
 
 /// The real node of a run and how its pods are made.
 pub struct RealSide {
@@ -117,11 +118,15 @@ impl RealSide {
             args.job_kind == "volcano",
             "--real-node measures Volcano Jobs only (--job-kind volcano): each real-node pod needs a pod template of its own (host network: one probe port per agent), which only a Volcano Job's tasks give one pod each"
         );
-        anyhow::ensure!(args.real_node_pods >= 1, "--real-node-pods must be at least 1");
+        anyhow::ensure!(
+            args.real_node_pods >= 1,
+            "--real-node-pods must be at least 1"
+        );
         if let Some(why) = crate::envtest::node::missing_host_pieces() {
             anyhow::bail!("--real-node: {why}");
         }
-        let dir = assets_dir(args).ok_or_else(|| anyhow::anyhow!("--real-node needs --assets DIR"))?;
+        let dir =
+            assets_dir(args).ok_or_else(|| anyhow::anyhow!("--real-node needs --assets DIR"))?;
         let assets = crate::envtest::node_assets_in(&dir)?;
         let bin = match &args.agent_binary {
             Some(b) => b.clone(),
@@ -180,7 +185,10 @@ impl RealSide {
     /// Adds the real node's tasks (`real-0`, …, one pod each) to the
     /// Volcano Job `doc` of the tier (its gang grows by as many).
     pub fn add_tasks(&self, doc: &mut Value, tier_labels: &Value) -> anyhow::Result<()> {
-        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let mut tasks = doc["spec"]["tasks"].as_array().cloned().unwrap_or_default();
         for i in 0..self.pods {
             tasks.push(self.task(&name, &format!("real-{i}"), tier_labels)?);

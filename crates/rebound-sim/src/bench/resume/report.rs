@@ -463,4 +463,3 @@ pub fn print_text(r: &ResumeReport) {
         println!("  note: {n}");
     }
 }
-

@@ -347,7 +347,7 @@ fn count_binds(reqs: &[ServerRequest], by: &mut BTreeMap<String, usize>) {
         .iter()
         .filter(|r| r.resource == "pods" && r.subresource == "binding" && r.status < 300)
     {
-        let ua = r.user_agent.as_deref().unwrap_or("(none)");
+        let ua = r.user_agent.as_deref().unwrap_or("(no user agent)");
         let who = ua.split('/').next().unwrap_or(ua).to_owned();
         *by.entry(who).or_default() += 1;
     }
