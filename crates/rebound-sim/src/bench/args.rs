@@ -88,8 +88,9 @@ pub struct SimArgs {
     /// reported as a separate term beside each time-to-resume.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub app_start: Duration,
-    /// resume: the tiers to measure, comma-separated, in this order
-    /// (default all three: InPlace,ReplaceFaulty,Recreate).
+    /// resume: the tiers to measure, comma-separated (default all three;
+    /// they run in the order InPlace, ReplaceFaulty, Recreate whatever the
+    /// order given). The goals of tiers left out are not reported.
     #[arg(long, value_delimiter = ',', value_parser = resume::TIERS)]
     pub tiers: Vec<String>,
     /// resume, with --assets: start a real node beside the control plane
