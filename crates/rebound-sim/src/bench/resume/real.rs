@@ -191,7 +191,18 @@ impl RealSide {
             .to_owned();
         let mut tasks = doc["spec"]["tasks"].as_array().cloned().unwrap_or_default();
         for i in 0..self.pods {
-            tasks.push(self.task(&name, &format!("real-{i}"), tier_labels)?);
+            let place = if self.real_scheduler {
+                Placement::Scheduler
+            } else {
+                Placement::Node(self.name())
+            };
+            tasks.push(real_task(
+                &name,
+                &format!("real-{i}"),
+                tier_labels,
+                place,
+                &self.api_port,
+            )?);
         }
         doc["spec"]["tasks"] = Value::Array(tasks);
         let min = doc["spec"]["minAvailable"].as_i64().unwrap_or(0);
@@ -199,55 +210,72 @@ impl RealSide {
         Ok(())
     }
 
-    /// One task of one pod for the real node, wired as `rebound inject`
-    /// wires it (with a probe port of its own), its agent pointed at the
-    /// API server's loopback address (no kube-proxy here).
-    fn task(&self, job: &str, task: &str, labels: &Value) -> anyhow::Result<Value> {
-        let mut spec = json!({
-            "hostNetwork": true,
-            "restartPolicy": "OnFailure",
-            "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists"}],
-            "initContainers": [{"name": "setup", "image": REBOUND_IMAGE, "command": ["/pause", "-v"]}],
-            "containers": [{"name": "worker", "image": REBOUND_IMAGE, "command": ["/pause"],
-                "readinessProbe": {"exec": {"command": ["/pause", "-v"]}, "periodSeconds": 5}}],
-        });
-        if self.real_scheduler {
-            spec["schedulerName"] = json!(DEFAULT_SCHEDULER);
-            spec["nodeSelector"] = json!({REAL_NODE_LABEL: "true"});
-        } else {
-            spec["nodeName"] = json!(self.name());
-        }
-        let mut one = json!({
-            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-            "metadata": {"name": job},
-            "spec": {"tasks": [{"name": task, "replicas": 1,
-                "template": {"metadata": {"name": task, "labels": labels}, "spec": spec}}]},
-        });
-        let opts = InjectOptions {
-            image: REBOUND_IMAGE.into(),
-            probe_port: free_port()?,
-            ..InjectOptions::default()
-        };
-        inject_document(&mut one, &opts, job)
-            .map_err(|e| anyhow::anyhow!("rebound inject refused a real-node task: {e}"))?;
-        let agent = one
-            .pointer_mut("/spec/tasks/0/template/spec/initContainers")
-            .and_then(Value::as_array_mut)
-            .and_then(|a| a.iter_mut().find(|c| c["name"] == AGENT_CONTAINER))
-            .ok_or_else(|| anyhow::anyhow!("rebound inject added no agent to {task}"))?;
-        let env = agent["env"]
-            .as_array_mut()
-            .ok_or_else(|| anyhow::anyhow!("the agent of {task} has no env"))?;
-        env.push(json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}));
-        env.push(json!({"name": "KUBERNETES_SERVICE_PORT", "value": self.api_port}));
-        Ok(one["spec"]["tasks"][0].take())
-    }
-
     /// Stops the kubelet and containerd; the node's reaper removes its
     /// containers and directory.
     pub fn stop(mut self) {
         self.node.stop();
     }
+}
+
+/// Where a real-node pod goes.
+#[derive(Debug, Clone, Copy)]
+enum Placement<'a> {
+    /// Bound by its template (`spec.nodeName`).
+    Node(&'a str),
+    /// Placed by kube-scheduler's default profile (a `nodeSelector` on
+    /// the real node's label).
+    Scheduler,
+}
+
+/// One task of one pod for the real node, wired as `rebound inject`
+/// wires it (with a probe port of its own), its agent pointed at the
+/// API server's loopback address (no kube-proxy here).
+fn real_task(
+    job: &str,
+    task: &str,
+    labels: &Value,
+    place: Placement<'_>,
+    api_port: &str,
+) -> anyhow::Result<Value> {
+    let mut spec = json!({
+        "hostNetwork": true,
+        "restartPolicy": "OnFailure",
+        "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists"}],
+        "initContainers": [{"name": "setup", "image": REBOUND_IMAGE, "command": ["/pause", "-v"]}],
+        "containers": [{"name": "worker", "image": REBOUND_IMAGE, "command": ["/pause"],
+            "readinessProbe": {"exec": {"command": ["/pause", "-v"]}, "periodSeconds": 5}}],
+    });
+    match place {
+        Placement::Scheduler => {
+            spec["schedulerName"] = json!(DEFAULT_SCHEDULER);
+            spec["nodeSelector"] = json!({REAL_NODE_LABEL: "true"});
+        }
+        Placement::Node(n) => spec["nodeName"] = json!(n),
+    }
+    let mut one = json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": job},
+        "spec": {"tasks": [{"name": task, "replicas": 1,
+            "template": {"metadata": {"name": task, "labels": labels}, "spec": spec}}]},
+    });
+    let opts = InjectOptions {
+        image: REBOUND_IMAGE.into(),
+        probe_port: free_port()?,
+        ..InjectOptions::default()
+    };
+    inject_document(&mut one, &opts, job)
+        .map_err(|e| anyhow::anyhow!("rebound inject refused a real-node task: {e}"))?;
+    let agent = one
+        .pointer_mut("/spec/tasks/0/template/spec/initContainers")
+        .and_then(Value::as_array_mut)
+        .and_then(|a| a.iter_mut().find(|c| c["name"] == AGENT_CONTAINER))
+        .ok_or_else(|| anyhow::anyhow!("rebound inject added no agent to {task}"))?;
+    let env = agent["env"]
+        .as_array_mut()
+        .ok_or_else(|| anyhow::anyhow!("the agent of {task} has no env"))?;
+    env.push(json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}));
+    env.push(json!({"name": "KUBERNETES_SERVICE_PORT", "value": api_port}));
+    Ok(one["spec"]["tasks"][0].take())
 }
 
 /// The chart's agent rules for the namespace's `default` ServiceAccount.
@@ -318,4 +346,47 @@ pub fn real_notes(node: &str, pods: usize, tiers: &[super::TierResult]) -> Vec<S
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rebound::inplace::DEFAULT_EXIT_CODE;
+
+    fn agent(t: &Value) -> Value {
+        t["template"]["spec"]["initContainers"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"] == AGENT_CONTAINER))
+            .cloned()
+            .expect("the agent")
+    }
+
+    #[test]
+    fn a_real_node_task_is_one_wired_pod_on_the_host_network() {
+        let labels = json!({"tier": "InPlace"});
+        let t = real_task("j", "real-0", &labels, Placement::Node("real-x"), "6443").expect("task");
+        assert_eq!(t["name"], "real-0");
+        assert_eq!(t["replicas"], 1);
+        let spec = &t["template"]["spec"];
+        assert_eq!(spec["nodeName"], "real-x");
+        assert_eq!(spec["hostNetwork"], true);
+        assert_eq!(t["template"]["metadata"]["labels"]["tier"], "InPlace");
+        let a = agent(&t);
+        assert_eq!(a["image"], REBOUND_IMAGE);
+        let env = a["env"].as_array().expect("env");
+        assert!(env.contains(&json!({"name": "KUBERNETES_SERVICE_PORT", "value": "6443"})));
+        assert!(env.contains(&json!({"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"})));
+        assert_eq!(
+            a["restartPolicyRules"][0]["exitCodes"]["values"][0],
+            json!(DEFAULT_EXIT_CODE)
+        );
+        // Each task its own probe port (the host's network is shared).
+        let u = real_task("j", "real-1", &labels, Placement::Scheduler, "6443").expect("task");
+        let port = |t: &Value| agent(t)["startupProbe"]["httpGet"]["port"].clone();
+        assert_ne!(port(&t), port(&u));
+        let spec = &u["template"]["spec"];
+        assert_eq!(spec["schedulerName"], DEFAULT_SCHEDULER);
+        assert_eq!(spec["nodeSelector"][REAL_NODE_LABEL], "true");
+        assert!(spec.get("nodeName").is_none());
+    }
 }

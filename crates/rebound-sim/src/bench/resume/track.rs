@@ -363,24 +363,39 @@ mod tests {
     fn each_pod_is_stamped_when_it_is_first_back() {
         let at = |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
         let mut s = State::default();
-        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 0, false)), at(0));
-        s.on_event(watcher::Event::Apply(pod("b", "j-1", true, 0, false)), at(0));
+        s.on_event(
+            watcher::Event::Apply(pod("a", "j-0", true, 0, false)),
+            at(0),
+        );
+        s.on_event(
+            watcher::Event::Apply(pod("b", "j-1", true, 0, false)),
+            at(0),
+        );
         let before = s.pods.values().map(|p| (p.uid.clone(), 0)).collect();
         s.goal = Some(Goal {
             pods: 2,
             before,
             fresh_only: false,
         });
-        s.on_event(watcher::Event::Apply(pod("a", "j-0", false, 1, false)), at(1));
+        s.on_event(
+            watcher::Event::Apply(pod("a", "j-0", false, 1, false)),
+            at(1),
+        );
         assert!(s.back.is_empty(), "restarted but not Ready: not back");
-        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 1, false)), at(2));
-        s.on_event(watcher::Event::Apply(pod("a", "j-0", true, 1, false)), at(3));
-        s.on_event(watcher::Event::Apply(pod("b", "j-1", true, 1, false)), at(5));
-        let mut got: Vec<(String, SystemTime)> = s
-            .back
-            .values()
-            .map(|(p, t)| (p.name.clone(), *t))
-            .collect();
+        s.on_event(
+            watcher::Event::Apply(pod("a", "j-0", true, 1, false)),
+            at(2),
+        );
+        s.on_event(
+            watcher::Event::Apply(pod("a", "j-0", true, 1, false)),
+            at(3),
+        );
+        s.on_event(
+            watcher::Event::Apply(pod("b", "j-1", true, 1, false)),
+            at(5),
+        );
+        let mut got: Vec<(String, SystemTime)> =
+            s.back.values().map(|(p, t)| (p.name.clone(), *t)).collect();
         got.sort();
         assert_eq!(
             got,
