@@ -15,13 +15,19 @@
 //! behind; data directories of dead processes are removed by the next
 //! start.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 mod assets;
+mod components;
+mod pki;
+mod process;
+use process::{die_with_parent, free_port, sweep_stale, tail};
 pub mod node;
 pub mod oci;
-pub use assets::{Assets, AssetsError, NodeAssets, resolve_assets, resolve_node_assets};
+pub use assets::{
+    Assets, AssetsError, NodeAssets, node_assets_in, resolve_assets, resolve_node_assets,
+    resolve_scheduler,
+};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -87,6 +93,10 @@ pub struct ControlPlaneConfig {
     pub apiserver_flags: Vec<String>,
     /// Extra kube-controller-manager flags (`--node-monitor-grace-period=...`).
     pub controller_manager_flags: Vec<String>,
+    /// Run kube-scheduler too, this binary (the test bed's pods are bound
+    /// by the simulated scheduler otherwise; `rebound sim --real-scheduler`
+    /// starts the real one). Its default profile, `default-scheduler`.
+    pub scheduler: Option<PathBuf>,
     /// An audit policy (YAML of `audit.k8s.io/v1` `Policy`): with one, the
     /// API server writes its audit log (JSON lines, not rotated, written
     /// before each answer) to [`ControlPlane::audit_log_path`]. Its events
@@ -119,6 +129,7 @@ impl ControlPlaneConfig {
             controller_manager: true,
             apiserver_flags: Vec::new(),
             controller_manager_flags: Vec::new(),
+            scheduler: None,
             audit_policy: None,
         }
     }
@@ -144,98 +155,6 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
-fn free_port() -> Result<u16, EnvtestError> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("bind a free port"))?;
-    let port = l.local_addr().map_err(io("local address"))?.port();
-    Ok(port)
-}
-
-/// Kill the child when the thread that spawned it ends (the keeper thread
-/// lives as long as the process), so no server outlives a test binary.
-fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let mut s = String::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let _ = f.read_to_string(&mut s);
-    }
-    let all: Vec<&str> = s.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Remove data directories left by processes that are gone.
-fn sweep_stale(base: &Path) {
-    let Ok(rd) = std::fs::read_dir(base) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        let Some(pid) = name
-            .strip_prefix("rebound-envtest-")
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
-}
-
-struct Pki {
-    ca_cert: String,
-    ca_key: String,
-    server_cert: String,
-    server_key: String,
-    sa_key: String,
-    sa_pub: String,
-}
-
-fn pki() -> Result<Pki, EnvtestError> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.distinguished_name
-        .push(DnType::CommonName, "rebound-envtest-ca");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let server_key = KeyPair::generate()?;
-    let mut sp = CertificateParams::new(vec![
-        "localhost".to_string(),
-        "kubernetes".to_string(),
-        "kubernetes.default.svc".to_string(),
-    ])?;
-    sp.subject_alt_names
-        .push(SanType::IpAddress(std::net::IpAddr::V4(
-            std::net::Ipv4Addr::LOCALHOST,
-        )));
-    sp.distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
-    let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
-    let server_cert = sp.signed_by(&server_key, &issuer)?;
-    let sa = KeyPair::generate()?;
-    Ok(Pki {
-        ca_cert: ca_cert.pem(),
-        ca_key: ca_key.serialize_pem(),
-        server_cert: server_cert.pem(),
-        server_key: server_key.serialize_pem(),
-        sa_key: sa.serialize_pem(),
-        sa_pub: sa.public_key_pem(),
-    })
-}
-
 impl ControlPlane {
     /// Start etcd, kube-apiserver and (if asked) kube-controller-manager
     /// and wait until the API server is ready (a few seconds on 2 cores).
@@ -244,7 +163,12 @@ impl ControlPlane {
     pub fn start(cfg: &ControlPlaneConfig) -> Result<ControlPlane, EnvtestError> {
         let apiserver = cfg.assets.join("kube-apiserver");
         let kcm = cfg.assets.join("kube-controller-manager");
-        for (bin, needed) in [(&apiserver, true), (&kcm, cfg.controller_manager)] {
+        let scheduler = cfg.scheduler.clone().unwrap_or_default();
+        for (bin, needed) in [
+            (&apiserver, true),
+            (&kcm, cfg.controller_manager),
+            (&scheduler, cfg.scheduler.is_some()),
+        ] {
             if needed && !bin.is_file() {
                 return Err(EnvtestError::MissingBinary {
                     name: bin
@@ -283,7 +207,7 @@ impl ControlPlane {
             kubectl: cfg.assets.join("kubectl"),
             audit_log: None,
         };
-        let pki = pki()?;
+        let pki = pki::pki()?;
         let write = |name: &str, body: &str| -> Result<PathBuf, EnvtestError> {
             let p = dir.join(name);
             std::fs::write(&p, body).map_err(io(format!("write {name}")))?;
@@ -358,26 +282,16 @@ impl ControlPlane {
         cp.wait_ready("kube-apiserver", Duration::from_secs(60))?;
 
         if cfg.controller_manager {
-            let kc = p(&cp.kubeconfig);
-            let mut c = Command::new(&kcm);
-            c.args(["--kubeconfig", &kc])
-                .args(["--authentication-kubeconfig", &kc])
-                .args(["--authorization-kubeconfig", &kc])
-                .args(["--bind-address", "127.0.0.1"])
-                .args(["--secure-port", &free_port()?.to_string()])
-                .args(["--cert-dir", &p(&dir.join("kcm-certs"))])
-                .arg("--leader-elect=false")
-                .arg("--use-service-account-credentials=false")
-                .args(["--service-account-private-key-file", &p(&sa_key)])
-                .args(["--root-ca-file", &p(&ca_crt)])
-                .args(["--cluster-signing-cert-file", &p(&ca_crt)])
-                .args(["--cluster-signing-key-file", &p(&ca_key)])
-                .args([
-                    "--controllers",
-                    "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-bootstrapsigner,-tokencleaner",
-                ])
-                .args(&cfg.controller_manager_flags);
-            cp.spawn("kube-controller-manager", c)?;
+            cp.start_controller_manager(
+                &kcm,
+                &sa_key,
+                &ca_crt,
+                &ca_key,
+                &cfg.controller_manager_flags,
+            )?;
+        }
+        if let Some(bin) = &cfg.scheduler {
+            cp.start_scheduler(bin)?;
         }
         Ok(cp)
     }

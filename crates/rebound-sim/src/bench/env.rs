@@ -108,6 +108,9 @@ pub struct SimEnv {
     pub ns: String,
     /// What the report should say about this server's set-up.
     pub notes: Vec<String>,
+    /// kube-scheduler runs (`--real-scheduler`): the jobs' pods ask for its
+    /// default profile instead of the simulated scheduler.
+    pub real_scheduler: bool,
 }
 
 /// Starts a control plane on a thread that lives as long as the process:
@@ -154,6 +157,9 @@ impl SimEnv {
                 ControlPlaneConfig::new(assets.clone())
             };
             cp_cfg.audit_policy = Some(SIM_AUDIT_POLICY.to_owned());
+            if args.real_scheduler {
+                cp_cfg.scheduler = Some(cp_cfg.assets.join("kube-scheduler"));
+            }
             // One process renews every fake node's Lease, one after another
             // (a real cluster's kubelets renew their own, in parallel): at
             // 2,000 nodes on a loaded server a round outlasts the 40 s
@@ -164,7 +170,12 @@ impl SimEnv {
                 format!("--node-startup-grace-period={NODE_GRACE}"),
             ]);
             eprintln!(
-                "sim: starting etcd, kube-apiserver and kube-controller-manager from {}...",
+                "sim: starting etcd, kube-apiserver, kube-controller-manager{} from {}...",
+                if args.real_scheduler {
+                    " and kube-scheduler"
+                } else {
+                    ""
+                },
                 cp_cfg.assets.display()
             );
             let cp = tokio::task::spawn_blocking(move || start_control_plane(cp_cfg))
@@ -177,12 +188,18 @@ impl SimEnv {
             let bed = Testbed::connect(&kubeconfig, cfg).await?;
             let version = bed.client().apiserver_version().await?;
             let description = format!(
-                "kube-apiserver {} with etcd and kube-controller-manager, started from --assets {} (audit log on)",
+                "kube-apiserver {} with etcd, kube-controller-manager{}, started from --assets {} (audit log on)",
                 version.git_version,
+                if args.real_scheduler {
+                    " and kube-scheduler"
+                } else {
+                    ""
+                },
                 cp.dir().display()
             );
             let mut env =
                 Self::finish(bed, Server::ControlPlane(cp), kubeconfig, description).await?;
+            env.real_scheduler = args.real_scheduler;
             env.notes.push(format!(
                 "kube-controller-manager runs with --node-monitor-grace-period and --node-startup-grace-period {NODE_GRACE}: this one process renews the 40 s Leases of all fake nodes one after another, and a slow round would otherwise get nodes marked NotReady and their pods evicted"
             ));
@@ -240,6 +257,7 @@ impl SimEnv {
             description,
             ns,
             notes: Vec::new(),
+            real_scheduler: false,
         })
     }
 

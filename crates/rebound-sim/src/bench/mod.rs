@@ -13,6 +13,7 @@
 //! figure is which.
 
 mod analyse;
+mod args;
 mod effects;
 mod env;
 mod report;
@@ -21,12 +22,12 @@ mod serverlog;
 mod stats;
 
 pub use analyse::decode_query;
+pub use args::SimArgs;
 pub use report::{Report, SetupTimes, Sources};
 pub use serverlog::{SIM_AUDIT_POLICY, ServerRequest, parse_audit_line};
 pub use stats::{BucketQuantiles, Percentiles, counter_by_label, histogram_quantiles, percentiles};
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -48,133 +49,6 @@ spec:
   selector: {matchLabels: {kcover.io/cascading-recovery: "true"}}
   cooldown: 1m
 "#;
-
-/// `rebound sim` flags.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SimArgs {
-    /// Simulated nodes (default 200; 2,000 for `resume`). Read it with
-    /// [`SimArgs::nodes`].
-    #[arg(long = "nodes")]
-    pub nodes_flag: Option<usize>,
-    /// Pods per node (in PyTorchJobs of --job-size pods).
-    #[arg(long, default_value_t = 10)]
-    pub pods_per_node: usize,
-    /// Pods per job (one master and workers; default 8, 1,024 for
-    /// `resume`). Read it with [`SimArgs::job_size`].
-    #[arg(long = "job-size")]
-    pub job_size_flag: Option<usize>,
-    /// pod-exit | node-xid | storm | flapping | resume (time-to-resume of
-    /// one wired job per recovery tier: InPlace, ReplaceFaulty, Recreate)
-    #[arg(long, default_value = "pod-exit", value_parser = ["pod-exit", "node-xid", "storm", "flapping", "resume"])]
-    pub scenario: String,
-    /// Faults to inject (storm: nodes failing at once; default: a quarter
-    /// of the nodes for storm, else 100).
-    #[arg(long)]
-    pub faults: Option<usize>,
-    /// Pause between two faults (pod-exit, node-xid). Every fault's
-    /// recovery makes some 50 writes (pods deleted, recreated, bound,
-    /// started); a real server on a small machine saturates at a pace the
-    /// embedded one absorbs, and then measures its own queue.
-    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
-    pub interval: Duration,
-    /// The controller's write QPS limit (shown against the storm's rate).
-    #[arg(long, default_value_t = 50.0)]
-    pub qps: f64,
-    /// Run the controller in this process (no memory figure) instead of as
-    /// a child process.
-    #[arg(long)]
-    pub in_process: bool,
-    /// Run against a real control plane started from this directory of
-    /// binaries (kube-apiserver, kube-controller-manager; etcd from PATH if
-    /// not there): the unpacked ../shared/k8s. Without a directory,
-    /// REBOUND_TEST_ASSETS names it. Its audit log gives the server-side
-    /// figures; every object goes through its API.
-    #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = any_path, conflicts_with = "kubeconfig")]
-    pub assets: Option<PathBuf>,
-    /// With --assets: copy the API server's audit log here before the
-    /// control plane stops (to look at what the figures were computed from).
-    #[arg(long, requires = "assets")]
-    pub keep_audit_log: Option<PathBuf>,
-    /// Run against the cluster of this kubeconfig (cluster-admin; no
-    /// Kubeflow operator installed): fake nodes, per-run namespaces and the
-    /// simulated operators are set up there and removed afterwards. Its
-    /// server keeps no log this process can read, so reaction is measured
-    /// on the client's clock only.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// Output format.
-    #[arg(short = 'o', long, default_value = "text", value_parser = ["text", "json"])]
-    pub output: String,
-    /// What starting and stopping pods costs in the simulated scheduler and
-    /// kubelets: comma-separated key=value over the modelled costs
-    /// (`sandbox=3s,image=5m`), or over none after `zero` (`zero` alone: pods
-    /// start at once). Keys: schedule (pods/s), schedule-burst, devices,
-    /// sandbox, image, start, init, ready, stop, kill. See
-    /// docs/simulated-kubelet.md for the defaults and their sources.
-    #[arg(long, default_value = "modelled", value_parser = parse_pod_costs)]
-    pub pod_costs: super::actors::kubelet::PodCosts,
-    /// resume: the kind of the job measured (volcano | pytorchjob |
-    /// trainjob | jobset | job).
-    #[arg(long, default_value = "volcano", value_parser = resume::KIND_NAMES)]
-    pub job_kind: String,
-    /// The client limits of the simulated job operators and of Volcano's
-    /// scheduler: comma-separated key=value over the components' published
-    /// defaults, or over none after `none`. Keys: volcano-qps,
-    /// volcano-burst, vc-scheduler-qps, vc-scheduler-burst,
-    /// vc-scheduler-period, training-operator-qps, training-operator-burst,
-    /// job-controller-qps, job-controller-burst, job-max-per-sync,
-    /// jobset-qps, jobset-burst, trainer-qps, trainer-burst. See
-    /// docs/simulated-kubelet.md for each default and its source.
-    #[arg(long, default_value = "defaults", value_parser = parse_operator_limits)]
-    pub operator_limits: super::actors::ratelimit::OperatorLimits,
-    /// resume: the application's own start after its pods are Ready
-    /// (checkpoint load, process-group set-up), the same in every tier:
-    /// reported as a separate term beside each time-to-resume.
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
-    pub app_start: Duration,
-}
-
-fn parse_operator_limits(s: &str) -> Result<super::actors::ratelimit::OperatorLimits, String> {
-    super::actors::ratelimit::OperatorLimits::parse(s).map_err(|e| e.to_string())
-}
-
-fn parse_pod_costs(s: &str) -> Result<super::actors::kubelet::PodCosts, String> {
-    super::actors::kubelet::PodCosts::parse(s).map_err(|e| e.to_string())
-}
-
-/// A path, empty allowed (`--assets` alone: from the environment).
-fn any_path(s: &str) -> Result<PathBuf, std::convert::Infallible> {
-    Ok(PathBuf::from(s))
-}
-
-impl SimArgs {
-    /// `--nodes`, or the scenario's default: 2,000 for `resume` (the
-    /// cluster size issue #14 measures), 200 otherwise.
-    pub fn nodes(&self) -> usize {
-        self.nodes_flag
-            .unwrap_or(if self.scenario == "resume" { 2000 } else { 200 })
-    }
-
-    /// `--job-size`, or the scenario's default: 1,024 for `resume` (one
-    /// large training job), 8 otherwise (many small jobs).
-    pub fn job_size(&self) -> usize {
-        self.job_size_flag
-            .unwrap_or(if self.scenario == "resume" { 1024 } else { 8 })
-    }
-
-    /// The flags of `rebound sim` as given on its command line (after
-    /// `sim`), with the command's defaults for the rest: what tests and
-    /// scripts use to run [`measure`].
-    pub fn from_flags(flags: &[&str]) -> Result<SimArgs, clap::Error> {
-        #[derive(clap::Parser)]
-        struct Sim {
-            #[command(flatten)]
-            args: SimArgs,
-        }
-        let argv = std::iter::once("sim").chain(flags.iter().copied());
-        <Sim as clap::Parser>::try_parse_from(argv).map(|s| s.args)
-    }
-}
 
 enum Ctl {
     /// The process, its pid, and the port of its `/metrics`.

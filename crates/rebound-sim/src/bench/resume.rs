@@ -26,35 +26,25 @@
 
 mod floor;
 mod kinds;
+mod real;
 mod report;
+mod tier;
 mod track;
 
 pub use floor::{Floor, PodShape};
 pub use kinds::{JobKind, KIND_NAMES, TIER_LABEL};
+pub use real::{DEFAULT_SCHEDULER, RealPod, RealTier};
 pub use report::{GoalCheck, ResumeReport, TierResult, goals, print_text};
 pub use track::{PodTracker, PodView, Resumed};
 
-use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Instant;
 
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-
-use super::analyse::{Injected, Subject, ms_between};
 use super::env::SimEnv;
-use super::serverlog::ServerRequest;
-use super::{Ctl, SimArgs, load_average, peak_rss_mib, set_xid, start_controller};
+use super::{Ctl, SimArgs, load_average, peak_rss_mib, start_controller};
 use crate::cluster::SimConfig;
 
 /// The tiers, in the order they are measured.
 pub const TIERS: [&str; 3] = ["InPlace", "ReplaceFaulty", "Recreate"];
-
-/// The longest wait for a job's pods to run, or to be gone.
-const SETUP_MAX: Duration = Duration::from_secs(1800);
-/// The longest wait for a job to resume after its fault.
-const RESUME_MAX: Duration = Duration::from_secs(900);
-/// The longest wait for rebound's writes to stop after the resume.
-const SETTLE_MAX: Duration = Duration::from_secs(60);
 
 /// The policy of one tier: that tier alone, a fallback far beyond any
 /// resume measured here (so no tier turns into another), no saved logs.
@@ -80,9 +70,14 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
     anyhow::ensure!(size > 0, "--job-size must be at least 1");
     let kind = JobKind::parse(&args.job_kind)
         .ok_or_else(|| anyhow::anyhow!("unknown --job-kind {}", args.job_kind))?;
+    let run: Vec<&str> = if args.tiers.is_empty() {
+        TIERS.to_vec()
+    } else {
+        args.tiers.iter().map(String::as_str).collect()
+    };
     eprintln!(
         "sim resume: {nodes} nodes, one wired {kind:?} of {size} pods per tier ({})",
-        TIERS.join(", ")
+        run.join(", ")
     );
     let env = SimEnv::start(
         args,
@@ -108,6 +103,17 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
     for tier in TIERS {
         env.bed.apply_yaml(&policy_yaml("sim", tier)).await?;
     }
+    let real = if args.real_node {
+        match real::RealSide::start(&env, args).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                env.finish_run(args.keep_audit_log.as_deref()).await;
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
     let ctl = start_controller(&env, args).await?;
     let setup_seconds = setup.elapsed().as_secs_f64();
     eprintln!(
@@ -141,15 +147,31 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
     ];
     let mut tiers = Vec::new();
     for (tier, floor) in TIERS.into_iter().zip(floors) {
-        let r = run_tier(&env, kind, tier, size, floor, &mut notes).await;
+        if !run.contains(&tier) {
+            continue;
+        }
+        let r = tier::run_tier(&env, kind, tier, size, floor, real.as_ref(), &mut notes).await;
         match r {
             Ok(t) => tiers.push(t),
             Err(e) => {
                 stop_controller(ctl).await;
+                let e = match &real {
+                    Some(r) => e.context(format!(
+                        "the real node's logs are in {}",
+                        r.dir().join("logs").display()
+                    )),
+                    None => e,
+                };
+                if let Some(r) = real {
+                    r.stop();
+                }
                 env.finish_run(args.keep_audit_log.as_deref()).await;
                 return Err(e.context(format!("tier {tier}")));
             }
         }
+    }
+    if let Some(r) = &real {
+        notes.extend(real::real_notes(r.name(), r.pods, &tiers));
     }
     if let Some(rss) = stop_controller(ctl).await {
         notes.push(format!(
@@ -157,14 +179,41 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         ));
     }
     notes.push("each tier ran on a fresh job, created once the previous tier's job and pods were gone; the node made faulty for ReplaceFaulty stays cordoned for Recreate".into());
-    notes.extend(report::floor_notes(kind, &shape, &tiers, size, args));
-    let goals = goals(&tiers);
+    notes.extend(floor::floor_notes(kind, &shape, &tiers, size, args));
+    let mut goals = goals(&tiers);
+    if !args.tiers.is_empty() {
+        // --tiers left some out: no goal fails for a tier not asked for.
+        goals.retain(|g| !g.detail.ends_with("not run"));
+    }
     let report = ResumeReport {
         scenario: "resume".into(),
         nodes,
         job_size: size,
         job_kind: format!("{}, wired by rebound inject", kind.describe()),
-        pods_from: kind.pods_from(real_cp).into(),
+        pods_from: if args.real_scheduler {
+            format!(
+                "{} (with --real-scheduler the real kube-scheduler binds them instead: see scheduler)",
+                kind.pods_from(real_cp)
+            )
+        } else {
+            kind.pods_from(real_cp).into()
+        },
+        scheduler: if args.real_scheduler {
+            format!(
+                "kube-scheduler v1.36.2 of --assets (profile {DEFAULT_SCHEDULER}, client 50/s, burst 100), for every pod of the job; the simulated scheduler places none"
+            )
+        } else if real.is_some() {
+            "the simulated scheduler for the simulated nodes' pods; the real node's pods are bound by their template (spec.nodeName)".into()
+        } else {
+            "the simulated scheduler".into()
+        },
+        real_node: real.as_ref().map(|r| {
+            format!(
+                "{}: kubelet v1.36.2, containerd, runc; {} pod(s) of each job on it, one Volcano task each (host network, a probe port each), beside {size} on the simulated nodes",
+                r.name(),
+                r.pods
+            )
+        }),
         operator_limits: args.operator_limits.to_string(),
         app_start_s: args.app_start.as_secs_f64(),
         pod_shape: shape,
@@ -180,6 +229,9 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         goals,
         notes,
     };
+    if let Some(r) = real {
+        r.stop();
+    }
     env.finish_run(args.keep_audit_log.as_deref()).await;
     Ok(report)
 }
@@ -194,381 +246,6 @@ async fn stop_controller(ctl: Ctl) -> Option<f64> {
         Ctl::InProcess(h) => {
             h.shutdown().await;
             None
-        }
-    }
-}
-
-fn is_write(r: &ServerRequest) -> bool {
-    matches!(
-        r.verb.as_str(),
-        "create" | "update" | "patch" | "delete" | "deletecollection"
-    )
-}
-
-/// Creates the tier's job, waits for it to run, injects the fault,
-/// measures until the job resumed and rebound settled, removes the job.
-async fn run_tier(
-    env: &SimEnv,
-    kind: JobKind,
-    tier: &str,
-    size: usize,
-    floor: Floor,
-    notes: &mut Vec<String>,
-) -> anyhow::Result<TierResult> {
-    let name = format!("resume-{}", tier.to_lowercase());
-    let jobs: Api<DynamicObject> =
-        Api::namespaced_with(env.bed.client(), &env.ns, &kind.resource());
-    let selector = kind.selector(&name);
-    let tracker = PodTracker::start(&env.kubeconfig, &env.ns, &selector).await?;
-    let t0 = Instant::now();
-    for (res, doc) in kind.manifests(env, &name, tier, size)? {
-        let api: Api<DynamicObject> = Api::namespaced_with(env.bed.client(), &env.ns, &res);
-        let obj: DynamicObject = serde_json::from_value(doc)?;
-        match api.create(&PostParams::default(), &obj).await {
-            Ok(_) => {}
-            // A runtime left by an earlier run of the same name.
-            Err(kube::Error::Api(e)) if e.code == 409 && res.kind != kind.resource().kind => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    wait_until(
-        &tracker,
-        SETUP_MAX,
-        &format!("{size} pods of {name} running"),
-        |p| p.iter().filter(|p| p.serving()).count() >= size,
-    )
-    .await?;
-    eprintln!(
-        "sim resume: {tier}: {size} pods of {name} running and ready after {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
-    // Let the controller's caches take in the last pods.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = tracker.pods();
-    let gen_before = generation(&jobs, &name).await?;
-    let log = env.server_log_from_now()?;
-    let job_key = kind.storage_key();
-    let job_events_before = env.watch_events_sent(&job_key);
-    tracker.arm(size, tier == "Recreate");
-    let first = before
-        .iter()
-        .map(|p| p.name.clone())
-        .min()
-        .ok_or_else(|| anyhow::anyhow!("{name} has no pods"))?;
-    let (inj, fault, faulty_node) = if tier == "ReplaceFaulty" {
-        let node = before
-            .iter()
-            .find(|p| p.name == first)
-            .and_then(|p| p.node.clone())
-            .ok_or_else(|| anyhow::anyhow!("pod {first} is not on a node"))?;
-        let mut inj = Injected::new(
-            SystemTime::now(),
-            Subject::Node(node.clone()),
-            "nodes",
-            &node,
-        );
-        set_xid(&env.bed, &node, "79").await?;
-        inj.answered = Some(SystemTime::now());
-        (
-            inj,
-            format!("XID 79 on node {node} (pod {first})"),
-            Some(node),
-        )
-    } else {
-        let mut inj = Injected::new(
-            SystemTime::now(),
-            Subject::Job(name.clone()),
-            "pods",
-            &first,
-        );
-        env.bed
-            .cluster
-            .fail_container(&env.ns, &first, kind.worker(), 1, "Error")
-            .await?;
-        inj.answered = Some(SystemTime::now());
-        (
-            inj,
-            format!("container {} of {first} exited with code 1", kind.worker()),
-            None,
-        )
-    };
-    let t_fault = Instant::now();
-    let mut said = Instant::now();
-    let resumed = loop {
-        if let Some(r) = tracker.resumed() {
-            break Some(r);
-        }
-        if t_fault.elapsed() > RESUME_MAX || said.elapsed() > Duration::from_secs(15) {
-            let (live, serving, back) = tracker.progress();
-            let g = jobs
-                .get(&name)
-                .await
-                .map(|j| rebound::inplace::Generation::from_annotations(j.annotations()));
-            let state = format!(
-                "{live} pods, {serving} running and ready, {back} back in the new generation; job generation {}",
-                g.map_or_else(
-                    |e| e.to_string(),
-                    |g| format!("{} (released {})", g.current, g.released)
-                )
-            );
-            if t_fault.elapsed() > RESUME_MAX {
-                notes.push(format!(
-                    "{tier}: the job had not resumed {}s after the fault: {state}",
-                    RESUME_MAX.as_secs()
-                ));
-                break None;
-            }
-            eprintln!(
-                "sim resume: {tier}: {:.0}s after the fault: {state}",
-                t_fault.elapsed().as_secs_f64()
-            );
-            said = Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    eprintln!(
-        "sim resume: {tier}: {} after {:.1}s; waiting for rebound to settle",
-        if resumed.is_some() {
-            "resumed"
-        } else {
-            "NOT resumed"
-        },
-        t_fault.elapsed().as_secs_f64()
-    );
-    settle(env, &log).await?;
-    let job_watch_events = env
-        .watch_events_sent(&job_key)
-        .zip(job_events_before)
-        .map(|(after, before)| after.saturating_sub(before));
-    let reqs = log.read(env)?.map(|(r, _)| r);
-    let after = tracker.pods();
-    let gen_after = generation(&jobs, &name).await?;
-    let tier_recorded = recorded_tier(&jobs, &name).await?;
-
-    let now_uids: HashSet<&str> = after.iter().map(|p| p.uid.as_str()).collect();
-    let mut replaced_pods: Vec<String> = before
-        .iter()
-        .filter(|p| !now_uids.contains(p.uid.as_str()))
-        .map(|p| p.name.clone())
-        .collect();
-    replaced_pods.sort();
-    let mut faulty_node_pods: Vec<String> = before
-        .iter()
-        .filter(|p| faulty_node.is_some() && p.node == faulty_node)
-        .map(|p| p.name.clone())
-        .collect();
-    faulty_node_pods.sort();
-
-    let client_ttr = match (&resumed, inj.answered) {
-        (Some(r), Some(a)) => Some(ms_between(a, r.at) / 1000.0),
-        _ => None,
-    };
-    let plural = kind.resource().plural;
-    let mut rebound_by_verb: BTreeMap<String, usize> = BTreeMap::new();
-    let mut total_by_verb: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut rebound_writes, mut recovery_writes, mut total, mut ttr) = (0, 0, None, None);
-    let mut released = None;
-    let mut last_bound = None;
-    if let Some(reqs) = &reqs {
-        // The control plane's part: the last pod of the new generation
-        // bound (recreated pods; in place, none is).
-        let names: HashSet<&str> = after.iter().map(|p| p.name.as_str()).collect();
-        if let Some(c) = inj.committed(reqs) {
-            last_bound = reqs
-                .iter()
-                .filter(|r| r.resource == "pods" && r.subresource == "binding" && r.status < 300)
-                .filter(|r| r.received >= c && r.name.as_deref().is_some_and(|n| names.contains(n)))
-                .map(|r| ms_between(c, r.completed) / 1000.0)
-                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-        }
-        for r in reqs.iter().filter(|r| is_write(r)) {
-            if r.by_controller() {
-                rebound_writes += 1;
-                *rebound_by_verb.entry(r.verb_key()).or_default() += 1;
-                if r.resource == plural || matches!(r.resource.as_str(), "pods" | "commands") {
-                    recovery_writes += 1;
-                }
-            }
-        }
-        for r in reqs
-            .iter()
-            .filter(|r| is_write(r) && r.resource != "leases")
-        {
-            *total_by_verb.entry(r.verb_key()).or_default() += 1;
-        }
-        total = Some(total_by_verb.values().sum());
-        ttr = match (&resumed, inj.committed(reqs)) {
-            (Some(r), Some(c)) => {
-                last_write_of(reqs, &r.last_pod, r.at).map(|end| ms_between(c, end) / 1000.0)
-            }
-            _ => None,
-        };
-        // In place: the second write to the job lifts the barrier (the
-        // first raised the generation).
-        if tier != "Recreate"
-            && let Some(c) = inj.committed(reqs)
-        {
-            released = reqs
-                .iter()
-                .filter(|r| r.by_controller() && r.status < 300 && r.verb == "patch")
-                .filter(|r| r.resource == plural && r.name.as_deref() == Some(name.as_str()))
-                .nth(1)
-                .map(|r| ms_between(c, r.completed) / 1000.0);
-        }
-        if resumed.is_some() && ttr.is_none() {
-            notes.push(format!("{tier}: the fault's commit or the last pod's status write was not found in the server's log; only the client clock measured it"));
-        }
-    }
-    let result = TierResult {
-        tier: tier.into(),
-        tier_recorded,
-        job: name.clone(),
-        fault,
-        resumed: resumed.is_some(),
-        time_to_resume_s: ttr,
-        barrier_released_s: released,
-        client_time_to_resume_s: client_ttr,
-        last_pod: resumed.map(|r| r.last_pod),
-        rebound_writes,
-        rebound_recovery_writes: recovery_writes,
-        rebound_writes_by_verb: rebound_by_verb,
-        total_writes: total,
-        total_writes_by_verb: total_by_verb,
-        pods_replaced: replaced_pods.len(),
-        replaced_pods,
-        faulty_node,
-        faulty_node_pods,
-        generation: (gen_before, gen_after),
-        job_watch_events,
-        floor,
-        last_bound_s: last_bound,
-    };
-    eprintln!(
-        "sim resume: {tier}: time-to-resume {:?} s (client {:?} s), rebound writes {}, pods replaced {}; removing {name}",
-        result.time_to_resume_s,
-        result.client_time_to_resume_s,
-        result.rebound_writes,
-        result.pods_replaced
-    );
-    remove_job(env, &jobs, &name, &selector, &tracker).await?;
-    Ok(result)
-}
-
-/// When the server completed the status write of `pod` that made it
-/// serve: the last one it received before this process saw the job
-/// resumed (a watch event follows its write's commit; the answer's
-/// completion may trail the event by a moment).
-fn last_write_of(reqs: &[ServerRequest], pod: &str, seen: SystemTime) -> Option<SystemTime> {
-    reqs.iter()
-        .filter(|r| r.resource == "pods" && r.subresource == "status" && r.status < 300)
-        .filter(|r| matches!(r.verb.as_str(), "patch" | "update"))
-        .filter(|r| r.name.as_deref() == Some(pod) && r.received <= seen)
-        .map(|r| r.completed)
-        .max()
-}
-
-/// Waits until rebound's writes in the server's log stop moving for 3 s
-/// (at most [`SETTLE_MAX`]); without a log, 3 s.
-async fn settle(env: &SimEnv, log: &super::env::ServerLog) -> anyhow::Result<()> {
-    let start = Instant::now();
-    let mut last = usize::MAX;
-    let mut quiet = Instant::now();
-    while start.elapsed() < SETTLE_MAX {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let Some((reqs, _)) = log.read(env)? else {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            return Ok(());
-        };
-        let n = reqs.iter().filter(|r| r.by_controller()).count();
-        if n != last {
-            last = n;
-            quiet = Instant::now();
-        } else if quiet.elapsed() >= Duration::from_secs(3) {
-            break;
-        }
-    }
-    Ok(())
-}
-
-async fn wait_until(
-    tracker: &PodTracker,
-    limit: Duration,
-    what: &str,
-    done: impl Fn(&[PodView]) -> bool,
-) -> anyhow::Result<()> {
-    let start = Instant::now();
-    let mut said = Instant::now();
-    loop {
-        let pods = tracker.pods();
-        if done(&pods) {
-            return Ok(());
-        }
-        if start.elapsed() > limit {
-            anyhow::bail!(
-                "not {what} after {}s ({} pods seen, {} running and ready)",
-                limit.as_secs(),
-                pods.len(),
-                pods.iter().filter(|p| p.serving()).count()
-            );
-        }
-        if said.elapsed() > Duration::from_secs(15) {
-            eprintln!(
-                "sim resume: waiting for {what}: {} of {} seen running and ready after {:.0}s",
-                pods.iter().filter(|p| p.serving()).count(),
-                pods.len(),
-                start.elapsed().as_secs_f64()
-            );
-            said = Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The job's `restart-generation` annotation (0 when absent).
-async fn generation(jobs: &Api<DynamicObject>, name: &str) -> anyhow::Result<u64> {
-    let j = jobs.get(name).await?;
-    Ok(rebound::inplace::Generation::from_annotations(j.annotations()).current)
-}
-
-/// The tier of the newest restart the controller recorded on the job.
-async fn recorded_tier(jobs: &Api<DynamicObject>, name: &str) -> anyhow::Result<Option<String>> {
-    let j = jobs.get(name).await?;
-    Ok(rebound::recover::read_history(j.annotations())
-        .last()
-        .and_then(|r| r.tier.clone()))
-}
-
-/// Deletes the job, then its pods, and waits until the pods are gone. The
-/// simulated operator may recreate a pod it had not yet seen the job's
-/// deletion for, so the pods are deleted again until none is left.
-async fn remove_job(
-    env: &SimEnv,
-    jobs: &Api<DynamicObject>,
-    name: &str,
-    selector: &str,
-    tracker: &PodTracker,
-) -> anyhow::Result<()> {
-    jobs.delete(name, &DeleteParams::background()).await?;
-    let start = Instant::now();
-    while jobs.get_opt(name).await?.is_some() && start.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.bed.client(), &env.ns);
-    let sel = ListParams::default().labels(selector);
-    loop {
-        pods.delete_collection(&DeleteParams::default(), &sel)
-            .await?;
-        let gone = wait_until(
-            tracker,
-            Duration::from_secs(30),
-            &format!("the pods of {name} gone"),
-            |p| p.is_empty(),
-        )
-        .await;
-        match gone {
-            Ok(()) => return Ok(()),
-            Err(e) if start.elapsed() > SETUP_MAX => return Err(e),
-            Err(_) => {}
         }
     }
 }

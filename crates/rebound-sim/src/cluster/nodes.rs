@@ -68,6 +68,11 @@ pub(super) fn node_object(i: usize, cfg: &SimConfig) -> Value {
                 cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
             ],
             "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            // What a v1.36 kubelet declares for the restart rules the
+            // simulated one runs: kube-scheduler's NodeDeclaredFeatures
+            // filter places a pod with a `RestartAllContainers` rule only on
+            // a node that declares it (`rebound sim --real-scheduler`).
+            "declaredFeatures": ["RestartAllContainersOnContainerExits"],
             "nodeInfo": {
                 "machineID": "", "systemUUID": "", "bootID": "",
                 "kernelVersion": "5.15.0-sim", "osImage": "Ubuntu 22.04.4 LTS",

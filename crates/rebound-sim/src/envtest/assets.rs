@@ -254,24 +254,38 @@ pub struct NodeAssets {
     pub pause: PathBuf,
 }
 
+/// `kubelet` and `pause` in `dir` (what `rebound sim --assets DIR
+/// --real-node` runs), or which one is missing.
+pub fn node_assets_in(dir: &Path) -> Result<NodeAssets, AssetsError> {
+    for name in ["kubelet", "pause"] {
+        if !dir.join(name).is_file() {
+            return Err(AssetsError::Missing {
+                name: name.into(),
+                dir: dir.to_owned(),
+            });
+        }
+    }
+    Ok(NodeAssets {
+        kubelet: dir.join("kubelet"),
+        pause: dir.join("pause"),
+    })
+}
+
+/// The directory the binaries of `../shared/k8s` are unpacked into.
+fn unpacked_dir(project_root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root.join("target"))
+        .join("envtest-assets")
+}
+
 /// Finds `kubelet` and `pause` for the project at `project_root`: in
 /// `REBOUND_TEST_ASSETS` when set, else unpacked from `../shared/k8s` into
 /// `target/envtest-assets/` and verified like the control plane's.
 pub fn resolve_node_assets(project_root: &Path) -> Result<NodeAssets, AssetsError> {
     if let Some(d) = std::env::var_os(super::ASSETS_ENV).filter(|v| !v.is_empty()) {
-        let dir = PathBuf::from(d);
-        for name in ["kubelet", "pause"] {
-            if !dir.join(name).is_file() {
-                return Err(AssetsError::Missing {
-                    name: name.into(),
-                    dir,
-                });
-            }
-        }
-        return Ok(NodeAssets {
-            kubelet: dir.join("kubelet"),
-            pause: dir.join("pause"),
-        });
+        return node_assets_in(Path::new(&d));
     }
     let shared = project_root.join("../shared/k8s");
     if !shared.join("kubelet.xz").is_file() {
@@ -280,15 +294,29 @@ pub fn resolve_node_assets(project_root: &Path) -> Result<NodeAssets, AssetsErro
             dir: shared,
         });
     }
-    let out = std::env::var_os("CARGO_TARGET_DIR")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| project_root.join("target"))
-        .join("envtest-assets");
+    let out = unpacked_dir(project_root);
     Ok(NodeAssets {
         kubelet: unpack_verified(&shared, &out, "kubelet")?,
         pause: unpack_verified(&shared, &out, "pause")?,
     })
+}
+
+/// Finds `kube-scheduler` for the project at `project_root`, as
+/// [`resolve_node_assets`] finds the kubelet.
+pub fn resolve_scheduler(project_root: &Path) -> Result<PathBuf, AssetsError> {
+    if let Some(d) = std::env::var_os(super::ASSETS_ENV).filter(|v| !v.is_empty()) {
+        let dir = PathBuf::from(d);
+        let bin = dir.join("kube-scheduler");
+        if !bin.is_file() {
+            return Err(AssetsError::Missing {
+                name: "kube-scheduler".into(),
+                dir,
+            });
+        }
+        return Ok(bin);
+    }
+    let shared = project_root.join("../shared/k8s");
+    unpack_verified(&shared, &unpacked_dir(project_root), "kube-scheduler")
 }
 
 fn write_stamp(bin: &Path, stamp_path: &Path, sha: &str) -> Result<(), AssetsError> {
@@ -365,7 +393,10 @@ mod tests {
             return;
         };
         let sums = readme_checksums(&text);
-        for name in BINARIES.iter().chain(&["kubelet", "pause"]) {
+        for name in BINARIES
+            .iter()
+            .chain(&["kubelet", "pause", "kube-scheduler"])
+        {
             assert!(sums.iter().any(|(n, _)| n == name), "{name}: {sums:?}");
         }
     }

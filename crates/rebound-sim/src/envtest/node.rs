@@ -192,6 +192,18 @@ impl RealNode {
         name: &str,
         images: &[ImageSpec],
     ) -> Result<RealNode, NodeError> {
+        RealNode::start_with_kubeconfig(cp.kubeconfig_path(), assets, name, images)
+    }
+
+    /// [`Self::start`] against the cluster of an admin kubeconfig file
+    /// (a control plane owned elsewhere: `rebound sim --real-node` starts
+    /// the node on a thread of its own, which cannot borrow it).
+    pub fn start_with_kubeconfig(
+        kubeconfig: &Path,
+        assets: &NodeAssets,
+        name: &str,
+        images: &[ImageSpec],
+    ) -> Result<RealNode, NodeError> {
         if let Some(why) = missing_host_pieces() {
             return Err(NodeError::NotInstalled(why));
         }
@@ -247,7 +259,7 @@ impl RealNode {
         c.arg("--config")
             .arg(&kcfg)
             .arg("--kubeconfig")
-            .arg(cp.kubeconfig_path())
+            .arg(kubeconfig)
             .arg(format!("--hostname-override={name}"))
             .arg(format!("--node-labels={REAL_NODE_LABEL}=true"))
             .arg("--root-dir")
@@ -259,7 +271,7 @@ impl RealNode {
         node.wait_for("the kubelet's healthz", Duration::from_secs(60), |_| {
             http_ok(healthz, "/healthz")
         })?;
-        let client = cp_client(cp)?;
+        let client = cp_client(kubeconfig)?;
         node.wait_for("the Node Ready", Duration::from_secs(90), |n| {
             node_ready(&client, &n.name)
         })?;
@@ -415,14 +427,17 @@ struct CpClient {
     client: kube::Client,
 }
 
-fn cp_client(cp: &ControlPlane) -> Result<CpClient, NodeError> {
+fn cp_client(kubeconfig: &Path) -> Result<CpClient, NodeError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(io("a runtime for start-up checks"))?;
     let client = rt
         .block_on(async {
-            let cfg = cp.client_config().await.map_err(|e| e.to_string())?;
+            let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
             kube::Client::try_from(cfg).map_err(|e| e.to_string())
         })
         .map_err(|e| NodeError::Io {

@@ -162,6 +162,85 @@ fn sched_time(c: &PodCosts, n: u64) -> Duration {
     crate::actors::ratelimit::ClientLimit::new(c.schedule_rate, c.schedule_burst).time_for(n)
 }
 
+/// What bounds the ratio, with the arithmetic: the floors' parts, and what
+/// is not modelled. Printed as notes.
+pub fn floor_notes(
+    kind: JobKind,
+    shape: &PodShape,
+    tiers: &[super::TierResult],
+    pods: usize,
+    args: &crate::bench::SimArgs,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let c = &args.pod_costs;
+    let l = &args.operator_limits;
+    let (Some(ip), Some(rc)) = (
+        tiers.iter().find(|t| t.tier == "InPlace"),
+        tiers.iter().find(|t| t.tier == "Recreate"),
+    ) else {
+        return out;
+    };
+    let n = pods as f64;
+    let per = |d: std::time::Duration| d.as_secs_f64();
+    let fresh = format!(
+        "a fresh pod: devices {} + sandbox {} + {} init × (image {} + start {} + run {}) + {} sidecar/container × (image + start) + probe {} = {:.2} s",
+        per(c.devices),
+        per(c.sandbox),
+        shape.regular_inits,
+        per(c.image),
+        per(c.start),
+        per(c.init),
+        shape.sidecars + shape.containers,
+        per(c.ready),
+        rc.floor.per_pod_s
+    );
+    let ctl = match kind {
+        JobKind::Volcano => format!(
+            "volcano-controller-manager sends 2 × {pods} requests (out-of-sync patch, delete) one after another at {} → {:.2} s, the old pods stop ({:.2} s), then {pods} creates at the same limit → {:.2} s; vc-scheduler binds {pods} at {} → {:.2} s",
+            l.volcano,
+            per(l.volcano.time_for(2 * pods as u64)),
+            per(c.stop),
+            per(l.volcano.time_for(pods as u64)),
+            l.vc_scheduler,
+            per(l.vc_scheduler.time_for(pods as u64))
+        ),
+        JobKind::PyTorchJob => format!(
+            "the old pods stop ({:.2} s; the operator reuses their names), then the training-operator creates {pods} pods at {} → {:.2} s",
+            per(c.stop),
+            l.training_operator,
+            per(l.training_operator.time_for(pods as u64))
+        ),
+        _ => format!(
+            "the Job controller creates {pods} replacements at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
+            l.job_controller,
+            per(l.job_controller.time_for(pods as u64))
+        ),
+    };
+    let ratio = rc.floor.total_s() / ip.floor.total_s().max(f64::EPSILON);
+    out.push(format!(
+        "floors: in place {:.2} s (kill {} + the pod's init containers, agent and worker again + probe; sandbox, IP and devices kept); recreate {:.2} s = control plane {:.2} s ({ctl}) + {fresh}; at most {ratio:.1}× apart at these costs and limits",
+        ip.floor.total_s(), per(c.kill), rc.floor.total_s(), rc.floor.control_plane_s
+    ));
+    if ratio < 10.0 {
+        let need = 10.0 * ip.floor.total_s() - rc.floor.per_pod_s;
+        out.push(format!(
+            "≥10× is out of reach for this kind at these defaults: it needs a recreate floor of 10 × {:.2} = {:.2} s, i.e. a control-plane term of {:.2} s besides the {:.2} s of a fresh start; the control plane of {pods} pods here costs {:.2} s ({:.1} ms a pod)",
+            ip.floor.total_s(), 10.0 * ip.floor.total_s(), need, rc.floor.per_pod_s,
+            rc.floor.control_plane_s, 1000.0 * rc.floor.control_plane_s / n
+        ));
+    }
+    if matches!(kind, JobKind::Job | JobKind::JobSet | JobKind::TrainJob) {
+        out.push(format!(
+            "not modelled, and paid by a real Job controller: removing the job-tracking finalizer of each of the {pods} deleted pods, one patch each through the same client ({:.2} s more at {} if alone), and a JobSet/TrainJob's restart of its child Job when a deleted pod fails it; leaving them out favours recreate",
+            per(l.job_controller.time_for(pods as u64)), l.job_controller
+        ));
+    }
+    if kind == JobKind::Volcano {
+        out.push("not modelled: the PodGroup's deletion and re-creation by volcano-controller-manager and its enqueue by vc-scheduler before the controller creates the pods (up to one more session); leaving them out favours recreate".into());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

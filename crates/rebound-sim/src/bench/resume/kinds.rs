@@ -162,7 +162,13 @@ impl JobKind {
             spec["restartPolicy"] = json!(policy);
         }
         if let Some(sh) = &env.bed.cluster.config().shared {
-            spec["schedulerName"] = json!(sh.scheduler_name);
+            // kube-scheduler's default profile with --real-scheduler; the
+            // simulated one's name otherwise (it serves only that name).
+            spec["schedulerName"] = if env.real_scheduler {
+                json!(super::DEFAULT_SCHEDULER)
+            } else {
+                json!(sh.scheduler_name)
+            };
             spec["tolerations"] = json!([{"key": sh.taint_key, "operator": "Exists"}]);
         }
         let template = json!({"metadata": {"labels": labels}, "spec": spec});

@@ -5,8 +5,6 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 use super::floor::{Floor, PodShape};
-use super::kinds::JobKind;
-use crate::bench::SimArgs;
 
 /// One tier's recovery, measured.
 #[derive(Debug, Clone, Serialize)]
@@ -77,6 +75,14 @@ pub struct TierResult {
     /// generation bound (the control plane's part of a recreate; `null`
     /// when no pod was bound, as in place).
     pub last_bound_s: Option<f64>,
+    /// The pods of the tier's job bound (`pods/binding`, from its creation
+    /// to the end of the recovery), by the binder's user agent up to its
+    /// first `/`: which scheduler placed them. Empty without a server log
+    /// or when every pod was bound by its template.
+    pub bound_by: BTreeMap<String, usize>,
+    /// With `--real-node`: the real kubelet's pods of the job, measured
+    /// apart from the simulated ones.
+    pub real_kubelet: Option<super::real::RealTier>,
 }
 
 impl TierResult {
@@ -113,6 +119,10 @@ pub struct ResumeReport {
     pub job_kind: String,
     /// Which component creates the job's pods, under which limits.
     pub pods_from: String,
+    /// Which scheduler places them.
+    pub scheduler: String,
+    /// With `--real-node`: the real node and what runs on it.
+    pub real_node: Option<String>,
     /// `--operator-limits`.
     pub operator_limits: String,
     /// `--app-start`: the application's own start, seconds, added to every
@@ -288,6 +298,10 @@ pub fn print_text(r: &ResumeReport) {
     println!("  API server:   {}", r.server);
     println!("  job:          {}", r.job_kind);
     println!("  pods from:    {}", r.pods_from);
+    println!("  scheduler:    {}", r.scheduler);
+    if let Some(n) = &r.real_node {
+        println!("  real node:    {n}");
+    }
     println!(
         "  pod:          {} init container(s) run to completion, {} sidecar(s), {} container(s){}",
         r.pod_shape.regular_inits,
@@ -305,8 +319,9 @@ pub fn print_text(r: &ResumeReport) {
         "  time-to-resume: fault committed → every pod Running and Ready in the new generation ({}; client clock beside it)",
         r.server_timing.as_deref().unwrap_or("no server clock")
     );
+    let real = r.tiers.iter().any(|t| t.real_kubelet.is_some());
     println!(
-        "  {:<14} {:>12} {:>9} {:>17} {:>12} {:>9} {:>9} {:>8} {:>9}",
+        "  {:<14} {:>12} {:>9} {:>17} {:>12} {:>9} {:>9} {:>8} {:>9}{}",
         "tier",
         "resume",
         "floor",
@@ -315,12 +330,24 @@ pub fn print_text(r: &ResumeReport) {
         "rebound",
         "recovery",
         "total",
-        "replaced"
+        "replaced",
+        if real {
+            format!(" {:>12} {:>12}", "simulated", "real kubelet")
+        } else {
+            String::new()
+        }
     );
     for t in &r.tiers {
         let total = t.total_writes.map_or_else(|| "-".into(), |n| n.to_string());
+        let real_cols = t.real_kubelet.as_ref().map_or_else(String::new, |k| {
+            format!(
+                " {:>12} {:>12}",
+                secs(k.simulated_time_to_resume_s),
+                secs(k.time_to_resume_s)
+            )
+        });
         println!(
-            "  {:<14} {:>12} {:>9} {:>17} {:>12} {:>9} {:>9} {:>8} {:>9}{}",
+            "  {:<14} {:>12} {:>9} {:>17} {:>12} {:>9} {:>9} {:>8} {:>9}{real_cols}{}",
             t.tier,
             if t.resumed {
                 secs(t.time_to_resume_s)
@@ -342,6 +369,11 @@ pub fn print_text(r: &ResumeReport) {
                 None => "   (no restart recorded)".into(),
                 _ => String::new(),
             }
+        );
+    }
+    if real {
+        println!(
+            "  (simulated = the same span for the pods of the simulated kubelets alone, real kubelet = for the pods on the real node alone; resume = the whole job)"
         );
     }
     println!(
@@ -366,6 +398,34 @@ pub fn print_text(r: &ResumeReport) {
             println!(
                 "    watch events the server sent for jobs of this kind meanwhile (agents, rebound, the operator): {n}"
             );
+        }
+        if !t.bound_by.is_empty() {
+            println!("    pods bound by: {}", by_verb(&t.bound_by));
+        }
+        if let Some(k) = &t.real_kubelet {
+            println!(
+                "    real kubelet on {}: fault → its last pod Running and Ready {} (client {}); simulated pods {} (client {})",
+                k.node,
+                secs(k.time_to_resume_s),
+                secs(k.client_time_to_resume_s),
+                secs(k.simulated_time_to_resume_s),
+                secs(k.simulated_client_time_to_resume_s)
+            );
+            for p in &k.pods {
+                println!(
+                    "      {}: {}, agent restarts {} → {}, worker restarts {} → {}",
+                    p.name,
+                    if p.same_pod {
+                        "same pod (restarted in place)"
+                    } else {
+                        "replaced by a new pod"
+                    },
+                    p.agent_restarts.0,
+                    p.agent_restarts.1,
+                    p.worker_restarts.0,
+                    p.worker_restarts.1
+                );
+            }
         }
         if let Some(b) = t.barrier_released_s {
             println!(
@@ -402,83 +462,4 @@ pub fn print_text(r: &ResumeReport) {
     for n in &r.notes {
         println!("  note: {n}");
     }
-}
-
-/// What bounds the ratio, with the arithmetic: the floors' parts, and what
-/// is not modelled. Printed as notes.
-pub fn floor_notes(
-    kind: JobKind,
-    shape: &PodShape,
-    tiers: &[TierResult],
-    pods: usize,
-    args: &SimArgs,
-) -> Vec<String> {
-    let mut out = Vec::new();
-    let c = &args.pod_costs;
-    let l = &args.operator_limits;
-    let (Some(ip), Some(rc)) = (
-        tiers.iter().find(|t| t.tier == "InPlace"),
-        tiers.iter().find(|t| t.tier == "Recreate"),
-    ) else {
-        return out;
-    };
-    let n = pods as f64;
-    let per = |d: std::time::Duration| d.as_secs_f64();
-    let fresh = format!(
-        "a fresh pod: devices {} + sandbox {} + {} init × (image {} + start {} + run {}) + {} sidecar/container × (image + start) + probe {} = {:.2} s",
-        per(c.devices),
-        per(c.sandbox),
-        shape.regular_inits,
-        per(c.image),
-        per(c.start),
-        per(c.init),
-        shape.sidecars + shape.containers,
-        per(c.ready),
-        rc.floor.per_pod_s
-    );
-    let ctl = match kind {
-        JobKind::Volcano => format!(
-            "volcano-controller-manager sends 2 × {pods} requests (out-of-sync patch, delete) one after another at {} → {:.2} s, the old pods stop ({:.2} s), then {pods} creates at the same limit → {:.2} s; vc-scheduler binds {pods} at {} → {:.2} s",
-            l.volcano,
-            per(l.volcano.time_for(2 * pods as u64)),
-            per(c.stop),
-            per(l.volcano.time_for(pods as u64)),
-            l.vc_scheduler,
-            per(l.vc_scheduler.time_for(pods as u64))
-        ),
-        JobKind::PyTorchJob => format!(
-            "the old pods stop ({:.2} s; the operator reuses their names), then the training-operator creates {pods} pods at {} → {:.2} s",
-            per(c.stop),
-            l.training_operator,
-            per(l.training_operator.time_for(pods as u64))
-        ),
-        _ => format!(
-            "the Job controller creates {pods} replacements at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
-            l.job_controller,
-            per(l.job_controller.time_for(pods as u64))
-        ),
-    };
-    let ratio = rc.floor.total_s() / ip.floor.total_s().max(f64::EPSILON);
-    out.push(format!(
-        "floors: in place {:.2} s (kill {} + the pod's init containers, agent and worker again + probe; sandbox, IP and devices kept); recreate {:.2} s = control plane {:.2} s ({ctl}) + {fresh}; at most {ratio:.1}× apart at these costs and limits",
-        ip.floor.total_s(), per(c.kill), rc.floor.total_s(), rc.floor.control_plane_s
-    ));
-    if ratio < 10.0 {
-        let need = 10.0 * ip.floor.total_s() - rc.floor.per_pod_s;
-        out.push(format!(
-            "≥10× is out of reach for this kind at these defaults: it needs a recreate floor of 10 × {:.2} = {:.2} s, i.e. a control-plane term of {:.2} s besides the {:.2} s of a fresh start; the control plane of {pods} pods here costs {:.2} s ({:.1} ms a pod)",
-            ip.floor.total_s(), 10.0 * ip.floor.total_s(), need, rc.floor.per_pod_s,
-            rc.floor.control_plane_s, 1000.0 * rc.floor.control_plane_s / n
-        ));
-    }
-    if matches!(kind, JobKind::Job | JobKind::JobSet | JobKind::TrainJob) {
-        out.push(format!(
-            "not modelled, and paid by a real Job controller: removing the job-tracking finalizer of each of the {pods} deleted pods, one patch each through the same client ({:.2} s more at {} if alone), and a JobSet/TrainJob's restart of its child Job when a deleted pod fails it; leaving them out favours recreate",
-            per(l.job_controller.time_for(pods as u64)), l.job_controller
-        ));
-    }
-    if kind == JobKind::Volcano {
-        out.push("not modelled: the PodGroup's deletion and re-creation by volcano-controller-manager and its enqueue by vc-scheduler before the controller creates the pods (up to one more session); leaving them out favours recreate".into());
-    }
-    out
 }

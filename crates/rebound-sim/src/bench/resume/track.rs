@@ -34,6 +34,8 @@ pub struct PodView {
     pub deleting: bool,
     /// The restart agent's `restartCount` (0 without an agent).
     pub agent_restarts: i32,
+    /// The highest `restartCount` of the pod's regular containers.
+    pub worker_restarts: i32,
 }
 
 impl PodView {
@@ -53,6 +55,10 @@ impl PodView {
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
             deleting: p.metadata.deletion_timestamp.is_some(),
             agent_restarts,
+            worker_restarts: st
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|v| v.iter().map(|c| c.restart_count).max())
+                .unwrap_or(0),
         }
     }
 
@@ -108,14 +114,29 @@ struct State {
     relist: Option<HashMap<String, PodView>>,
     goal: Option<Goal>,
     resumed: Option<Resumed>,
+    /// Since the goal was set: when each pod (by uid) was first seen back,
+    /// as it was then.
+    back: HashMap<String, (PodView, SystemTime)>,
 }
 
 impl State {
+    /// Records when `v` was first seen back in the new generation.
+    fn note_back(&mut self, v: &PodView, at: SystemTime) {
+        if let Some(goal) = &self.goal
+            && !v.deleting
+            && goal.back(v)
+            && !self.back.contains_key(&v.uid)
+        {
+            self.back.insert(v.uid.clone(), (v.clone(), at));
+        }
+    }
+
     fn on_event(&mut self, ev: watcher::Event<Pod>, at: SystemTime) {
         let changed = match ev {
             watcher::Event::Apply(p) => {
                 let v = PodView::of(&p);
                 let name = v.name.clone();
+                self.note_back(&v, at);
                 self.pods.insert(v.uid.clone(), v);
                 Some(name)
             }
@@ -137,6 +158,10 @@ impl State {
             }
             watcher::Event::InitDone => {
                 self.pods = self.relist.take().unwrap_or_default();
+                let now: Vec<PodView> = self.pods.values().cloned().collect();
+                for v in &now {
+                    self.note_back(v, at);
+                }
                 Some(String::new())
             }
         };
@@ -244,6 +269,7 @@ impl PodTracker {
                 fresh_only,
             });
             s.resumed = None;
+            s.back.clear();
         }
     }
 
@@ -261,6 +287,20 @@ impl PodTracker {
             .as_ref()
             .map_or(0, |g| live.iter().filter(|p| g.back(p)).count());
         (live.len(), serving, back)
+    }
+
+    /// The pods of the job now (not being deleted), each with when it was
+    /// first seen back in the new generation since [`Self::arm`] (as it was
+    /// then); pods not back are left out.
+    pub fn back_times(&self) -> Vec<(PodView, SystemTime)> {
+        let Ok(s) = self.state.lock() else {
+            return Vec::new();
+        };
+        s.pods
+            .values()
+            .filter(|p| !p.deleting)
+            .filter_map(|p| s.back.get(&p.uid).cloned())
+            .collect()
     }
 
     /// When the job resumed, once it has.
@@ -316,6 +356,51 @@ mod tests {
             s.resumed.as_ref().map(|r| r.last_pod.as_str()),
             Some("j-1"),
             "the new pod needs no restart"
+        );
+    }
+
+    #[test]
+    fn each_pod_is_stamped_when_it_is_first_back() {
+        let at = |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
+        let mut s = State::default();
+        s.on_event(
+            watcher::Event::Apply(pod("a", "j-0", true, 0, false)),
+            at(0),
+        );
+        s.on_event(
+            watcher::Event::Apply(pod("b", "j-1", true, 0, false)),
+            at(0),
+        );
+        let before = s.pods.values().map(|p| (p.uid.clone(), 0)).collect();
+        s.goal = Some(Goal {
+            pods: 2,
+            before,
+            fresh_only: false,
+        });
+        s.on_event(
+            watcher::Event::Apply(pod("a", "j-0", false, 1, false)),
+            at(1),
+        );
+        assert!(s.back.is_empty(), "restarted but not Ready: not back");
+        s.on_event(
+            watcher::Event::Apply(pod("a", "j-0", true, 1, false)),
+            at(2),
+        );
+        s.on_event(
+            watcher::Event::Apply(pod("a", "j-0", true, 1, false)),
+            at(3),
+        );
+        s.on_event(
+            watcher::Event::Apply(pod("b", "j-1", true, 1, false)),
+            at(5),
+        );
+        let mut got: Vec<(String, SystemTime)> =
+            s.back.values().map(|(p, t)| (p.name.clone(), *t)).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [("j-0".to_string(), at(2)), ("j-1".to_string(), at(5))],
+            "the first time each was back, not a later event"
         );
     }
 
