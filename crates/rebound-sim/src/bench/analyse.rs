@@ -3,6 +3,7 @@
 //! on the server's clock (request log or audit log) and on the client's
 //! (effects seen through a watch).
 
+use crate::proxy::route::decode_query;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::SystemTime;
 
@@ -62,26 +63,6 @@ pub fn ms_between(a: SystemTime, b: SystemTime) -> f64 {
         Ok(d) => d.as_secs_f64() * 1000.0,
         Err(e) => -e.duration().as_secs_f64() * 1000.0,
     }
-}
-
-/// Percent-decode a query string (for matching label selectors in it).
-pub fn decode_query(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The subject of a controller action, recognised in the server's log: a

@@ -21,7 +21,7 @@ pub mod resume;
 mod serverlog;
 mod stats;
 
-pub use analyse::decode_query;
+pub use crate::proxy::route::decode_query;
 pub use args::SimArgs;
 pub use report::{Report, SetupTimes, Sources};
 pub use serverlog::{SIM_AUDIT_POLICY, ServerRequest, parse_audit_line};

@@ -21,13 +21,23 @@ pub struct Target {
     pub name: Option<String>,
 }
 
+/// Percent-decode a query string or a part of one, `+` as a space (as
+/// clients encode it), for matching label selectors and reading
+/// parameters. Here, below the bench and the test bed that both read
+/// queries, so neither imports the other for it.
+pub fn decode_query(s: &str) -> String {
+    percent_encoding::percent_decode_str(&s.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
 /// The decoded value of query parameter `key`.
 pub fn query_param(query: &str, key: &str) -> Option<String> {
     query
         .split('&')
         .filter_map(|p| p.split_once('=').or(Some((p, ""))))
-        .find(|(k, _)| crate::bench::decode_query(k) == key)
-        .map(|(_, v)| crate::bench::decode_query(v))
+        .find(|(k, _)| decode_query(k) == key)
+        .map(|(_, v)| decode_query(v))
 }
 
 /// Whether the query asks for a watch (`watch=true` or `watch=1`).
