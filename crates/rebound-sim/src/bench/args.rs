@@ -150,7 +150,7 @@ impl SimArgs {
 
     /// The flags of `rebound sim` as given on its command line (after
     /// `sim`), with the command's defaults for the rest: what tests and
-    /// scripts use to run [`measure`].
+    /// scripts use to run [`super::resume::measure`].
     pub fn from_flags(flags: &[&str]) -> Result<SimArgs, clap::Error> {
         #[derive(clap::Parser)]
         struct Sim {

@@ -8,7 +8,7 @@
 //! `spec.restart.tiers` is that tier alone. A fresh job per tier, created
 //! once the previous one is gone, so that no tier inherits another's
 //! restarted pods, cordoned node or cooldown. Each time is printed beside
-//! its floor ([`floor`]), computed from the job's own containers and the
+//! its floor (`floor`), computed from the job's own containers and the
 //! limits of the component that recreates its pods.
 //!
 //! The simulated operators create pods through this build's typed `Pod`,
@@ -22,7 +22,7 @@
 //! that cordons) for `ReplaceFaulty`. Time-to-resume runs from the fault's
 //! status write committed (server clock) to the status write of the last
 //! pod to be back Running and Ready in the new generation (see
-//! [`track`]); the client clock's figure is shown beside it.
+//! `track`); the client clock's figure is shown beside it.
 
 mod floor;
 mod kinds;

@@ -69,7 +69,7 @@ pub struct TierResult {
     /// server that does not count them (only the embedded one does).
     pub job_watch_events: Option<u64>,
     /// The least this tier can take under the modelled costs and limits,
-    /// in its control-plane and per-pod parts ([`super::floor`]).
+    /// in its control-plane and per-pod parts (`resume::floor`).
     pub floor: Floor,
     /// Server clock: the fault's write committed → the last pod of the new
     /// generation bound (the control plane's part of a recreate; `null`
