@@ -14,10 +14,12 @@
 
 mod analyse;
 mod args;
+mod controller_proc;
 mod effects;
 mod env;
 mod report;
 pub mod resume;
+mod scenario_faults;
 mod serverlog;
 mod stats;
 
@@ -36,7 +38,9 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
 
 use self::analyse::{Injected, Subject};
+use self::controller_proc::{http_get, load_average, peak_rss_mib, start_controller};
 use self::env::SimEnv;
+use self::scenario_faults::inject;
 use super::cluster::SimConfig;
 use super::testbed::Testbed;
 use rebound_core::fault::wire::{self, WireFault};
@@ -335,111 +339,6 @@ fn scenario_note(args: &SimArgs) -> Option<String> {
     (args.scenario == "flapping").then(|| "flapping: a node's XID 48 set and cleared repeatedly; cooldowns bound the restarts of its jobs, cordon/uncordon follow the fault".to_owned())
 }
 
-/// Injects the scenario's faults, recording when each started and when
-/// the injector had its write answered.
-async fn inject(
-    env: &SimEnv,
-    args: &SimArgs,
-    jobs: usize,
-    workers: u32,
-    notes: &mut Vec<String>,
-) -> anyhow::Result<Vec<Injected>> {
-    let bed = &env.bed;
-    let node_names = bed.cluster.node_names();
-    let faults = args.faults.unwrap_or(if args.scenario == "storm" {
-        (args.nodes() / 4).max(1)
-    } else {
-        100
-    });
-    let mut injected: Vec<Injected> = Vec::new();
-    match args.scenario.as_str() {
-        "pod-exit" => {
-            for i in 0..faults.min(jobs) {
-                let job = format!("job-{}", (i * 7919) % jobs);
-                let pod = if workers > 0 {
-                    format!("{job}-worker-0")
-                } else {
-                    format!("{job}-master-0")
-                };
-                let mut inj = Injected::new(SystemTime::now(), Subject::Job(job), "pods", &pod);
-                bed.cluster
-                    .fail_container(&env.ns, &pod, "pytorch", 1, "Error")
-                    .await?;
-                inj.answered = Some(SystemTime::now());
-                injected.push(inj);
-                tokio::time::sleep(args.interval).await;
-            }
-        }
-        "node-xid" => {
-            for node in node_names.iter().take(faults) {
-                let mut inj = Injected::new(
-                    SystemTime::now(),
-                    Subject::Node(node.clone()),
-                    "nodes",
-                    node,
-                );
-                set_xid(bed, node, "79").await?;
-                inj.answered = Some(SystemTime::now());
-                injected.push(inj);
-                tokio::time::sleep(args.interval).await;
-            }
-        }
-        "storm" => {
-            let start = SystemTime::now();
-            let results: Vec<Injected> = futures::stream::iter(node_names.iter().take(faults))
-                .map(|n| async move {
-                    let mut inj = Injected::new(start, Subject::Node(n.clone()), "nodes", n);
-                    match set_xid(bed, n, "79").await {
-                        Ok(()) => inj.answered = Some(SystemTime::now()),
-                        Err(e) => eprintln!("sim: {e}"),
-                    }
-                    inj
-                })
-                .buffer_unordered(64)
-                .collect()
-                .await;
-            injected.extend(results);
-        }
-        _ => {
-            // flapping: one node's XID 48 (ResetDevice) comes and goes.
-            let Some(node) = node_names.first().cloned() else {
-                notes.push("flapping needs at least one node".into());
-                return Ok(injected);
-            };
-            for _ in 0..faults.min(20) {
-                let mut inj = Injected::new(
-                    SystemTime::now(),
-                    Subject::Node(node.clone()),
-                    "nodes",
-                    &node,
-                );
-                set_xid(bed, &node, "48").await?;
-                inj.answered = Some(SystemTime::now());
-                injected.push(inj);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                bed.cluster
-                    .set_node_condition(&node, wire::GPU_CONDITION, "False", "Healthy", "")
-                    .await?;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        }
-    }
-    Ok(injected)
-}
-
-async fn set_xid(bed: &Testbed, node: &str, code: &str) -> anyhow::Result<()> {
-    let msg = wire::format_condition_message(&[WireFault {
-        source: "NvidiaXid".into(),
-        code: code.into(),
-        device: Some("0".into()),
-        ..Default::default()
-    }]);
-    bed.cluster
-        .set_node_condition(node, wire::GPU_CONDITION, "True", "NvidiaXid", &msg)
-        .await?;
-    Ok(())
-}
-
 /// Restarts per job, as the controller recorded them on the jobs.
 async fn restarts_from_annotations(env: &SimEnv) -> anyhow::Result<HashMap<String, usize>> {
     let res = crate::actors::kubeflow::KubeflowKind::PyTorchJob.api_resource();
@@ -475,96 +374,4 @@ async fn nodes_cordoned(env: &SimEnv) -> anyhow::Result<usize> {
                 .contains_key(rebound::recover::CORDONED_ANNOTATION)
         })
         .count())
-}
-
-async fn start_controller(env: &SimEnv, args: &SimArgs) -> anyhow::Result<Ctl> {
-    let bed = &env.bed;
-    let mut cargs = bed.controller_args();
-    cargs.qps = args.qps;
-    cargs.burst = (args.qps as u32).max(1) * 2;
-    cargs.leader_election = false;
-    if args.in_process {
-        return Ok(Ctl::InProcess(bed.start_controller(cargs).await?));
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let exe = std::env::current_exe()?;
-    let child = tokio::process::Command::new(exe)
-        .args([
-            "controller",
-            "--root-namespace",
-            &bed.root(),
-            "--leader-election",
-            "false",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--qps",
-            &args.qps.to_string(),
-            "--burst",
-            &cargs.burst.to_string(),
-        ])
-        .env("KUBECONFIG", &env.kubeconfig)
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child.id().unwrap_or(0);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !readyz(port).await {
-        if Instant::now() > deadline {
-            anyhow::bail!("the controller process did not become ready within 300s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(Ctl::Child(child, pid, port))
-}
-
-async fn readyz(port: u16) -> bool {
-    http_get(port, "/readyz").await.is_some()
-}
-
-/// The body of a plain HTTP/1.0 GET to the controller's listener, if it
-/// answered 200.
-async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    // Bounded: a controller that accepts but never answers must not stall
-    // the measurement (the settle loop asks every second).
-    let read = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut buf = Vec::new();
-        let _ = s.read_to_end(&mut buf).await;
-        Some(buf)
-    };
-    let buf = tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .ok()??;
-    let text = String::from_utf8_lossy(&buf);
-    if !(text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200")) {
-        return None;
-    }
-    text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
-}
-
-/// The 1-minute load average (`/proc/loadavg`): this VM is shared, and
-/// the figures move with it.
-fn load_average() -> Option<String> {
-    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
-    s.split_whitespace().next().map(str::to_owned)
-}
-
-fn peak_rss_mib(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = s
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
 }

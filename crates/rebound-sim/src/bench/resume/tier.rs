@@ -10,8 +10,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 
 use super::super::analyse::{Injected, Subject, ms_between};
 use super::super::env::SimEnv;
+use super::super::scenario_faults::set_xid;
 use super::super::serverlog::ServerRequest;
-use super::super::set_xid;
 use super::real::{RealPod, RealSide, RealTier, last_back};
 use super::{Floor, JobKind, PodTracker, PodView, TIER_LABEL, TierResult};
 
