@@ -61,11 +61,11 @@ pub fn start() -> Guard {
                     .take(5)
                     .map(|(n, _, _)| n.as_str())
                     .collect();
-                eprintln!(
+                say(format_args!(
                     "WATCHDOG: the test binary has run {:?} (limit {BINARY_LIMIT:?}); ending it. \
                      Bodies still running: {open:?}; the last five started: {last:?}",
                     began.elapsed()
-                );
+                ));
                 std::process::exit(101);
             });
         if let Err(e) = spawned {
@@ -101,11 +101,11 @@ fn watch(test: &str, limit: Duration) -> Guard {
         .spawn(move || {
             // A message or a hang-up (the guard dropped) both end the wait.
             if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                eprintln!(
+                say(format_args!(
                     "WATCHDOG: test {name} has not finished {:?} after it started (limit {limit:?}); \
                      ending the test binary so that the hang is reported here",
                     started.elapsed()
-                );
+                ));
                 std::process::exit(101);
             }
         });
@@ -156,4 +156,16 @@ fn a_hung_test_ends_the_binary_and_is_named() {
         "{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(60), "{stderr}");
+}
+
+/// Writes the watchdog's last word to the process's stderr itself. A
+/// thread a test spawns inherits the test's output capture, so
+/// `eprintln!` there lands in a buffer that is never shown once the
+/// watchdog ends the process: a CI run ended with exit code 101 and no
+/// word of which test hung.
+fn say(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{args}");
+    let _ = err.flush();
 }

@@ -18,11 +18,13 @@
 //! server itself (embedded) or by the fake nodes' kubelet endpoint
 //! (`super::kubelet_logs`) that a real server dials.
 
+mod agent_rbac;
 mod cleanup;
 mod connect;
 mod faults;
 mod rbac;
 
+pub use agent_rbac::grant_restart_agent;
 pub use faults::Injector;
 
 use cleanup::{Made, remove_shared};
@@ -363,6 +365,30 @@ impl Testbed {
                 Ok(client) => remove_shared(&client, &Made::of(&r)).await,
                 Err(e) => tracing::warn!(error = %e, "test bed clean-up: no client"),
             }
+            r.cleaned = true;
+        }
+    }
+
+    /// Ends the bed without removing what it made, for a cluster that is
+    /// gone (a control plane this process stopped: the clean-up would only
+    /// meet a closed port, once per object it made). Its actors and proxy
+    /// stop, and the turn passes to the next bed of the process: a bed
+    /// forgotten instead held it for good, and every later real-server
+    /// test of the binary waited for it until the watchdog ended the run.
+    pub async fn abandon(self) {
+        let Testbed {
+            cluster,
+            shared,
+            proxy,
+            kubelet_logs,
+            ..
+        } = self;
+        cluster.shutdown().await;
+        drop(kubelet_logs);
+        if let Some(p) = proxy {
+            p.shutdown().await;
+        }
+        if let Some(mut r) = shared {
             r.cleaned = true;
         }
     }

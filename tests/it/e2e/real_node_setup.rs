@@ -5,7 +5,7 @@ use super::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams, PostParams};
 use rebound_sim::envtest::node::RealNode;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The shared node as a test expects it, whatever an earlier test left:
 /// no GPU fault, schedulable.
@@ -44,42 +44,9 @@ pub(super) async fn reset(node: &RealNode) {
 /// The agent's RBAC for the namespace's `default` ServiceAccount: the
 /// chart's rules (get and watch the job kinds).
 pub(super) async fn agent_rbac(bed: &Testbed, ns: &str) {
-    let rules: Value = serde_saphyr::from_str(include_str!(
-        "../../../chart/rebound/files/rbac/restart-agent-rules.yaml"
-    ))
-    .expect("the chart's agent rules");
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "rebound-restart-agent", "namespace": ns},
-        "rules": rules,
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "rebound-restart-agent", "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "rebound-restart-agent"},
-        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
-    });
-    let pp = PatchParams::apply("rebound-e2e").force();
-    for (plural, obj) in [("roles", role), ("rolebindings", binding)] {
-        let ar = kube::api::ApiResource {
-            group: "rbac.authorization.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "rbac.authorization.k8s.io/v1".into(),
-            kind: obj["kind"].as_str().unwrap_or_default().into(),
-            plural: plural.into(),
-        };
-        Api::<kube::api::DynamicObject>::namespaced_with(bed.client(), ns, &ar)
-            .patch(
-                "rebound-restart-agent",
-                &pp,
-                &Patch::Apply(
-                    &serde_json::from_value::<kube::api::DynamicObject>(obj).expect("rbac"),
-                ),
-            )
-            .await
-            .expect("the agent's RBAC");
-    }
+    rebound_sim::testbed::grant_restart_agent(&bed.client(), ns, "rebound-e2e")
+        .await
+        .expect("the agent's RBAC");
 }
 
 /// [`wait`] that adds the kubelet's last log lines to the panic.

@@ -405,9 +405,7 @@ impl SimEnv {
                     eprintln!("sim: copying the audit log to {}: {e}", to.display());
                 }
                 drop(cp);
-                // The bed's clean-up would now only meet a closed port, once
-                // per object it made; the actors stop with the runtime.
-                std::mem::forget(self.bed);
+                self.bed.abandon().await;
             }
         }
     }

@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -35,9 +35,6 @@ use rebound::inplace::inject::{InjectOptions, inject_document};
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
 /// The chart's rules for the restart agent (get and watch the job kinds).
-const AGENT_RULES: &str =
-    include_str!("../../../../../chart/rebound/files/rbac/restart-agent-rules.yaml");
-
 /// The real node of a run and how its pods are made.
 pub struct RealSide {
     node: RealNode,
@@ -280,34 +277,7 @@ fn real_task(
 
 /// The chart's agent rules for the namespace's `default` ServiceAccount.
 async fn agent_rbac(env: &SimEnv) -> anyhow::Result<()> {
-    let rules: Value = serde_saphyr::from_str(AGENT_RULES)?;
-    let ns = &env.ns;
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "rebound-restart-agent", "namespace": ns},
-        "rules": rules,
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "rebound-restart-agent", "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "rebound-restart-agent"},
-        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}],
-    });
-    let pp = PatchParams::apply("rebound-sim").force();
-    for (plural, obj) in [("roles", role), ("rolebindings", binding)] {
-        let ar = kube::api::ApiResource {
-            group: "rbac.authorization.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "rbac.authorization.k8s.io/v1".into(),
-            kind: obj["kind"].as_str().unwrap_or_default().into(),
-            plural: plural.into(),
-        };
-        let obj: DynamicObject = serde_json::from_value(obj)?;
-        Api::<DynamicObject>::namespaced_with(env.bed.client(), ns, &ar)
-            .patch("rebound-restart-agent", &pp, &Patch::Apply(&obj))
-            .await?;
-    }
+    crate::testbed::grant_restart_agent(&env.bed.client(), &env.ns, "rebound-sim").await?;
     Ok(())
 }
 
