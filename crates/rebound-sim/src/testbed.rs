@@ -348,19 +348,7 @@ impl Testbed {
     /// recreated. Dropping the bed does the same; the embedded bed has
     /// nothing to remove.
     pub async fn cleanup(self) {
-        let Testbed {
-            cluster,
-            shared,
-            proxy,
-            kubelet_logs,
-            ..
-        } = self;
-        cluster.shutdown().await;
-        drop(kubelet_logs);
-        if let Some(p) = proxy {
-            p.shutdown().await;
-        }
-        if let Some(mut r) = shared {
+        if let Some(mut r) = self.stop().await {
             match kube::Client::try_from(r.config.clone()) {
                 Ok(client) => remove_shared(&client, &Made::of(&r)).await,
                 Err(e) => tracing::warn!(error = %e, "test bed clean-up: no client"),
@@ -376,6 +364,15 @@ impl Testbed {
     /// forgotten instead held it for good, and every later real-server
     /// test of the binary waited for it until the watchdog ended the run.
     pub async fn abandon(self) {
+        if let Some(mut r) = self.stop().await {
+            r.cleaned = true;
+        }
+    }
+
+    /// Stops the bed's actors, its kubelet log endpoint and its proxy;
+    /// returns its run on a shared cluster, for the caller to clean up or
+    /// not (its drop releases the turn).
+    async fn stop(self) -> Option<SharedRun> {
         let Testbed {
             cluster,
             shared,
@@ -388,9 +385,7 @@ impl Testbed {
         if let Some(p) = proxy {
             p.shutdown().await;
         }
-        if let Some(mut r) = shared {
-            r.cleaned = true;
-        }
+        shared
     }
 
     /// The cluster's client.
