@@ -44,8 +44,13 @@ async fn client_of(kubeconfig: &str) -> Result<kube::Client, String> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let only: Vec<String> = std::env::args().skip(1).collect();
-    let cfg = ControlPlaneConfig::from_env()
-        .unwrap_or_else(|| ControlPlaneConfig::new(PathBuf::from("/tmp/k8s")));
+    let cfg = match ControlPlaneConfig::resolve() {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     eprintln!("starting a control plane from {}", cfg.assets.display());
     // The processes die with the thread that started them
     // (PR_SET_PDEATHSIG): a thread of its own keeps them until the end.

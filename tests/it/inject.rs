@@ -66,12 +66,15 @@ fn shared_crd(rel: &str) -> String {
 /// processes die with the test binary). `None` without assets.
 fn plane() -> Option<&'static ControlPlane> {
     static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-    let Some(cfg) = ControlPlaneConfig::from_env() else {
-        eprintln!(
-            "SKIPPED: {} is not set (the real control plane: ../shared/k8s unpacked)",
-            rebound_sim::envtest::ASSETS_ENV
-        );
-        return None;
+    let cfg = match ControlPlaneConfig::resolve() {
+        Ok(cfg) => cfg,
+        Err(e) if rebound_sim::envtest::real_server_required() => {
+            panic!("no real control plane: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: no real control plane: {e}");
+            return None;
+        }
     };
     let r = CP.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();

@@ -1,7 +1,8 @@
 //! A real Kubernetes control plane on loopback, the way controller-runtime's
 //! envtest starts one: etcd, kube-apiserver and (optionally)
 //! kube-controller-manager from a directory of binaries
-//! (`REBOUND_TEST_ASSETS`, e.g. `../shared/k8s` unpacked), with random
+//! (`REBOUND_TEST_ASSETS`, else the set `tools/real-components/build`
+//! makes from the Kubernetes Go module), with random
 //! ports, a temporary data directory on tmpfs, certificates made in-process
 //! and a static admin token.
 //!
@@ -53,7 +54,7 @@ pub enum EnvtestError {
     },
     #[error("certificates: {0}")]
     Cert(#[from] rcgen::Error),
-    #[error("{name} is not in {dir} (set {ASSETS_ENV} to the unpacked ../shared/k8s)")]
+    #[error("{name} is not in {dir} (set {ASSETS_ENV} to a directory of the Kubernetes binaries, or unset it to use tools/real-components/build's)")]
     MissingBinary { name: String, dir: PathBuf },
     #[error("{name} exited during start-up ({status}); last log lines:\n{log}")]
     Exited {
@@ -107,10 +108,11 @@ pub struct ControlPlaneConfig {
 }
 
 impl ControlPlaneConfig {
-    /// The configuration of [`ASSETS_ENV`], if set to a directory.
-    pub fn from_env() -> Option<ControlPlaneConfig> {
-        let dir = std::env::var_os(ASSETS_ENV).filter(|v| !v.is_empty())?;
-        Some(ControlPlaneConfig::new(PathBuf::from(dir)))
+    /// The configuration of the assets [`resolve_assets`] finds for this
+    /// project ([`ASSETS_ENV`], else the built Kubernetes set), or why
+    /// there are none.
+    pub fn resolve() -> Result<ControlPlaneConfig, AssetsError> {
+        resolve_assets(Path::new(crate::PROJECT_ROOT)).map(|a| Self::from_assets(&a))
     }
 
     /// Everything from resolved assets (see [`resolve_assets`]).

@@ -12,6 +12,7 @@ pub mod server;
 pub use server::{ApiServer, ApiServerHandle, FaultInjector, RequestRecord, SimError};
 pub mod bare;
 pub mod bench;
+pub mod components;
 pub mod demo;
 pub mod envtest;
 pub mod kubelet_logs;
@@ -19,6 +20,6 @@ pub mod proxy;
 pub mod testbed;
 
 /// The repository's root (the workspace), where the test bed finds
-/// `../shared` and keeps `target/envtest-assets`: two levels above this
-/// crate's manifest.
+/// `../shared` and `tools/real-components`: two levels above this crate's
+/// manifest.
 pub const PROJECT_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");

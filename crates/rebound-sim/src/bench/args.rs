@@ -42,8 +42,8 @@ pub struct SimArgs {
     pub in_process: bool,
     /// Run against a real control plane started from this directory of
     /// binaries (kube-apiserver, kube-controller-manager; etcd from PATH if
-    /// not there): the unpacked ../shared/k8s. Without a directory,
-    /// REBOUND_TEST_ASSETS names it. Its audit log gives the server-side
+    /// not there). Without a directory: REBOUND_TEST_ASSETS, else the
+    /// Kubernetes set tools/real-components/build made. Its audit log gives the server-side
     /// figures; every object goes through its API.
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = any_path, conflicts_with = "kubeconfig")]
     pub assets: Option<PathBuf>,

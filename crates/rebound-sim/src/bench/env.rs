@@ -31,11 +31,10 @@ pub enum EnvError {
         /// The cause.
         source: Box<EnvtestError>,
     },
-    /// `--assets` without a directory and without `REBOUND_TEST_ASSETS`.
-    #[error(
-        "--assets needs a directory (or REBOUND_TEST_ASSETS set to one): the unpacked ../shared/k8s"
-    )]
-    NoAssets,
+    /// `--assets` without a directory, and neither `REBOUND_TEST_ASSETS`
+    /// nor the built Kubernetes set of tools/real-components.
+    #[error("--assets without a directory: {0}")]
+    NoAssets(Box<crate::envtest::AssetsError>),
     /// The simulated cluster or the test bed failed.
     #[error("test bed: {0}")]
     Testbed(Box<TestbedError>),
@@ -152,7 +151,7 @@ impl SimEnv {
     pub async fn start(args: &SimArgs, cfg: SimConfig) -> Result<SimEnv, EnvError> {
         if let Some(assets) = &args.assets {
             let mut cp_cfg = if assets.as_os_str().is_empty() {
-                ControlPlaneConfig::from_env().ok_or(EnvError::NoAssets)?
+                ControlPlaneConfig::resolve().map_err(|e| EnvError::NoAssets(Box::new(e)))?
             } else {
                 ControlPlaneConfig::new(assets.clone())
             };

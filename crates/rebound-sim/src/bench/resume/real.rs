@@ -87,13 +87,15 @@ pub struct RealTier {
     pub pods: Vec<RealPod>,
 }
 
-/// `--assets` as a directory: the flag's, or `REBOUND_TEST_ASSETS`.
+/// `--assets` as a directory: the flag's, or the one
+/// `crate::envtest::resolve_assets` finds (`REBOUND_TEST_ASSETS`, else the
+/// built Kubernetes set).
 pub fn assets_dir(args: &SimArgs) -> Option<PathBuf> {
     match &args.assets {
         Some(d) if !d.as_os_str().is_empty() => Some(d.clone()),
-        Some(_) => std::env::var_os(crate::envtest::ASSETS_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from),
+        Some(_) => crate::envtest::resolve_assets(std::path::Path::new(crate::PROJECT_ROOT))
+            .ok()
+            .map(|a| a.dir),
         None => None,
     }
 }
