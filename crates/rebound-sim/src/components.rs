@@ -159,7 +159,11 @@ pub fn bin(root: &Path, set: Set, name: &str) -> Result<PathBuf, ComponentsError
 
 /// A component's manifests directory of a built set (`manifests/<component>`).
 pub fn manifests(root: &Path, set: Set, component: &str) -> Result<PathBuf, ComponentsError> {
-    existing(root, built(root, set)?, Path::new("manifests").join(component))
+    existing(
+        root,
+        built(root, set)?,
+        Path::new("manifests").join(component),
+    )
 }
 
 fn existing(root: &Path, dir: PathBuf, rel: PathBuf) -> Result<PathBuf, ComponentsError> {
@@ -210,8 +214,7 @@ mod tests {
     #[test]
     fn an_unbuilt_set_names_the_command_that_builds_it_and_a_built_one_is_found() {
         let root = Path::new(crate::PROJECT_ROOT);
-        let cache =
-            std::env::temp_dir().join(format!("rebound-components-{}", std::process::id()));
+        let cache = std::env::temp_dir().join(format!("rebound-components-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&cache);
         let err = built_in(&cache, root, Set::Volcano).unwrap_err();
         let msg = err.to_string();

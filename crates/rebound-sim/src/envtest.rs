@@ -54,7 +54,9 @@ pub enum EnvtestError {
     },
     #[error("certificates: {0}")]
     Cert(#[from] rcgen::Error),
-    #[error("{name} is not in {dir} (set {ASSETS_ENV} to a directory of the Kubernetes binaries, or unset it to use tools/real-components/build's)")]
+    #[error(
+        "{name} is not in {dir} (set {ASSETS_ENV} to a directory of the Kubernetes binaries, or unset it to use tools/real-components/build's)"
+    )]
     MissingBinary { name: String, dir: PathBuf },
     #[error("{name} exited during start-up ({status}); last log lines:\n{log}")]
     Exited {
