@@ -25,6 +25,7 @@ mod process;
 use process::{die_with_parent, free_port, sweep_stale, tail};
 pub mod node;
 pub mod oci;
+pub mod operators;
 pub use assets::{
     Assets, AssetsError, NodeAssets, node_assets_in, resolve_assets, resolve_node_assets,
     resolve_scheduler,

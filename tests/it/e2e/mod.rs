@@ -48,6 +48,7 @@ mod external;
 mod hang;
 mod jobs;
 mod nodes;
+mod operators;
 mod policies;
 mod proxy;
 mod rbac;

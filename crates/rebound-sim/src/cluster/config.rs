@@ -104,6 +104,11 @@ pub struct SharedCluster {
     /// `pods/log` (see `crate::kubelet_logs`); `None`: the nodes keep
     /// made-up addresses and no kubelet port.
     pub kubelet: Option<crate::kubelet_logs::KubeletEndpoint>,
+    /// The cluster runs the job kinds' real operators
+    /// (`crate::envtest::operators`): no simulated one runs, their own
+    /// CRDs are installed, and Volcano Jobs' pods are left to the real
+    /// vc-scheduler (the simulated scheduler binds the others).
+    pub real_operators: bool,
 }
 
 impl Default for SharedCluster {
@@ -112,6 +117,7 @@ impl Default for SharedCluster {
             scheduler_name: "rebound-sim-scheduler".into(),
             taint_key: "rebound.dev/simulated-node".into(),
             kubelet: None,
+            real_operators: false,
         }
     }
 }

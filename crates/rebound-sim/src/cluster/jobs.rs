@@ -253,6 +253,12 @@ impl SimCluster {
         let policy = opts.restart_policy.as_deref().unwrap_or("Never");
         let mut template = self.pod_template("worker", opts, Some(policy));
         template["metadata"]["name"] = json!("worker");
+        if self.config.shared.as_ref().is_some_and(|s| s.real_operators) {
+            // The real vc-scheduler places the pods (job.spec.schedulerName).
+            if let Some(spec) = template["spec"].as_object_mut() {
+                spec.remove("schedulerName");
+            }
+        }
         let obj = json!({
             "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "metadata": {"name": name, "namespace": ns, "labels": opts.labels},

@@ -12,7 +12,9 @@ impl Testbed {
         if Self::kubeconfig_from_env().is_some() {
             return None;
         }
-        crate::envtest::shared().err()
+        crate::envtest::shared()
+            .err()
+            .or_else(|| crate::envtest::operators::shared().err())
     }
 
     /// A bed on a real API server, through the test bed's proxy: the
@@ -20,8 +22,18 @@ impl Testbed {
     /// control plane (etcd, kube-apiserver, kube-controller-manager from
     /// the assets `crate::envtest::resolve_assets` finds), started on
     /// first use and shared by every bed of the process, one at a time.
-    pub async fn real(cfg: SimConfig) -> Result<Testbed, TestbedError> {
-        Self::connect_config(Self::real_upstream().await?, cfg).await
+    pub async fn real(mut cfg: SimConfig) -> Result<Testbed, TestbedError> {
+        let upstream = Self::real_upstream().await?;
+        if Self::kubeconfig_from_env().is_none() {
+            // This process's control plane runs the real job operators
+            // (started once, blocking for seconds the first time).
+            tokio::task::spawn_blocking(crate::envtest::operators::shared)
+                .await
+                .map_err(|e| TestbedError::NoRealServer(format!("operators' start: {e}")))?
+                .map_err(TestbedError::NoRealServer)?;
+            cfg.shared.get_or_insert_with(SharedCluster::default).real_operators = true;
+        }
+        Self::connect_config(upstream, cfg).await
     }
 
     /// The client configuration of the real API server [`Self::real`]
@@ -108,8 +120,11 @@ impl Testbed {
             cleaned: false,
             _turn: turn,
         };
-        for crds in crate::cluster::JOB_CRDS {
-            crate::cluster::install_crds(&client, crds).await?;
+        let real_operators = shared.real_operators;
+        if !real_operators {
+            for crds in crate::cluster::JOB_CRDS {
+                crate::cluster::install_crds(&client, crds).await?;
+            }
         }
         let crds =
             rebound_core::api::crds_yaml().map_err(|e| TestbedError::Other(e.to_string()))?;
@@ -127,6 +142,14 @@ impl Testbed {
         }
         cfg.namespaces = namespaces;
         cfg.operators.batch = cfg.operators.batch && bare_embedded;
+        if real_operators {
+            cfg.operators = crate::cluster::Operators {
+                kubeflow: false,
+                volcano: false,
+                jobset: false,
+                batch: false,
+            };
+        }
         let config = proxy.client_config();
         // If this fails, dropping `run` removes what was made so far.
         let cluster = SimCluster::connect(client, cfg).await?;
