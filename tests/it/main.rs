@@ -13,7 +13,7 @@ mod fault_parsers;
 mod inject;
 mod inplace;
 mod inplace_agent;
-mod packaging;
+pub(crate) mod packaging;
 mod samples;
 mod samples_conditions;
 mod sim_actors;

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 mod admission;
-mod chart;
+pub(crate) mod chart;
 mod docs;
 mod manifests;
 mod names_in_code;

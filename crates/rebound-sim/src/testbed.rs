@@ -206,6 +206,17 @@ impl Testbed {
         self.shared.as_ref().is_some_and(|r| !r.bare_embedded)
     }
 
+    /// Whether the job kinds' real operators run on the bed's cluster (the
+    /// real server of this process: `crate::envtest::operators`), instead
+    /// of the simulated ones.
+    pub fn runs_real_operators(&self) -> bool {
+        self.cluster
+            .config()
+            .shared
+            .as_ref()
+            .is_some_and(|s| s.real_operators)
+    }
+
     /// The server kind of the bed.
     pub fn server(&self) -> Server {
         if self.is_real() {

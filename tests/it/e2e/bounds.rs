@@ -159,7 +159,15 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
     };
     let (bed, ctl) = bed_with(server, 4, "", Some(cfg)).await;
     let ml = bed.ns("ml");
+    // On a bed with the real operators, the real vc-controller-manager is
+    // stopped (SIGSTOP) instead, and goes on where it was.
+    let real = bed
+        .runs_real_operators()
+        .then(|| rebound_sim::envtest::operators::shared().expect("real operators"));
     let volcano = tokio::spawn(rebound_sim::actors::volcano::run(bed.client()));
+    if real.is_some() {
+        volcano.abort();
+    }
     bed.cluster
         .create_volcano_job(&ml, "vc", 2, &[OPT_IN])
         .await
@@ -171,6 +179,7 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
     .await;
     volcano.abort();
     let _ = volcano.await;
+    let paused = real.map(|ops| ops.pause("vc-controller-manager").expect("pause Volcano"));
 
     bed.inject()
         .lose_next_answers(1, 504, Some("create"), Some("commands"));
@@ -207,7 +216,15 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
     let cmds = commands(&bed, &ml).await;
     assert_eq!(cmds.len(), 1, "one Command for one restart");
 
-    let volcano = tokio::spawn(rebound_sim::actors::volcano::run(bed.client()));
+    let volcano = match paused {
+        Some(p) => {
+            p.resume();
+            None
+        }
+        None => Some(tokio::spawn(rebound_sim::actors::volcano::run(
+            bed.client(),
+        ))),
+    };
     // Volcano comes back and runs what it finds: one restart (the Command
     // consumed, one retry, version 1). Its pods running again is Volcano's
     // and the kubelets' part, not this test's: in the full suite a Failed
@@ -236,7 +253,9 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
         job.data["status"]
     );
     assert_eq!(tries().len(), 2, "no further Command");
-    volcano.abort();
+    if let Some(v) = volcano {
+        v.abort();
+    }
     ctl.shutdown().await;
 }
 

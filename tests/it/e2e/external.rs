@@ -171,7 +171,21 @@ async fn crds_are_installed_once_updated_after_and_a_real_operators_are_refused(
     // The job CRDs the bed installed are labelled as its own; installing
     // again (the next run) replaces them.
     let pt = crds.get("pytorchjobs.kubeflow.org").await.expect("crd");
-    if bed.is_shared() {
+    if bed.runs_real_operators() {
+        // The real training-operator's CRD: a simulated operator's is
+        // refused beside it.
+        assert_eq!(
+            pt.metadata.labels.unwrap_or_default().get(TESTBED_LABEL.0),
+            None
+        );
+        let err = install_crds(&client, rebound_sim::cluster::JOB_CRDS[0])
+            .await
+            .expect_err("the real operator's CRD is not replaced");
+        assert!(
+            matches!(&err, ClusterError::Unsupported(m) if m.contains("pytorchjobs.kubeflow.org")),
+            "{err}"
+        );
+    } else if bed.is_shared() {
         assert_eq!(
             pt.metadata
                 .labels

@@ -46,6 +46,7 @@ mod bounds;
 mod endings;
 mod external;
 mod hang;
+mod install;
 mod jobs;
 mod nodes;
 mod operators;

@@ -29,50 +29,58 @@ use rebound_sim::actors::kubeflow::REPLICA_TYPE_LABEL;
 use rebound_sim::envtest::node::{REBOUND_IMAGE, RealNode};
 use serde_json::json;
 
-async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
-    node: &'static RealNode,
-) {
-    let (bed, ctl) = bed_with_real_crds(
-        Server::Real,
-        &["kubeflow-training-v1/kubeflow.org_pytorchjobs.yaml"],
-    )
-    .await;
-    let ml = bed.ns("ml");
-    agent_rbac(&bed, &ml).await;
+/// Installs one copy of the generated policy per value of `label` (each
+/// pod's own probe port on the host network), agents pointed at the API
+/// server's loopback address.
+async fn install_copies(
+    bed: &Testbed,
+    ml: &str,
+    label: &'static str,
+    values: &[&'static str],
+) -> Vec<String> {
     let mut policies = Vec::new();
-    for replica in ["master", "worker"] {
+    for value in values {
         let copy = PolicyCopy {
             opts: InjectOptions {
                 image: REBOUND_IMAGE.into(),
                 probe_port: free_port(),
                 ..InjectOptions::default()
             },
-            only: Some((REPLICA_TYPE_LABEL, replica)),
+            only: Some((label, value)),
             agent_env: vec![
                 ("KUBERNETES_SERVICE_HOST", "127.0.0.1".into()),
                 ("KUBERNETES_SERVICE_PORT", api_port()),
             ],
         };
-        policies.push(install_policy_copy(&bed, &ml, &copy).await);
+        policies.push(install_policy_copy(bed, ml, &copy).await);
     }
-    // Not wired: the template is the job's own, as its user wrote it, its
-    // container named `pytorch` as the real training-operator requires.
-    let mut pod = template(node.name(), "OnFailure");
-    pod["spec"]["containers"][0]["name"] = json!("pytorch");
-    let replica = json!({"replicas": 1, "restartPolicy": "OnFailure", "template": pod});
-    let job = json!({
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": {"name": JOB, "namespace": ml, "labels": {OPT_IN.0: OPT_IN.1}},
-        "spec": {"runPolicy": {"cleanPodPolicy": "None"},
-                 "pytorchReplicaSpecs": {"Master": replica, "Worker": replica}},
-    });
+    policies
+}
+
+/// Creates `job` (of `kind`, its templates not wired), waits for its
+/// `pods` pods wired at admission on the real node, and checks they
+/// restart in place after an XID 13, the operator's and rebound's.
+async fn wired_at_admission_restarts_in_place(
+    node: &'static RealNode,
+    bed: Testbed,
+    ctl: ControllerHandle,
+    kind: Kind,
+    job: serde_json::Value,
+    pods: usize,
+    policies: Vec<String>,
+) {
+    let ml = job["metadata"]["namespace"]
+        .as_str()
+        .expect("namespace")
+        .to_owned();
     let obj: DynamicObject = serde_json::from_value(job).expect("job object");
-    Api::<DynamicObject>::namespaced_with(bed.client(), &ml, &Kind::PyTorch.resource())
+    Api::<DynamicObject>::namespaced_with(bed.client(), &ml, &kind.resource())
         .create(&PostParams::default(), &obj)
         .await
-        .expect("create the PyTorchJob");
-    let pods = running_on(&bed, &ml, Kind::PyTorch, 2, node).await;
-    for p in &pods {
+        .expect("create the job");
+    let running = running_on(&bed, &ml, kind, pods, node).await;
+    let api = kind.resource();
+    for p in &running {
         let a = agents(p);
         assert_eq!(a.len(), 1, "{}: wired once, at admission", p.name_any());
         assert_eq!(
@@ -80,8 +88,8 @@ async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
             Some(WIRED_BY_ADMISSION)
         );
         assert_eq!(
-            env_of(&a[0], "REBOUND_JOB_API").as_deref(),
-            Some("kubeflow.org/v1/pytorchjobs")
+            env_of(&a[0], "REBOUND_JOB_API"),
+            Some(format!("{}/{}", api.api_version, api.plural))
         );
     }
     let fault = Fault {
@@ -89,7 +97,23 @@ async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
         second: None,
         cut: None,
     };
-    restarts_in_place_on(node, &bed, &ml, Kind::PyTorch, 2, fault).await;
+    restarts_in_place_on(node, &bed, &ml, kind, pods, fault).await;
+    // The operator took no part: its job is not failed (the same pods and
+    // their restart counts were checked above).
+    let job = Api::<DynamicObject>::namespaced_with(bed.client(), &ml, &api)
+        .get(JOB)
+        .await
+        .expect("the job");
+    let status = &job.data["status"];
+    let failed = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Failed" && c["status"] == "True")
+        || ["Failed", "Aborted", "Terminated"]
+            .iter()
+            .any(|p| status["state"]["phase"] == *p);
+    assert!(!failed, "the operator failed the job: {status}");
     let notes = restarted_notes(&bed, &ml).await;
     assert!(
         notes.iter().any(|n| n.contains("wired at admission")),
@@ -101,4 +125,63 @@ async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
     }
 }
 
+async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
+    node: &'static RealNode,
+) {
+    let (bed, ctl) = bed_with_real_crds(
+        Server::Real,
+        &["kubeflow-training-v1/kubeflow.org_pytorchjobs.yaml"],
+    )
+    .await;
+    let ml = bed.ns("ml");
+    agent_rbac(&bed, &ml).await;
+    let policies = install_copies(&bed, &ml, REPLICA_TYPE_LABEL, &["master", "worker"]).await;
+    // Not wired: the template is the job's own, as its user wrote it, its
+    // container named `pytorch` as the real training-operator requires.
+    // On the node's host network each replica names its own
+    // `pytorchjob-port` (the real training-operator gives both 23456
+    // otherwise, and the kubelet refuses the second pod: NodePorts).
+    let replica = || {
+        let mut pod = template(node.name(), "OnFailure");
+        pod["spec"]["containers"][0]["name"] = json!("pytorch");
+        pod["spec"]["containers"][0]["ports"] =
+            json!([{"name": "pytorchjob-port", "containerPort": free_port()}]);
+        json!({"replicas": 1, "restartPolicy": "OnFailure", "template": pod})
+    };
+    let job = json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": JOB, "namespace": ml, "labels": {OPT_IN.0: OPT_IN.1}},
+        "spec": {"runPolicy": {"cleanPodPolicy": "None"},
+                 "pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}},
+    });
+    wired_at_admission_restarts_in_place(node, bed, ctl, Kind::PyTorch, job, 2, policies).await;
+}
+
+/// The same for a Volcano Job through the real vc-controller-manager (its
+/// PodGroup admitted by the real vc-scheduler): one task per pod, each
+/// wired by its own policy copy.
+async fn a_volcano_job_wired_at_admission_restarts_in_place_on_a_real_kubelet(
+    node: &'static RealNode,
+) {
+    let (bed, ctl) = bed_with_real_crds(Server::Real, &[]).await;
+    let ml = bed.ns("ml");
+    agent_rbac(&bed, &ml).await;
+    let policies = install_copies(&bed, &ml, "volcano.sh/task-spec", &["w0", "w1"]).await;
+    let tasks: Vec<serde_json::Value> = ["w0", "w1"]
+        .iter()
+        .map(|t| {
+            let mut pod = template(node.name(), "Never");
+            pod["metadata"]["name"] = json!(t);
+            json!({"name": t, "replicas": 1, "template": pod})
+        })
+        .collect();
+    let job = json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": JOB, "namespace": ml, "labels": {OPT_IN.0: OPT_IN.1}},
+        "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": 2, "tasks": tasks},
+    });
+    wired_at_admission_restarts_in_place(node, bed, ctl, Kind::Volcano, job, 2, policies).await;
+}
+
 real_node!(a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet);
+real_node!(a_volcano_job_wired_at_admission_restarts_in_place_on_a_real_kubelet);

@@ -94,7 +94,15 @@ async fn in_place(server: Server, kind: Kind) {
 }
 
 async fn only_the_pod_on_a_faulty_node_is_replaced_the_others_restart_in_place(server: Server) {
-    let (bed, ctl) = bed_with(server, 4, TIERS, None).await;
+    // One pod per 8-GPU node, as training jobs run: a scheduler that packs
+    // (the real vc-scheduler's binpack) cannot put two on one node, and a
+    // fourth node is free for the replacement.
+    let cfg = SimConfig {
+        nodes: 4,
+        gpus_per_pod: 8,
+        ..SimConfig::default()
+    };
+    let (bed, ctl) = bed_with(server, 4, TIERS, Some(cfg)).await;
     let ml = bed.ns("ml");
     let kind = Kind::Volcano;
     let pods = running_job(&bed, &ml, kind, 3, true).await;

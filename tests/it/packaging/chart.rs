@@ -186,14 +186,47 @@ fn values_schema_is_valid_json_and_covers_every_value() {
     );
 }
 
-/// A helm binary: `REBOUND_HELM`, else `helm` on PATH.
-pub(super) fn helm() -> Option<PathBuf> {
+/// Values unlike the defaults in every switch the chart has.
+pub(crate) const NON_DEFAULT: &str = "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,controller.dryRun=true,crds.install=false,agent.enabled=false";
+
+/// A helm binary: `REBOUND_HELM`, else the helm v4 that
+/// tools/real-components/build built, else `helm` on PATH. In CI
+/// (`REBOUND_REQUIRE_REAL_SERVER=1`) the built one must be there.
+pub(crate) fn helm() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("REBOUND_HELM") {
         return Some(PathBuf::from(p));
+    }
+    let built =
+        rebound_sim::components::bin(&root(), rebound_sim::components::Set::Operators, "helm");
+    match built {
+        Ok(p) => return Some(p),
+        Err(e) if rebound_sim::envtest::real_server_required() => {
+            panic!("no helm: {e}")
+        }
+        Err(_) => {}
     }
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join("helm"))
         .find(|p| p.is_file())
+}
+
+/// `helm lint` of the chart with `extra` values: its output on failure.
+pub(super) fn helm_lint(helm: &Path, extra: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new(helm)
+        .args(["lint", "chart/rebound", "--strict"])
+        .args(extra)
+        .current_dir(root())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", helm.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }
 
 pub(super) fn helm_template(helm: &Path, extra: &[&str]) -> Result<Vec<Value>, String> {
@@ -232,6 +265,9 @@ fn helm_renders_the_chart_like_config_default() {
         );
         return;
     };
+    helm_lint(&helm, &[]).unwrap_or_else(|e| panic!("helm lint failed: {e}"));
+    helm_lint(&helm, &["--set", NON_DEFAULT])
+        .unwrap_or_else(|e| panic!("helm lint with every option failed: {e}"));
     let rendered =
         helm_template(&helm, &[]).unwrap_or_else(|e| panic!("helm template failed: {e}"));
     for d in &rendered {
@@ -286,11 +322,8 @@ fn helm_renders_the_chart_like_config_default() {
             _ => {}
         }
     }
-    let all_on = helm_template(
-        &helm,
-        &["--set", "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,controller.dryRun=true,crds.install=false,agent.enabled=false"],
-    )
-    .unwrap_or_else(|e| panic!("helm template with every option failed: {e}"));
+    let all_on = helm_template(&helm, &["--set", NON_DEFAULT])
+        .unwrap_or_else(|e| panic!("helm template with every option failed: {e}"));
     let kinds: BTreeSet<&str> = all_on.iter().filter_map(|o| o["kind"].as_str()).collect();
     assert!(
         kinds.contains("ServiceMonitor") && kinds.contains("PrometheusRule"),

@@ -253,7 +253,12 @@ impl SimCluster {
         let policy = opts.restart_policy.as_deref().unwrap_or("Never");
         let mut template = self.pod_template("worker", opts, Some(policy));
         template["metadata"]["name"] = json!("worker");
-        if self.config.shared.as_ref().is_some_and(|s| s.real_operators) {
+        if self
+            .config
+            .shared
+            .as_ref()
+            .is_some_and(|s| s.real_operators)
+        {
             // The real vc-scheduler places the pods (job.spec.schedulerName).
             if let Some(spec) = template["spec"].as_object_mut() {
                 spec.remove("schedulerName");
@@ -309,6 +314,18 @@ impl SimCluster {
         opts: &JobOptions,
     ) -> Result<DynamicObject, ClusterError> {
         let policy = "Never";
+        let mut job_spec = json!({
+            "parallelism": pods_per_job, "completions": pods_per_job,
+            "completionMode": "Indexed", "backoffLimit": 0,
+            "template": self.pod_template("worker", opts, Some(policy)),
+        });
+        if failure_policy["restartStrategy"] == "InPlaceRestart" {
+            // What JobSet's webhook requires of its in-place restart: the
+            // Jobs never fail for a pod's failure, and a pod is replaced
+            // only once it has failed.
+            job_spec["backoffLimit"] = json!(i32::MAX);
+            job_spec["podReplacementPolicy"] = json!("Failed");
+        }
         let mut obj = json!({
             "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": ns, "labels": opts.labels},
@@ -316,11 +333,7 @@ impl SimCluster {
                 "failurePolicy": failure_policy,
                 "replicatedJobs": [{"name": "workers", "replicas": jobs, "template": {
                     "metadata": {"labels": opts.labels},
-                    "spec": {
-                        "parallelism": pods_per_job, "completions": pods_per_job,
-                        "completionMode": "Indexed", "backoffLimit": 0,
-                        "template": self.pod_template("worker", opts, Some(policy)),
-                    },
+                    "spec": job_spec,
                 }}],
             },
         });

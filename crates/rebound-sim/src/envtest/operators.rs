@@ -260,6 +260,30 @@ impl RealOperators {
         self.children.iter().map(|(n, _)| n.as_str()).collect()
     }
 
+    /// Stops the process `name` (SIGSTOP) until the guard is dropped
+    /// (SIGCONT): an operator that is busy or restarting, as a test needs
+    /// it, without losing the state it has. Its watches may time out
+    /// meanwhile; it reconnects when it goes on, as after a long GC pause.
+    pub fn pause(&self, name: &str) -> Result<Paused, String> {
+        let (_, child) = self
+            .children
+            .iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| format!("no operator process {name}"))?;
+        let pid = i32::try_from(child.id()).map_err(|e| format!("{name}: pid: {e}"))?;
+        // SAFETY: kill(2) with a pid of our own child and a valid signal.
+        if unsafe { libc::kill(pid, libc::SIGSTOP) } != 0 {
+            return Err(format!(
+                "SIGSTOP {name}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(Paused {
+            pid,
+            name: name.to_owned(),
+        })
+    }
+
     /// Stops every operator.
     pub fn stop(&mut self) {
         for (_, c) in self.children.iter_mut().rev() {
@@ -273,6 +297,28 @@ impl RealOperators {
 impl Drop for RealOperators {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// An operator stopped by [`RealOperators::pause`]; dropping it lets the
+/// operator go on.
+#[derive(Debug)]
+pub struct Paused {
+    pid: i32,
+    name: String,
+}
+
+impl Paused {
+    /// Lets the operator go on (as dropping the guard does).
+    pub fn resume(self) {}
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with a pid of our own child and a valid signal.
+        if unsafe { libc::kill(self.pid, libc::SIGCONT) } != 0 {
+            tracing::warn!(operator = %self.name, error = %std::io::Error::last_os_error(), "SIGCONT failed");
+        }
     }
 }
 

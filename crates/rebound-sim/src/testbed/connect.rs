@@ -31,7 +31,9 @@ impl Testbed {
                 .await
                 .map_err(|e| TestbedError::NoRealServer(format!("operators' start: {e}")))?
                 .map_err(TestbedError::NoRealServer)?;
-            cfg.shared.get_or_insert_with(SharedCluster::default).real_operators = true;
+            cfg.shared
+                .get_or_insert_with(SharedCluster::default)
+                .real_operators = true;
         }
         Self::connect_config(upstream, cfg).await
     }

@@ -9,7 +9,9 @@ use std::process::Command;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::manifests::{self, Kubectl, crd_names, helm_template, named, namespace, of_kind, to_loopback};
+use super::manifests::{
+    self, Kubectl, crd_names, helm_template, named, namespace, of_kind, to_loopback,
+};
 use super::pki::Pki;
 use super::probe::Check;
 use super::{Built, OperatorsError, io};
@@ -123,7 +125,11 @@ impl Plan {
         kubeconfig: &Path,
     ) -> Result<(), OperatorsError> {
         let name = "training-operator";
-        let objects = kubectl.kustomize(&built.training_operator_manifests.join("overlays/standalone"))?;
+        let objects = kubectl.kustomize(
+            &built
+                .training_operator_manifests
+                .join("overlays/standalone"),
+        )?;
         let webhook = port()?;
         let health = port()?;
         self.take_crds_and_webhooks(&objects, webhook, &pki.ca_pem)?;
@@ -142,16 +148,42 @@ impl Plan {
             // Only its existence is checked; another bed's file serves too.
             pki.install_serving(fixed)?;
         }
+        // Its workers' `init-pytorch` waits for the master's DNS name with
+        // `nslookup` from `alpine:3.10`: the bed has neither cluster DNS
+        // nor a registry. The same init container, from the image the
+        // bed's real node has, exits 0 at once (it is the operator's
+        // documented template file).
+        let template = dir.join("pytorch-init-container.yaml");
+        std::fs::write(
+            &template,
+            "- name: init-pytorch\n  image: {{.InitContainerImage}}\n  imagePullPolicy: IfNotPresent\n  command: ['/usr/local/bin/rebound', '--version']\n",
+        )
+        .map_err(io("write the PyTorch init container template"))?;
         let mut c = Command::new(&built.training_operator);
         c.arg("--kubeconfig")
             .arg(kubeconfig)
+            .arg("--pytorch-init-container-template-file")
+            .arg(&template)
+            .args([
+                "--pytorch-init-container-image",
+                crate::envtest::node::REBOUND_IMAGE,
+            ])
             .args(["--webhook-server-port", &webhook.to_string()])
             .args(["--metrics-bind-address", "0"])
-            .args(["--health-probe-bind-address", &format!("127.0.0.1:{health}")])
+            .args([
+                "--health-probe-bind-address",
+                &format!("127.0.0.1:{health}"),
+            ])
             .env("MY_POD_NAMESPACE", "kubeflow")
             .env("TMPDIR", &tmp);
         self.commands.push((name.into(), c));
-        self.health.push((name.into(), Check { port: health, path: "/readyz" }));
+        self.health.push((
+            name.into(),
+            Check {
+                port: health,
+                path: "/readyz",
+            },
+        ));
         self.dry_runs.push((
             name.into(),
             json!({
@@ -183,7 +215,9 @@ impl Plan {
         let cm = named(&objects, "ConfigMap", "jobset-manager-config")?;
         let text = cm["data"]["controller_manager_config.yaml"]
             .as_str()
-            .ok_or_else(|| OperatorsError::Manifest("jobset-manager-config has no configuration".into()))?;
+            .ok_or_else(|| {
+                OperatorsError::Manifest("jobset-manager-config has no configuration".into())
+            })?;
         let mut cfg = yaml_doc(text, "jobset-manager-config")?;
         let certs = dir.join(format!("{name}-certs"));
         pki.install_serving(&certs)?;
@@ -192,11 +226,23 @@ impl Plan {
         cfg["webhook"] = json!({"port": webhook, "host": "127.0.0.1", "certDir": certs});
         cfg["health"]["healthProbeBindAddress"] = json!(format!("127.0.0.1:{health}"));
         cfg["metrics"]["bindAddress"] = json!("0");
+        // Off by default in v0.12 (alpha): rebound keeps a JobSet's own
+        // in-place restart (tests/it/e2e/tiers.rs), which needs it.
+        cfg["featureGates"]["InPlaceRestart"] = json!(true);
         let file = write_json(dir, "jobset-config.yaml", &cfg)?;
         let mut c = Command::new(&built.jobset);
-        c.arg("--kubeconfig").arg(kubeconfig).arg("--config").arg(file);
+        c.arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--config")
+            .arg(file);
         self.commands.push((name.into(), c));
-        self.health.push((name.into(), Check { port: health, path: "/readyz" }));
+        self.health.push((
+            name.into(),
+            Check {
+                port: health,
+                path: "/readyz",
+            },
+        ));
         self.dry_runs.push((
             name.into(),
             json!({
@@ -252,10 +298,17 @@ impl Plan {
             .arg(file)
             .env("TMPDIR", &tmp);
         self.commands.push((name.into(), c));
-        self.health.push((name.into(), Check { port: health, path: "/readyz" }));
+        self.health.push((
+            name.into(),
+            Check {
+                port: health,
+                path: "/readyz",
+            },
+        ));
         let runtime = std::fs::read_to_string(base.join("runtimes/torch_distributed.yaml"))
             .map_err(io("read Trainer's torch-distributed runtime"))?;
-        self.after_ready.push(yaml_doc(&runtime, "torch_distributed.yaml")?);
+        self.after_ready
+            .push(yaml_doc(&runtime, "torch_distributed.yaml")?);
         self.dry_runs.push((
             name.into(),
             json!({
@@ -349,7 +402,12 @@ impl Plan {
         c.args(args);
         self.commands.push(("vc-webhook-manager".into(), c));
         for (process, deployment, bin, conf) in [
-            ("vc-controller-manager", "volcano-controllers", &built.vc_controllers, None),
+            (
+                "vc-controller-manager",
+                "volcano-controllers",
+                &built.vc_controllers,
+                None,
+            ),
             (
                 "vc-scheduler",
                 "volcano-scheduler",
@@ -367,7 +425,13 @@ impl Plan {
             let mut c = Command::new(bin);
             c.args(replace(args_of(deployment)?, &with, &[]));
             self.commands.push((process.into(), c));
-            self.health.push((process.into(), Check { port: health, path: "/healthz" }));
+            self.health.push((
+                process.into(),
+                Check {
+                    port: health,
+                    path: "/healthz",
+                },
+            ));
         }
         self.dry_runs.push((
             "vc-webhook-manager".into(),

@@ -32,7 +32,8 @@ fn run(mut cmd: Command, what: &str, stdin: Option<&[u8]>) -> Result<Vec<u8>, Op
         message: format!("cannot start: {e}"),
     })?;
     if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(input).map_err(io(format!("{what}: stdin")))?;
+        pipe.write_all(input)
+            .map_err(io(format!("{what}: stdin")))?;
     }
     let out = child
         .wait_with_output()
@@ -108,9 +109,13 @@ impl Kubectl {
     pub(crate) fn dry_run_create(&self, obj: &Value) -> Result<(), String> {
         let mut c = self.cmd();
         c.args(["create", "--dry-run=server", "-o", "name", "-f", "-"]);
-        run(c, "kubectl create --dry-run=server", Some(obj.to_string().as_bytes()))
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        run(
+            c,
+            "kubectl create --dry-run=server",
+            Some(obj.to_string().as_bytes()),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -152,14 +157,23 @@ pub(crate) fn named<'a>(
     objects
         .iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-        .ok_or_else(|| OperatorsError::Manifest(format!("no {kind} {name} in the rendered manifests")))
+        .ok_or_else(|| {
+            OperatorsError::Manifest(format!("no {kind} {name} in the rendered manifests"))
+        })
 }
 
 /// A webhook configuration with every webhook's `clientConfig.service`
 /// replaced by `https://127.0.0.1:<port><path>` and the bed's CA.
-pub(crate) fn to_loopback(config: &Value, port: u16, ca_pem: &str) -> Result<Value, OperatorsError> {
+pub(crate) fn to_loopback(
+    config: &Value,
+    port: u16,
+    ca_pem: &str,
+) -> Result<Value, OperatorsError> {
     let mut config = config.clone();
-    let name = config["metadata"]["name"].as_str().unwrap_or("?").to_owned();
+    let name = config["metadata"]["name"]
+        .as_str()
+        .unwrap_or("?")
+        .to_owned();
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let hooks = config["webhooks"]
         .as_array_mut()

@@ -90,24 +90,57 @@ impl Pki {
             ),
         )
         .map_err(io("write tls.ext"))?;
-        openssl(&pki, "CA key", &["genrsa", "-traditional", "-out", "ca.key", "2048"])?;
+        openssl(
+            &pki,
+            "CA key",
+            &["genrsa", "-traditional", "-out", "ca.key", "2048"],
+        )?;
         openssl(
             &pki,
             "CA certificate",
-            &["req", "-x509", "-key", "ca.key", "-out", "ca.crt", "-days", "3650", "-config", "ca.cnf"],
+            &[
+                "req", "-x509", "-key", "ca.key", "-out", "ca.crt", "-days", "3650", "-config",
+                "ca.cnf",
+            ],
         )?;
-        openssl(&pki, "serving key", &["genrsa", "-traditional", "-out", "tls.key", "2048"])?;
+        openssl(
+            &pki,
+            "serving key",
+            &["genrsa", "-traditional", "-out", "tls.key", "2048"],
+        )?;
         openssl(
             &pki,
             "serving request",
-            &["req", "-new", "-key", "tls.key", "-out", "tls.csr", "-subj", "/CN=rebound-testbed-webhooks"],
+            &[
+                "req",
+                "-new",
+                "-key",
+                "tls.key",
+                "-out",
+                "tls.csr",
+                "-subj",
+                "/CN=rebound-testbed-webhooks",
+            ],
         )?;
         openssl(
             &pki,
             "serving certificate",
             &[
-                "x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", "tls.crt", "-days", "3650", "-extfile", "tls.ext",
+                "x509",
+                "-req",
+                "-in",
+                "tls.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "tls.crt",
+                "-days",
+                "3650",
+                "-extfile",
+                "tls.ext",
             ],
         )?;
         let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).map_err(io("read ca.crt"))?;
