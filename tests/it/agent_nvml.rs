@@ -45,10 +45,8 @@ fn build_stub(dir: &Path) {
     assert!(status.success(), "cc failed to build the NVML stub");
 }
 
-const DRY_ONCE: [&str; 9] = [
-    "agent",
-    "--once",
-    "--dry-run",
+/// NVML alone: no kernel log, no `dcgmi`, no driver proc directory.
+const NVML_ONLY: [&str; 6] = [
     "--kmsg",
     "false",
     "--dcgm",
@@ -57,12 +55,15 @@ const DRY_ONCE: [&str; 9] = [
     "/nonexistent",
 ];
 
+const DRY_ONCE: [&str; 3] = ["agent", "--once", "--dry-run"];
+
 #[test]
 fn agent_loads_the_driver_library_and_reads_its_gpus() {
     let dir = scratch("stub");
     build_stub(&dir);
     let out = rebound()
         .args(DRY_ONCE)
+        .args(NVML_ONLY)
         .env("LD_LIBRARY_PATH", &dir)
         .output()
         .expect("rebound agent runs");
@@ -119,6 +120,7 @@ fn agent_loads_the_driver_library_and_reads_its_gpus() {
     let lib = dir.join("libnvidia-ml.so.1");
     let out = rebound()
         .args(DRY_ONCE)
+        .args(NVML_ONLY)
         .arg("--nvml-library")
         .arg(&lib)
         .env_remove("LD_LIBRARY_PATH")
@@ -144,6 +146,7 @@ fn agent_without_a_driver_says_so_once_and_goes_on() {
     let empty = scratch("none");
     let out = rebound()
         .args(DRY_ONCE)
+        .args(NVML_ONLY)
         .env("LD_LIBRARY_PATH", &empty)
         .output()
         .expect("rebound agent runs");
@@ -167,17 +170,7 @@ fn agent_without_a_driver_says_so_once_and_goes_on() {
 
     // The daemon: no crash, no exit, and the metric says the source is off;
     // off is not failing (no alert for a node without a driver).
-    let mut agent = Daemon::start(
-        &[
-            "--kmsg",
-            "false",
-            "--dcgm",
-            "false",
-            "--nvidia-proc-dir",
-            "/nonexistent",
-        ],
-        &[("LD_LIBRARY_PATH", empty.as_os_str())],
-    );
+    let mut agent = Daemon::start(&NVML_ONLY, &[("LD_LIBRARY_PATH", empty.as_os_str())]);
     let metrics = agent.metrics_until("nvml down", Duration::from_secs(20), |m| {
         m.contains(r#"rebound_agent_source_up{source="nvml"} 0"#)
     });
@@ -213,19 +206,17 @@ fn an_event_wait_that_fails_at_once_is_backed_off_counted_and_reopened() {
     let waits = dir.join("waits");
     let mut agent = Daemon::start(
         &[
-            "--kmsg",
-            "false",
-            "--dcgm",
-            "false",
-            "--nvidia-proc-dir",
-            "/nonexistent",
-            "--nvml-interval",
-            "1s",
-            "--source-restart-min",
-            "1s",
-            "--source-restart-max",
-            "1s",
-        ],
+            &NVML_ONLY[..],
+            &[
+                "--nvml-interval",
+                "1s",
+                "--source-restart-min",
+                "1s",
+                "--source-restart-max",
+                "1s",
+            ],
+        ]
+        .concat(),
         &[
             ("LD_LIBRARY_PATH", dir.as_os_str()),
             ("REBOUND_NVML_STUB_EVENTS", OsStr::new("lost")),
