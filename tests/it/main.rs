@@ -1,10 +1,12 @@
 //! Integration tests, one binary (ECOSYSTEM.md: each test binary links ~200 MB).
 
 mod agent;
+mod agent_daemon;
 mod agent_gpu_health;
 mod agent_image;
 #[cfg(feature = "nvml")]
 mod agent_nvml;
+mod agent_sources;
 mod conformance;
 mod crds;
 mod demo;

@@ -333,6 +333,38 @@ fn helm_renders_the_chart_like_config_default() {
         !kinds.contains("DaemonSet") && !kinds.contains("CustomResourceDefinition"),
         "{kinds:?}"
     );
+    // With the agent, the monitoring options also scrape the agents and
+    // alert on their sources (docs/agent.md); the agent alerts select the
+    // job the PodMonitor sets.
+    let with_agent = helm_template(
+        &helm,
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("helm template with monitoring and the agent failed: {e}"));
+    let pod_monitor = one(&with_agent, "PodMonitor", "rebound-agent");
+    let endpoint = &pod_monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["port"], "http", "{pod_monitor:#}");
+    assert_eq!(endpoint["relabelings"][0]["targetLabel"], "job");
+    assert_eq!(endpoint["relabelings"][0]["replacement"], "rebound-agent");
+    let rule = one(&with_agent, "PrometheusRule", "rebound");
+    let agent_group = rule["spec"]["groups"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["name"] == "rebound-agent"))
+        .unwrap_or_else(|| panic!("no rebound-agent group: {rule:#}"));
+    for r in agent_group["rules"].as_array().expect("rules") {
+        let expr = r["expr"].as_str().expect("expr");
+        assert!(
+            expr.contains(r#"job="rebound-agent", namespace="rebound-system""#),
+            "{expr}"
+        );
+    }
+    assert!(
+        !kinds.contains("PodMonitor"),
+        "no PodMonitor without the agent: {kinds:?}"
+    );
     let err = helm_template(&helm, &["--set", "controller.leaderElection=false"])
         .expect_err("two replicas without leader election must not render");
     assert!(err.contains("leaderElection"), "{err}");
