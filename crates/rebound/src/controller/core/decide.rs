@@ -139,6 +139,9 @@ impl Core {
             self.nodes.raise_level(n, c.level);
         }
         let when = occ.fault.last_seen;
+        // Trust first, before anything acts (absorb included): a tenant's
+        // fault concerns that tenant's own jobs and no one else's.
+        let domain = occ.fault.domain();
         let refs: Vec<JobRef> = match &occ.scope {
             Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
             Scope::Node | Scope::NodeEvent => occ
@@ -147,7 +150,10 @@ impl Core {
                 .as_deref()
                 .map(|n| self.store.jobs_on_node(n, Some(when.timestamp())))
                 .unwrap_or_default(),
-        };
+        }
+        .into_iter()
+        .filter(|r| domain.may_touch(&r.namespace))
+        .collect();
         let mut fates: Vec<Fate> = Vec::new();
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {
@@ -219,7 +225,9 @@ impl Core {
     /// two. A node fault under an in-place restart turns it into a
     /// replacement of the pods on that node.
     fn absorb(&mut self, key: &JobKey, fault: &Fault, level: Level, now: Now) {
-        if !level.cordons_node() {
+        // Only a trusted fault moves pods off a node: a tenant's Event
+        // naming a node at a cordoning level changes nobody's recovery.
+        if !fault.trusted || !level.cordons_node() {
             return;
         }
         let Some(node) = fault.node.as_deref() else {

@@ -96,8 +96,16 @@ impl Core {
                 })
                 .collect()
         };
-        if let (Some(node), Scope::NodeEvent) = (&f.node, &scope) {
+        // Only a trusted Event reaches node state.
+        if let (Some(node), Scope::NodeEvent, true) = (&f.node, &scope, f.trusted) {
             self.dirty_nodes.insert(node.clone());
+        }
+        let before = self.store.event_faults.get(&key).map(|e| e.fault.clone());
+        self.store.index_node_event(&key, before.as_ref(), Some(&f));
+        if let Some(b) = before.as_ref().filter(|b| b.trusted)
+            && let Some(n) = &b.node
+        {
+            self.dirty_nodes.insert(n.clone());
         }
         self.store.event_faults.insert(
             key.clone(),
@@ -111,10 +119,13 @@ impl Core {
     }
 
     fn event_removed(&mut self, key: &str, now: Now) {
-        if let Some(e) = self.store.event_faults.remove(key)
-            && let Some(n) = e.fault.node
-        {
-            self.dirty_nodes.insert(n);
+        if let Some(e) = self.store.event_faults.remove(key) {
+            self.store.index_node_event(key, Some(&e.fault), None);
+            if e.fault.trusted
+                && let Some(n) = e.fault.node
+            {
+                self.dirty_nodes.insert(n);
+            }
         }
         self.set_carrier(key.to_string(), Vec::new(), now);
     }

@@ -7,11 +7,13 @@
 
 mod bed;
 mod endings;
+mod episodes;
 mod model;
 mod node_faults;
 mod property;
 mod regressions;
 mod startup;
 mod trainjob;
+mod trust;
 mod unseen_jobs;
 mod wiring;
