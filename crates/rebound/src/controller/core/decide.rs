@@ -57,6 +57,11 @@ impl Core {
                 h.push(r.clone());
             }
         }
+        // A restart recorded at once with its delete, whose delete never
+        // went through ([`Core::requeue_cause`]), did not happen.
+        if let Some(unmade) = self.unmade.get(key) {
+            h.retain(|r| !unmade.contains(&r.at));
+        }
         h.sort_by_key(|r| r.at);
         h
     }
@@ -158,12 +163,6 @@ impl Core {
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {
             let key = job_key(&r);
-            // Restarted for this very occurrence already (another job
-            // concerned by it was held, so it is decided again).
-            if self.acted_for.get(&id).is_some_and(|s| s.contains(&key)) {
-                fates.push(Fate::Handled);
-                continue;
-            }
             if let Some(r) = self.recoveries.get_mut(&key) {
                 // Restarting every process, and none started again yet:
                 // this restart covers a software fault seen now.
@@ -179,11 +178,16 @@ impl Core {
                 continue;
             }
             let input = self.job_input(&r, &occ.fault);
-            let handled = input
-                .history
-                .iter()
-                .rfind(|h| !h.pod_only)
-                .is_some_and(|h| h.at >= handled_before(when));
+            // Restarted for this very occurrence already (by this term,
+            // an earlier one or another replica: the job's record names
+            // it), or by a restart surely after it.
+            let by_id = super::jobs::occurrence_key(id);
+            let handled = input.history.iter().any(|h| h.occurrence == by_id)
+                || input
+                    .history
+                    .iter()
+                    .rfind(|h| !h.pod_only)
+                    .is_some_and(|h| h.at >= handled_before(when));
             if handled {
                 fates.push(Fate::Handled);
                 continue;
@@ -378,7 +382,6 @@ impl Core {
         if jref.uid.is_none() {
             jref.uid = self.store.jobs.get(&key).and_then(|i| i.uid.clone());
         }
-        let acted_key = key.clone();
         let generation = self.start_recovery(
             key,
             jref,
@@ -390,7 +393,6 @@ impl Core {
             occ.received,
             now,
         );
-        self.acted_for.entry(id).or_default().insert(acted_key);
         Fate::Acted { generation }
     }
 

@@ -49,7 +49,6 @@ impl Core {
             {
                 ended.push(HistoryKey::of(&o.fault));
             }
-            self.acted_for.remove(id);
             if let Some(e) = self.ledger.get(*id)
                 && matches!(e.fate, occurrence::Fate::Pending { .. })
             {

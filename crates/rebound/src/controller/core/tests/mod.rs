@@ -8,6 +8,7 @@
 mod bed;
 mod endings;
 mod episodes;
+mod exactly_once;
 mod model;
 mod node_faults;
 mod property;
