@@ -6,7 +6,7 @@ mod codes;
 mod history;
 
 pub use codes::{CodeError, CodeKey, CodeSet};
-pub use history::{History, HistoryKey};
+pub use history::{History, HistoryKey, MAX_KEYS_PER_TENANT};
 
 use crate::api::{FaultClassification, duration};
 use crate::expr::{CLASSIFY_VARS, CompileError, Expr, NodeView, Scope, VarSet};

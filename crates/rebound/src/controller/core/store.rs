@@ -154,6 +154,8 @@ pub struct Store {
     /// The trusted node-scope fault Events of each node (their keys in
     /// `event_faults`): what node reconcile reads, never a tenant's.
     pub node_events: HashMap<String, BTreeSet<String>>,
+    /// Fault Events tracked per tenant namespace (capped).
+    pub tenant_events: HashMap<String, usize>,
     pub relists: Relists,
     /// The `resourceVersion` of the last pod event the watch delivered (in
     /// the watch's own order, never compared: resource versions are
@@ -405,6 +407,26 @@ impl Store {
                 .or_default()
                 .insert(key.to_string());
         }
+    }
+
+    /// Count a tenant's fault Event in (`now`) or out (`before`).
+    pub fn count_tenant_event(&mut self, before: Option<&Fault>, now: Option<&Fault>) {
+        if let Some(ns) = before.and_then(|f| f.domain().tenant().map(str::to_string))
+            && let Some(n) = self.tenant_events.get_mut(&ns)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.tenant_events.remove(&ns);
+            }
+        }
+        if let Some(ns) = now.and_then(|f| f.domain().tenant().map(str::to_string)) {
+            *self.tenant_events.entry(ns).or_default() += 1;
+        }
+    }
+
+    /// Fault Events tracked for one tenant namespace.
+    pub fn tenant_events(&self, ns: &str) -> usize {
+        self.tenant_events.get(ns).copied().unwrap_or(0)
     }
 
     /// The keys of a node's trusted node-scope fault Events.

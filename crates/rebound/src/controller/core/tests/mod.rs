@@ -5,6 +5,7 @@
 //! real world produces (relists, dropped and duplicated events, failed
 //! actions, leadership changes, controller restarts) can be generated.
 
+mod adversary;
 mod bed;
 mod endings;
 mod episodes;

@@ -70,6 +70,8 @@ pub enum Applied {
         uid: String,
         at: i64,
         pod_only: bool,
+        /// The occurrence the restart was for.
+        occurrence: Option<String>,
     },
     /// A node taken out of scheduling.
     Cordon { node: String, at: i64 },
