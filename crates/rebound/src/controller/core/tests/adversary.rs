@@ -56,6 +56,8 @@ pub(super) struct Sim {
     /// sent.
     pub partial_deaths: Vec<i64>,
     rng: TestRng,
+    /// An API brownout: answers to this kind of request fail until then.
+    pub brownout: Option<(&'static str, i64)>,
     /// What happened, for the report of a failing seed.
     pub trace: Vec<String>,
 }
@@ -99,6 +101,7 @@ impl Sim {
             failed_pods: BTreeSet::new(),
             partial_deaths: Vec::new(),
             rng,
+            brownout: None,
             trace: Vec::new(),
         };
         let ins = s.m.startup();

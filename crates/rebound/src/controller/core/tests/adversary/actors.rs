@@ -135,6 +135,12 @@ impl Sim {
                 self.relist_events();
                 "events relist"
             }
+            95 => {
+                // The API server refuses one kind of write for minutes.
+                let what = ["record", "restart", "delete"][self.pick(3) as usize];
+                self.brownout = Some((what, self.m.t + 120 + self.pick(300) as i64));
+                "brownout"
+            }
             _ => {
                 let i = self.pick(64) as usize;
                 self.fail_pod(i);
@@ -164,7 +170,15 @@ impl Sim {
         }
         let i = self.pick(self.inflight.len() as u64) as usize;
         let (r, e) = self.inflight.remove(i);
-        let outcome = if ok {
+        let browned = self.brownout.is_some_and(|(what, until)| {
+            self.m.t < until
+                && match what {
+                    "record" => matches!(e.kind, EffectKind::Record { .. }),
+                    "restart" => matches!(e.kind, EffectKind::RestartJob { .. }),
+                    _ => matches!(e.kind, EffectKind::DeletePods { .. }),
+                }
+        });
+        let outcome = if ok && !browned {
             self.apply(r, &e)
         } else {
             let code = [
@@ -323,6 +337,7 @@ impl Sim {
     /// Lead, deliver everything, let every effect succeed and time pass,
     /// until nothing moves.
     pub fn settle(&mut self) {
+        self.brownout = None;
         if self.leader.is_none() {
             self.deliver_all();
             self.leader = Some(0);

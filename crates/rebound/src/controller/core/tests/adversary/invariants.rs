@@ -190,6 +190,34 @@ impl Sim {
                 Some(_) => {}
             }
         }
+        // The model's ground truth: every trusted fault line a node
+        // carries is a trusted occurrence of the leader with a fate (a
+        // tenant's copy neither replaced it nor dropped it).
+        for (node, lines) in &self.m.lines {
+            for (code, device, at, n) in lines {
+                let Some(first) = chrono::DateTime::from_timestamp_millis(*at) else {
+                    continue;
+                };
+                let mut f =
+                    crate::fault::Fault::new(crate::fault::FaultSource::NvidiaXid, code, first);
+                f.node = Some(node.clone());
+                f.device = Some(device.clone());
+                f.trusted = true;
+                let id = super::super::super::occurrence::line_occurrence(&f, *n);
+                let o = core.current.get(&id);
+                assert!(
+                    o.is_some_and(|o| o.fault.trusted),
+                    "the trusted line {code} on {node} (n={n}) is not a trusted occurrence of the leader: {:?}\n{}",
+                    o.map(|o| o.fault.domain()),
+                    self.tail()
+                );
+                assert!(
+                    core.ledger().get(id).is_some(),
+                    "the trusted line {code} on {node} has no fate\n{}",
+                    self.tail()
+                );
+            }
+        }
         assert_eq!(core.in_flight(), 0, "effects left in flight");
         for name in self.m.jobs.keys() {
             let (current, released) = self.m.released(name);

@@ -39,6 +39,7 @@ impl Model {
                     job: job.name.clone(),
                     uid: job.uid.clone(),
                     owners: doomed.into_iter().map(|(_, u)| u).collect(),
+                    at: self.t,
                 });
                 Outcome::Ok("deleted".into())
             }
