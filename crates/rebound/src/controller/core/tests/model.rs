@@ -64,8 +64,6 @@ pub enum Applied {
         job: String,
         uid: Option<String>,
         owners: Vec<String>,
-        /// When (model seconds).
-        at: i64,
     },
     /// A restart record appended on a job incarnation.
     Record {

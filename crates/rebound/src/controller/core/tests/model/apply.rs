@@ -39,7 +39,6 @@ impl Model {
                     job: job.name.clone(),
                     uid: job.uid.clone(),
                     owners: doomed.into_iter().map(|(_, u)| u).collect(),
-                    at: self.t,
                 });
                 Outcome::Ok("deleted".into())
             }
