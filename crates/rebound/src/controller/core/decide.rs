@@ -57,6 +57,11 @@ impl Core {
                 h.push(r.clone());
             }
         }
+        // A restart recorded at once with its delete, whose delete never
+        // went through ([`Core::requeue_cause`]), did not happen.
+        if let Some(unmade) = self.unmade.get(key) {
+            h.retain(|r| !unmade.contains(&r.at));
+        }
         h.sort_by_key(|r| r.at);
         h
     }
@@ -139,6 +144,9 @@ impl Core {
             self.nodes.raise_level(n, c.level);
         }
         let when = occ.fault.last_seen;
+        // Trust first, before anything acts (absorb included): a tenant's
+        // fault concerns that tenant's own jobs and no one else's.
+        let domain = occ.fault.domain();
         let refs: Vec<JobRef> = match &occ.scope {
             Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
             Scope::Node | Scope::NodeEvent => occ
@@ -147,17 +155,14 @@ impl Core {
                 .as_deref()
                 .map(|n| self.store.jobs_on_node(n, Some(when.timestamp())))
                 .unwrap_or_default(),
-        };
+        }
+        .into_iter()
+        .filter(|r| domain.may_touch(&r.namespace))
+        .collect();
         let mut fates: Vec<Fate> = Vec::new();
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {
             let key = job_key(&r);
-            // Restarted for this very occurrence already (another job
-            // concerned by it was held, so it is decided again).
-            if self.acted_for.get(&id).is_some_and(|s| s.contains(&key)) {
-                fates.push(Fate::Handled);
-                continue;
-            }
             if let Some(r) = self.recoveries.get_mut(&key) {
                 // Restarting every process, and none started again yet:
                 // this restart covers a software fault seen now.
@@ -173,11 +178,16 @@ impl Core {
                 continue;
             }
             let input = self.job_input(&r, &occ.fault);
-            let handled = input
-                .history
-                .iter()
-                .rfind(|h| !h.pod_only)
-                .is_some_and(|h| h.at >= handled_before(when));
+            // Restarted for this very occurrence already (by this term,
+            // an earlier one or another replica: the job's record names
+            // it), or by a restart surely after it.
+            let by_id = super::jobs::occurrence_key(id);
+            let handled = input.history.iter().any(|h| h.occurrence == by_id)
+                || input
+                    .history
+                    .iter()
+                    .rfind(|h| !h.pod_only)
+                    .is_some_and(|h| h.at >= handled_before(when));
             if handled {
                 fates.push(Fate::Handled);
                 continue;
@@ -219,7 +229,9 @@ impl Core {
     /// two. A node fault under an in-place restart turns it into a
     /// replacement of the pods on that node.
     fn absorb(&mut self, key: &JobKey, fault: &Fault, level: Level, now: Now) {
-        if !level.cordons_node() {
+        // Only a trusted fault moves pods off a node: a tenant's Event
+        // naming a node at a cordoning level changes nobody's recovery.
+        if !fault.trusted || !level.cordons_node() {
             return;
         }
         let Some(node) = fault.node.as_deref() else {
@@ -370,7 +382,6 @@ impl Core {
         if jref.uid.is_none() {
             jref.uid = self.store.jobs.get(&key).and_then(|i| i.uid.clone());
         }
-        let acted_key = key.clone();
         let generation = self.start_recovery(
             key,
             jref,
@@ -382,7 +393,6 @@ impl Core {
             occ.received,
             now,
         );
-        self.acted_for.entry(id).or_default().insert(acted_key);
         Fate::Acted { generation }
     }
 
