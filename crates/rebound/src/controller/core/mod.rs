@@ -30,6 +30,7 @@ pub mod occurrence;
 pub mod plan;
 pub mod pods;
 pub mod restart_counts;
+mod skip_notices;
 pub mod status;
 pub mod store;
 mod tick;
@@ -152,6 +153,8 @@ pub struct Core {
     /// Generations this process wrote that the jobs do not show yet.
     written_gen: HashMap<JobKey, crate::inplace::Generation>,
     nodes: nodes::NodeBook,
+    /// Which jobs heard of which skip reason lately.
+    skip_notices: skip_notices::SkipNotices,
     hang: hang::HangBook,
     status: status::StatusBook,
     next_id: EffectId,
@@ -207,6 +210,7 @@ impl Core {
             recorded: HashMap::new(),
             written_gen: HashMap::new(),
             nodes: nodes::NodeBook::default(),
+            skip_notices: skip_notices::SkipNotices::default(),
             hang: hang::HangBook::default(),
             status: status::StatusBook::default(),
             next_id: 1,

@@ -11,6 +11,7 @@ mod model;
 mod node_faults;
 mod property;
 mod regressions;
+mod skips;
 mod startup;
 mod trainjob;
 mod unseen_jobs;
