@@ -6,8 +6,10 @@ mod agent_image;
 #[cfg(feature = "nvml")]
 mod agent_nvml;
 mod conformance;
+mod controller_metrics;
 mod crds;
 mod demo;
+mod doc_examples;
 mod e2e;
 mod fault_parsers;
 mod inject;
