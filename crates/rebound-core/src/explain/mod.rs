@@ -64,14 +64,20 @@ pub fn engine_from(
 
 /// Why `rebound explain` could not decide: a file, or a flag.
 #[derive(Debug, thiserror::Error)]
-#[allow(clippy::large_enum_variant)] // a CLI error, once per run
 pub enum RunError {
+    /// Boxed: a load error names file, object and field (large, and rare).
     #[error(transparent)]
-    Load(#[from] LoadError),
+    Load(Box<LoadError>),
     #[error("no FaultClassification or RecoveryPolicy found in {files:?}")]
     NoObjects { files: Vec<std::path::PathBuf> },
     #[error("--{flag}: {message}")]
     Flag { flag: &'static str, message: String },
+}
+
+impl From<LoadError> for RunError {
+    fn from(e: LoadError) -> Self {
+        RunError::Load(Box::new(e))
+    }
 }
 
 /// What `rebound explain` prints: the decision, and warnings about the
