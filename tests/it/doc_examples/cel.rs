@@ -182,29 +182,27 @@ pub fn guarded_lookup(ex: &str) {
     assert_outcome(&f(""), "GateFalse");
 }
 
+/// The gate `ex` over XIDs on gpu-7: each code's outcome.
+fn xid_gate(ex: &str, want: &[(&str, &str)]) {
+    let p = gate(ex);
+    for (code, outcome) in want {
+        assert_outcome(
+            &format!(
+                "{CLASSIFICATIONS} -f {p} --fault source=NvidiaXid,code={code},node=gpu-7 --job {JOB}"
+            ),
+            outcome,
+        );
+    }
+}
+
 /// `fault.code == "79"`: codes are strings.
 pub fn code_is_a_string(ex: &str) {
-    let p = gate(ex);
-    let f = |code: &str| {
-        format!(
-            "{CLASSIFICATIONS} -f {p} --fault source=NvidiaXid,code={code},node=gpu-7 --job {JOB}"
-        )
-    };
-    assert_outcome(&f("79"), "acts");
-    assert_outcome(&f("13"), "GateFalse");
+    xid_gate(ex, &[("79", "acts"), ("13", "GateFalse")]);
 }
 
 /// `int(fault.code) >= 140`: ranges of decimal codes.
 pub fn decimal_range(ex: &str) {
-    let p = gate(ex);
-    let f = |code: &str| {
-        format!(
-            "{CLASSIFICATIONS} -f {p} --fault source=NvidiaXid,code={code},node=gpu-7 --job {JOB}"
-        )
-    };
-    assert_outcome(&f("145"), "acts");
-    assert_outcome(&f("140"), "acts");
-    assert_outcome(&f("13"), "GateFalse");
+    xid_gate(ex, &[("145", "acts"), ("140", "acts"), ("13", "GateFalse")]);
 }
 
 /// `job.restarts + 1` and `fault.exitCode == 137`: integers are `int`.
