@@ -4,7 +4,7 @@
 
 use super::*;
 
-pub(super) fn values() -> Value {
+pub(crate) fn values() -> Value {
     docs_of("chart/rebound/values.yaml").remove(0)
 }
 
@@ -227,6 +227,28 @@ pub(super) fn helm_lint(helm: &Path, extra: &[&str]) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ))
     }
+}
+
+/// `helm template ARGS` from the repository root, with a helm binary;
+/// `None` without one. A failed render panics with helm's message.
+pub(crate) fn helm_render(args: &[&str]) -> Option<Vec<Value>> {
+    let helm = helm()?;
+    let out = std::process::Command::new(&helm)
+        .arg("template")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm.display()));
+    assert!(
+        out.status.success(),
+        "helm template {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(yaml_docs(
+        &String::from_utf8_lossy(&out.stdout),
+        "helm template output",
+    ))
 }
 
 pub(super) fn helm_template(helm: &Path, extra: &[&str]) -> Result<Vec<Value>, String> {

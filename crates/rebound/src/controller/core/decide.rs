@@ -28,13 +28,15 @@ pub fn handled_before(fault_time: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 impl Core {
-    /// The CEL `node` variable for a fault's node.
+    /// The CEL `node` variable for a fault's node: its current fault level
+    /// (its highest trusted fault, docs/cel.md), not the level rebound
+    /// cordoned it at (none for a node it did not cordon).
     pub(super) fn node_view(&self, node: Option<&str>) -> Option<NodeView> {
         let n = self.store.nodes.get(node?)?;
         Some(NodeView {
             name: n.name.clone(),
             labels: n.labels.clone(),
-            level: n.cordoned_by,
+            level: self.nodes.level(&n.name),
             faults: self
                 .store
                 .node_faults(&n.name)
@@ -195,7 +197,10 @@ impl Core {
             inputs.push((r, input));
         }
         let jobs: Vec<JobInput> = inputs.iter().map(|(_, i)| i.clone()).collect();
-        let decision = self.engine.decide_classified(c, None, &jobs, now.wall);
+        // The policies' `node` is the node as classified, with this fault.
+        let decision = self
+            .engine
+            .decide_classified(c, None, view.as_ref(), &jobs, now.wall);
         self.metrics
             .faults
             .get_or_create(&crate::metrics::FaultLabels {
@@ -397,54 +402,38 @@ impl Core {
     }
 
     /// A decision that does not act: held for its cooldown, or recorded
-    /// with its reason (an Event where people should hear of it).
+    /// with its reason, in the Event docs/events.md gives it (once per job
+    /// and reason an episode, [`SkipNotices`](super::skip_notices)).
     fn skipped(&mut self, job: &JobRef, skip: &Skip, why: &str, now: Now) -> Fate {
+        if let Skip::BudgetExhausted { .. } = skip {
+            self.effect(EffectKind::MarkBudgetExhausted { job: job.clone() }, None);
+        }
+        if let Some((reason, warning)) = crate::recover::skip_event(skip) {
+            let key = job_key(job);
+            let last_restart = self.history(&key).last().map(|r| r.at);
+            if self
+                .skip_notices
+                .should_say(&key, skip.name(), last_restart, now.wall)
+            {
+                let note = format!("{}: {why}", skip.name());
+                let notice = if warning {
+                    Notice::warning(reason, "Restart", note)
+                } else {
+                    Notice::normal(reason, "Restart", note)
+                };
+                self.job_event(job, notice);
+            }
+        }
         match skip {
             Skip::Cooldown { remaining_secs } | Skip::WaitingForPodRestart { remaining_secs } => {
                 let until = now
                     .wall
                     .checked_add_signed(chrono::Duration::seconds(*remaining_secs as i64))
                     .unwrap_or(now.wall);
-                return Fate::Pending { until: Some(until) };
+                Fate::Pending { until: Some(until) }
             }
-            Skip::BudgetExhausted { .. } => {
-                self.effect(EffectKind::MarkBudgetExhausted { job: job.clone() }, None);
-                self.job_event(
-                    job,
-                    Notice::warning(
-                        reasons::RESTART_BUDGET_EXHAUSTED,
-                        "Restart",
-                        format!("{}: {why}", skip.name()),
-                    ),
-                );
-            }
-            Skip::GateError { .. } | Skip::CooldownError { .. } => self.job_event(
-                job,
-                Notice::warning(
-                    reasons::CEL_ERROR,
-                    "Restart",
-                    format!("{}: {why}", skip.name()),
-                ),
-            ),
-            Skip::RetryLimit { .. } => self.job_event(
-                job,
-                Notice::warning(
-                    reasons::RESTART_SKIPPED,
-                    "Restart",
-                    format!("{}: {why}", skip.name()),
-                ),
-            ),
-            Skip::DryRun | Skip::RestartPolicyNever => self.job_event(
-                job,
-                Notice::normal(
-                    reasons::RESTART_SKIPPED,
-                    "Restart",
-                    format!("{}: {why}", skip.name()),
-                ),
-            ),
-            _ => {}
+            _ => Fate::Skipped(skip.name()),
         }
-        Fate::Skipped(skip.name())
     }
 
     /// The pod to look at first: one on a node that carries a fault, else

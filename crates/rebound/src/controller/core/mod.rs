@@ -30,6 +30,7 @@ pub mod occurrence;
 pub mod plan;
 pub mod pods;
 pub mod restart_counts;
+mod skip_notices;
 pub mod status;
 pub mod store;
 mod tick;
@@ -150,6 +151,8 @@ pub struct Core {
     /// Generations this process wrote that the jobs do not show yet.
     written_gen: HashMap<JobKey, crate::inplace::Generation>,
     nodes: nodes::NodeBook,
+    /// Which jobs heard of which skip reason lately.
+    skip_notices: skip_notices::SkipNotices,
     hang: hang::HangBook,
     status: status::StatusBook,
     next_id: EffectId,
@@ -205,6 +208,7 @@ impl Core {
             written_gen: HashMap::new(),
             unmade: HashMap::new(),
             nodes: nodes::NodeBook::default(),
+            skip_notices: skip_notices::SkipNotices::default(),
             hang: hang::HangBook::default(),
             status: status::StatusBook::default(),
             next_id: 1,

@@ -14,6 +14,7 @@ mod model;
 mod node_faults;
 mod property;
 mod regressions;
+mod skips;
 mod startup;
 mod trainjob;
 mod trust;
