@@ -109,7 +109,7 @@ kubectl get rp,fc -A"##,
         ),
         case(
             "README.md",
-            r##"REBOUND_TEST_ASSETS=/path/to/k8s-binaries cargo test --test it e2e   # both servers
+            r##"cargo test --test it e2e                                             # both servers
 cargo test --test it e2e:: -- --skip ::real                          # the embedded server alone
 REBOUND_E2E_KUBECONFIG=/tmp/kind.kubeconfig cargo test --test it e2e:: -- --skip ::embedded   # kind instead"##,
             Offline,
@@ -120,7 +120,7 @@ REBOUND_E2E_KUBECONFIG=/tmp/kind.kubeconfig cargo test --test it e2e:: -- --skip
             "README.md",
             r##"cargo bench --bench engine     # faults classified and decided per second, one core
 cargo run --release -- sim --nodes 2000 --pods-per-node 10 --scenario pod-exit   # also node-xid, storm, flapping, resume; -o json
-cargo run --release -- sim --assets DIR --nodes 500 --pods-per-node 10   # the same against a real kube-apiserver, etcd and kube-controller-manager (DIR: the unpacked ../shared/k8s; without DIR, $REBOUND_TEST_ASSETS)
+cargo run --release -- sim --assets DIR --nodes 500 --pods-per-node 10   # the same against a real kube-apiserver, etcd and kube-controller-manager (without DIR: $REBOUND_TEST_ASSETS, else the built components)
 cargo run --release --example cache_memory   # heap bytes the controller's caches hold per pod and per node"##,
             Offline,
             commands::measure,
@@ -269,6 +269,13 @@ kubectl get events -A --field-selector reportingComponent=rebound-controller"##,
             r##"fault.source == "PodExit" && fault.exitCode != 0 && fault.reason != "OOMKilled""##,
             Cel,
             cel::own_exits_only,
+            None,
+        ),
+        case(
+            "docs/concepts.md",
+            r##"now - fault.firstSeen"##,
+            Cel,
+            cel::fault_age,
             None,
         ),
         case(

@@ -157,6 +157,26 @@ pub fn nvlink_escalation(ex: &str) {
     assert_ne!(second.rule, "nvlink/nvlink-flapping", "two are not enough");
 }
 
+/// concepts.md's duration of a fault (`now - fault.firstSeen`), which an
+/// escalation measures per trust domain: a rule on it holds once the fault
+/// has lasted, and not before.
+pub fn fault_age(ex: &str) {
+    let fc = write(
+        "classification",
+        &json!({"apiVersion": "rebound.dev/v1alpha1", "kind": "FaultClassification",
+            "metadata": {"name": "age"},
+            "spec": {"source": "NvidiaXid", "priority": 300,
+                "rules": [{"name": "old", "when": format!("({ex}) > duration(\"5m\")"), "level": "Separate"}]}}),
+    );
+    let at = |now: &str| {
+        decide(&format!(
+            "{CLASSIFICATIONS} -f {fc} --fault source=NvidiaXid,code=13,node=gpu-7,firstSeen=2026-12-01T00:00:00Z --now {now}"
+        ))
+    };
+    assert_eq!(at("2026-12-01T00:10:00Z").rule, "age/old");
+    assert_ne!(at("2026-12-01T00:01:00Z").rule, "age/old");
+}
+
 /// "Large jobs get a longer cooldown (restarting 512 pods is expensive)".
 pub fn large_jobs_cooldown(ex: &str) {
     let p = cooldown(ex);

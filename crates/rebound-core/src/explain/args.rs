@@ -113,6 +113,13 @@ pub fn parse_fault(s: &str, now: DateTime<Utc>) -> Result<Fault, String> {
                 }
             }
             "trusted" => f.trusted = boolean(&k, &v)?,
+            // When the fault was first seen (RFC 3339), for rules on its
+            // age (`now - fault.firstSeen`); default: now.
+            "firstSeen" => {
+                f.first_seen = chrono::DateTime::parse_from_rfc3339(&v)
+                    .map_err(|e| format!("firstSeen={v:?}: {e}"))?
+                    .with_timezone(&chrono::Utc);
+            }
             other => return Err(format!("unknown fault field {other:?}")),
         }
     }
