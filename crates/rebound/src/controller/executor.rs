@@ -178,12 +178,30 @@ impl Executor {
                     return Outcome::NotLeader;
                 }
                 let sent = self.sent(path, "restart_job");
-                let generation = match &how {
-                    DeleteAll::VolcanoCommand { generation } => Some(*generation),
-                    DeleteAll::Selector(_) => None,
+                let r = match &how {
+                    DeleteAll::ChildJobs { selector, jobs } => {
+                        recover::restart_through_child_jobs(
+                            &self.client,
+                            &job,
+                            selector,
+                            jobs,
+                            pods_rv.as_deref(),
+                        )
+                        .await
+                    }
+                    DeleteAll::VolcanoCommand { generation } => {
+                        recover::restart_job(
+                            &self.client,
+                            &job,
+                            Some(*generation),
+                            pods_rv.as_deref(),
+                        )
+                        .await
+                    }
+                    DeleteAll::Selector(_) => {
+                        recover::restart_job(&self.client, &job, None, pods_rv.as_deref()).await
+                    }
                 };
-                let r =
-                    recover::restart_job(&self.client, &job, generation, pods_rv.as_deref()).await;
                 self.answered(sent);
                 self.metrics.request("delete", r.is_ok());
                 match r {
@@ -191,6 +209,10 @@ impl Executor {
                         (recover::RestartPath::VolcanoCommand { command }, _) => {
                             format!("Volcano Command {command} (RestartJob) created")
                         }
+                        (recover::RestartPath::DeletedChildJobs { jobs }, _) => format!(
+                            "{jobs} child Job(s) deleted for JobSet to make anew, {} pod(s) with them",
+                            o.pods_deleted
+                        ),
                         (recover::RestartPath::VolcanoFallbackDeletedPods, _) => format!(
                             "Volcano Command kind not installed: {} pod(s) deleted",
                             o.pods_deleted

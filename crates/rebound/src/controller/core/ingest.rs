@@ -19,7 +19,7 @@ mod device_info;
 mod events;
 mod job_info;
 
-pub use job_info::{job_info, retry_limit};
+pub use job_info::job_info;
 
 fn pod_carrier(ns: &str, name: &str) -> String {
     format!("pod/{ns}/{name}")
