@@ -7,6 +7,7 @@
 
 mod adversary;
 mod bed;
+mod breaker;
 mod endings;
 mod episodes;
 mod exactly_once;

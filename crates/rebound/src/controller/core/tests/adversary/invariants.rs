@@ -88,7 +88,13 @@ impl Sim {
     pub fn check(&self) {
         assert!(
             self.m.separations_in_window() <= model::MAX_SEPARATED,
-            "breaker exceeded\n{}",
+            "breaker exceeded: {:?} at t={}\n{}",
+            self.m
+                .applied
+                .iter()
+                .filter(|a| matches!(a, model::Applied::Cordon { .. }))
+                .collect::<Vec<_>>(),
+            self.m.t,
             self.tail()
         );
         // No occurrence restarts a job twice.
@@ -232,7 +238,12 @@ impl Sim {
 
     /// The last steps of the schedule, for a failure's report.
     fn tail(&self) -> String {
-        let from = self.trace.len().saturating_sub(15);
+        let from = self.trace.len().saturating_sub(
+            std::env::var("REBOUND_SIM_TAIL")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(15),
+        );
         self.trace[from..].join("\n")
     }
 }
