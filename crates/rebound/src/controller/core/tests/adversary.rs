@@ -24,6 +24,7 @@ use std::io::Write;
 
 mod actors;
 mod invariants;
+mod restarts;
 
 /// Schedules per CI run (a debug build runs about 10 a second per core).
 pub const SCHEDULES: u64 = 1000;
@@ -35,6 +36,11 @@ pub const REGRESSIONS: &[u64] = &[
     // actor the product cannot meet), and the breaker counting a cordon
     // of unknown fate from when it left rather than when it may land.
     1592590747,
+    // A job restarted for an app XID, then restarted again 6 s later by a
+    // new leader for a repeat of it that had happened before the first
+    // restart: the repeat was dated by when the leader first read the
+    // line (a watch behind), so the job's new pods looked hit by it.
+    1592590341,
 ];
 
 /// The tenant namespace with no jobs of its own: anything it makes rebound
@@ -66,6 +72,8 @@ pub(super) struct Sim {
     pub brownout: Option<(&'static str, i64)>,
     /// What happened, for the report of a failing seed.
     pub trace: Vec<String>,
+    /// The restarts made, for the cooldown invariant.
+    pub restarts: restarts::Restarts,
 }
 
 fn destructive(e: &Effect) -> bool {
@@ -109,6 +117,7 @@ impl Sim {
             rng,
             brownout: None,
             trace: Vec::new(),
+            restarts: Default::default(),
         };
         let ins = s.m.startup();
         s.feed(ins);
@@ -147,6 +156,7 @@ impl Sim {
                     continue;
                 }
                 self.judge_effect(r, &e);
+                self.note_owner(r, &e);
                 let t = self.m.t;
                 self.inflight.push((r, e, t));
             }
@@ -158,7 +168,13 @@ impl Sim {
         if destructive(e) && (self.leader != Some(r) || e.term != self.term) {
             return Outcome::NotLeader;
         }
-        self.m.apply(e)
+        let disrupts = self.disrupts(e);
+        let o = self.m.apply(e);
+        self.note_records();
+        if let (Outcome::Ok(_), Some(what)) = (&o, disrupts) {
+            self.landed(r, e, what);
+        }
+        o
     }
 
     /// Requests older than [`LANDING_BOUND`] never land: the executor gave

@@ -15,6 +15,7 @@ mod model;
 mod node_faults;
 mod property;
 mod regressions;
+mod repeats;
 mod startup;
 mod trainjob;
 mod trust;

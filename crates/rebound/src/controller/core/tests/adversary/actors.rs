@@ -230,6 +230,8 @@ impl Sim {
         if partial {
             self.partial_deaths.push(self.m.t);
         }
+        // The new process numbers its effects anew.
+        self.restarts.owners.retain(|(r, _), _| *r != dead);
         for k in KINDS {
             let ins = self.m.deliver(k, 10_000);
             self.feed_to(1 - dead, ins);

@@ -114,6 +114,7 @@ impl Sim {
                 );
             }
         }
+        self.check_cooldowns();
         // Every raised in-place generation is followed (released, or
         // falling back) by the leader once it acts.
         if let Some(l) = self.leader {
@@ -237,7 +238,7 @@ impl Sim {
     }
 
     /// The last steps of the schedule, for a failure's report.
-    fn tail(&self) -> String {
+    pub(super) fn tail(&self) -> String {
         let from = self.trace.len().saturating_sub(
             std::env::var("REBOUND_SIM_TAIL")
                 .ok()
