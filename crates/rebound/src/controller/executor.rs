@@ -91,8 +91,11 @@ impl Executor {
                     | EffectKind::MarkBudgetExhausted { .. }
             );
             // A request that hangs must not hold its step forever: the
-            // core retries a failed step (idempotently).
-            let outcome = match tokio::time::timeout(EFFECT_TIMEOUT, ex.carry_out(e)).await {
+            // core retries a failed step (idempotently). One still under
+            // way when its term ends is dropped (fence.rs).
+            let term = e.term;
+            let work = super::fence::fenced(&ex.leader, term, ex.carry_out(e));
+            let outcome = match tokio::time::timeout(EFFECT_TIMEOUT, work).await {
                 Ok(o) => o,
                 Err(_) => Outcome::Failed(format!("no answer within {EFFECT_TIMEOUT:?}")),
             };
@@ -319,7 +322,7 @@ impl Executor {
                 tail_lines,
                 max_bytes,
             } => {
-                if !self.leader.is_leader() {
+                if !self.leader.leads_in(term) {
                     return Outcome::NotLeader;
                 }
                 match recover::save_logs(
@@ -399,7 +402,7 @@ impl Executor {
             }
             EffectKind::Event { about, notice } => {
                 self.throttle.acquire_record().await;
-                if !self.leader.is_leader() {
+                if !self.leader.leads_in(term) {
                     return Outcome::NotLeader;
                 }
                 match about {
@@ -410,7 +413,7 @@ impl Executor {
                 Outcome::Ok(String::new())
             }
             EffectKind::Status { target, body } => {
-                if !self.leader.is_leader() {
+                if !self.leader.leads_in(term) {
                     return Outcome::NotLeader;
                 }
                 let r = match &target {
