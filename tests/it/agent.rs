@@ -170,6 +170,15 @@ async fn dry_run_reports_folded_faults_from_a_file() {
         without_occurrence(first),
         "source=NvidiaXid code=48 device=0 | Xid 48 on GPU 0000:3b:00.0: pid=1, name=train, DBE (0x2)"
     );
+    // A repeated line says when its newest repeat happened (every reader
+    // dates the repeat alike); a line seen once does not.
+    assert!(first.contains(" last="), "{first}");
+    let second = report.conditions[0]
+        .message
+        .lines()
+        .nth(1)
+        .unwrap_or_default();
+    assert!(!second.contains(" last="), "{second}");
     // The line names its occurrences: when first seen, and the repeat.
     assert!(first.contains(" at=") && first.contains(" n=2 "), "{first}");
     assert_eq!(report.conditions[1].status, "False");
@@ -252,7 +261,7 @@ fn without_occurrence(line: &str) -> String {
     let (head, text) = line.split_once(" | ").unwrap_or((line, ""));
     let head: Vec<&str> = head
         .split(' ')
-        .filter(|t| !t.starts_with("at=") && !t.starts_with("n="))
+        .filter(|t| !t.starts_with("at=") && !t.starts_with("n=") && !t.starts_with("last="))
         .collect();
     if text.is_empty() {
         head.join(" ")

@@ -42,6 +42,20 @@ pub struct PathLabels {
     pub action: &'static str,
 }
 
+/// Labels `kind`, `tier` of the time to resume.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResumeLabels {
+    pub kind: &'static str,
+    pub tier: &'static str,
+}
+
+fn resume_histogram() -> Histogram {
+    // 0.1 s .. 30 min
+    Histogram::new([
+        0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+    ])
+}
+
 /// The stages of the critical path, in order (docs/critical-path.md).
 pub const PATH_STAGES: [&str; 5] = ["read", "queued", "decided", "dispatched", "answered"];
 
@@ -80,7 +94,10 @@ pub struct Metrics {
     pub clusterd_errors: Family<VerbLabels, Counter>,
     pub rank_table_writes: Family<StatusLabels, Counter>,
     pub recovery: Histogram,
-    pub time_to_resume: Histogram,
+    /// By job kind and the tier that brought the job back.
+    pub time_to_resume: Family<ResumeLabels, Histogram, fn() -> Histogram>,
+    /// Recoveries that ended without the job running again, by kind.
+    pub not_resumed: Family<KindLabels, Counter>,
     /// Steps of the recovery core that ran past `--step-timeout`.
     pub steps_stuck: Counter,
 }
@@ -105,6 +122,7 @@ pub const NAMES: &[&str] = &[
     "rebound_rank_table_writes_total",
     "rebound_recovery_seconds",
     "rebound_time_to_resume_seconds",
+    "rebound_jobs_not_resumed_total",
     "rebound_core_steps_stuck_total",
 ];
 
@@ -272,14 +290,18 @@ impl Metrics {
             "Time from a job restart to its rank table completed again",
             recovery.clone(),
         );
-        // 0.1 s .. 30 min
-        let time_to_resume = Histogram::new([
-            0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
-        ]);
+        let time_to_resume: Family<ResumeLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(resume_histogram);
         r.register(
             "rebound_time_to_resume_seconds",
-            "Time from a fault to every pod of the job it restarted running and Ready again (what the job loses to the fault)",
+            "Time from a fault to every pod of the job it restarted running and Ready again (what the job loses to the fault), by job kind and the tier that brought it back",
             time_to_resume.clone(),
+        );
+        let not_resumed = Family::<KindLabels, Counter>::default();
+        r.register(
+            "rebound_jobs_not_resumed",
+            "Recoveries that ended without the job running again (its operator gave up, or its pods were not back within the bound), by job kind",
+            not_resumed.clone(),
         );
         let steps_stuck = Counter::default();
         r.register(
@@ -291,6 +313,7 @@ impl Metrics {
             registry: Arc::new(r),
             steps_stuck,
             time_to_resume,
+            not_resumed,
             faults,
             decisions,
             reaction,
@@ -358,6 +381,11 @@ impl Metrics {
             let _ = self.clusterd_writes.get_or_create(&l);
             let _ = self.clusterd_errors.get_or_create(&l);
         }
+        for kind in crate::api::WorkloadKind::ALL {
+            let _ = self.not_resumed.get_or_create(&KindLabels {
+                kind: kind.as_str().into(),
+            });
+        }
         for status in RANK_TABLE_STATUSES {
             let _ = self.rank_table_writes.get_or_create(&StatusLabels {
                 status: status.into(),
@@ -424,7 +452,13 @@ mod tests {
     #[test]
     fn every_family_and_its_known_label_values_exist_at_zero_from_the_start() {
         let text = Metrics::new().encode();
-        for name in NAMES {
+        // By kind and tier: 55 histograms of 13 buckets at zero would be
+        // most of the exposition; a histogram's series appears with its
+        // first sample (docs/metrics.md says so), alerts use the counter.
+        for name in NAMES
+            .iter()
+            .filter(|n| **n != "rebound_time_to_resume_seconds")
+        {
             assert!(
                 text.lines().any(|l| l.starts_with(name)),
                 "{name} has no sample at start-up"
@@ -438,6 +472,7 @@ mod tests {
             r#"rebound_decisions_total{action="cordon",outcome="BreakerOpen"} 0"#,
             r#"rebound_api_errors_total{verb="delete"} 0"#,
             r#"rebound_watch_restarts_total{kind="pods"} 0"#,
+            r#"rebound_jobs_not_resumed_total{kind="TrainJob"} 0"#,
             r#"rebound_fault_parse_errors_total{kind="Event"} 0"#,
             r#"rebound_clusterd_view_errors_total{verb="update"} 0"#,
             r#"rebound_rank_table_writes_total{status="completed"} 0"#,

@@ -44,6 +44,7 @@ mod ascend_view;
 mod ascend_view_scale;
 mod bounds;
 mod endings;
+mod event_series;
 mod external;
 mod hang;
 mod install;

@@ -87,14 +87,23 @@ async fn survives_restarts(
             },
         )
         .await;
-        let job = api.get(name).await.expect("the job");
-        let count = job
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .get("rebound.dev/restart-count")
-            .and_then(|v| v.parse::<u64>().ok());
-        assert_eq!(count, Some(n), "restart {n} recorded on {name}");
+        // The record is written beside the restart, and may land after
+        // the operator made the pods anew.
+        let job = wait(&format!("restart {n} recorded on {name}"), T, || async {
+            let job = api.get(name).await.expect("the job");
+            let count = job
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("rebound.dev/restart-count"))
+                .and_then(|v| v.parse::<u64>().ok());
+            assert!(
+                count.is_none_or(|c| c <= n),
+                "{name}: {count:?} restarts for {n} faults"
+            );
+            (count == Some(n)).then_some(job)
+        })
+        .await;
         let failed = job.data["status"]["conditions"]
             .as_array()
             .into_iter()
@@ -105,7 +114,32 @@ async fn survives_restarts(
             failed, None,
             "{name} failed by its operator after restart {n}"
         );
+        // Followed to its end: each restart ends in JobResumed.
+        wait(&format!("restart {n}: JobResumed"), T, || async {
+            let (resumed, not) = ends(bed, ns, name).await;
+            assert!(not.is_empty(), "{name}: {not:?}");
+            (resumed.len() as u64 >= n).then_some(())
+        })
+        .await;
     }
+}
+
+/// The notes of the JobResumed and JobNotResumed Events of job `name`
+/// (each Event counted as often as its series says).
+async fn ends(bed: &Testbed, ns: &str, name: &str) -> (Vec<String>, Vec<String>) {
+    let mut out = (Vec::new(), Vec::new());
+    for (reason, into) in [("JobResumed", &mut out.0), ("JobNotResumed", &mut out.1)] {
+        for e in events_with_reason(bed, ns, reason).await {
+            if e.regarding.as_ref().and_then(|r| r.name.as_deref()) != Some(name) {
+                continue;
+            }
+            let times = e.series.as_ref().map_or(1, |s| s.count.max(1));
+            for _ in 0..times {
+                into.push(e.note.clone().unwrap_or_default());
+            }
+        }
+    }
+    out
 }
 
 async fn a_trainjob_whose_child_job_allows_failures_survives_three_restarts(server: Server) {
@@ -219,6 +253,12 @@ async fn an_exit_its_operator_treats_as_final_is_not_restarted(server: Server) {
         (restart_count(&bed, &ml, "retried").await == 1).then_some(())
     })
     .await;
+    let (resumed, _) = wait("the retried job resumed", T, || async {
+        let e = ends(&bed, &ml, "retried").await;
+        (!e.0.is_empty() || !e.1.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(resumed.len(), 1, "JobResumed, not JobNotResumed");
     assert_eq!(
         restart_count(&bed, &ml, "final").await,
         0,

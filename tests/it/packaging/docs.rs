@@ -310,6 +310,9 @@ fn events_doc_says_which_event_each_skip_writes() {
             remaining: 0,
         },
         Skip::FinalExit { why: String::new() },
+        Skip::CordonHeld {
+            node: String::new(),
+        },
     ];
     assert_eq!(every.len(), Skip::NAMES.len());
     let events = read("docs/events.md");

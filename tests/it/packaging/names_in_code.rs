@@ -169,6 +169,7 @@ fn metrics_docs_alerts_and_dashboard_name_real_metrics() {
         "ReboundBreakerOpen",
         "ReboundRestartBudgetExhausted",
         "ReboundCelErrors",
+        "ReboundJobNotResumed",
         "ReboundNoLeader",
         "ReboundAgentSourceFailing",
         "ReboundAgentSourceFlapping",

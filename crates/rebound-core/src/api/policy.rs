@@ -184,6 +184,21 @@ pub enum WorkloadKind {
 }
 
 impl WorkloadKind {
+    /// Every kind.
+    pub const ALL: [WorkloadKind; 11] = [
+        WorkloadKind::PyTorchJob,
+        WorkloadKind::TFJob,
+        WorkloadKind::MPIJob,
+        WorkloadKind::XGBoostJob,
+        WorkloadKind::PaddleJob,
+        WorkloadKind::JAXJob,
+        WorkloadKind::VolcanoJob,
+        WorkloadKind::JobSet,
+        WorkloadKind::TrainJob,
+        WorkloadKind::Job,
+        WorkloadKind::Pod,
+    ];
+
     /// The name in YAML, CEL (`job.kind`) and Events.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -205,14 +220,10 @@ impl WorkloadKind {
 impl std::str::FromStr for WorkloadKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        use WorkloadKind::*;
-        [
-            PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob, JAXJob, VolcanoJob, JobSet, TrainJob,
-            Job, Pod,
-        ]
-        .into_iter()
-        .find(|k| k.as_str().eq_ignore_ascii_case(s))
-        .ok_or_else(|| format!("unknown workload kind {s:?}"))
+        WorkloadKind::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown workload kind {s:?}"))
     }
 }
 
@@ -362,4 +373,15 @@ pub struct RecoveryPolicyStatus {
     /// When the last recovery happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_recovery: Option<String>,
+    /// Recoveries that ended with every pod of the job's new generation
+    /// running and Ready (`JobResumed`).
+    #[serde(default)]
+    pub resumed: u64,
+    /// Recoveries that ended without the job running again
+    /// (`JobNotResumed`: its operator gave up, or its pods were not back).
+    #[serde(default)]
+    pub not_resumed: u64,
+    /// The last resumed job's time from its fault to running again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_time_to_resume: Option<String>,
 }

@@ -336,15 +336,12 @@ impl Executor {
                 .await
                 {
                     Ok(out) => {
-                        let n = Notice::normal(
-                            reasons::LOGS_PRESERVED,
-                            "PreserveLogs",
-                            format!(
-                                "Saved the last {tail_lines} log lines of {} pod(s) in ConfigMap {}",
-                                pods.len(),
-                                out.config_map
-                            ),
-                        );
+                        let (note, lost) = out.note(tail_lines, pods.len());
+                        let n = if lost {
+                            Notice::warning(reasons::LOGS_PRESERVED, "PreserveLogs", note)
+                        } else {
+                            Notice::normal(reasons::LOGS_PRESERVED, "PreserveLogs", note)
+                        };
                         self.throttle.acquire_record().await;
                         self.events.job(&job, &n).await;
                     }

@@ -2,10 +2,10 @@
 //! rebound's stable reasons. Best-effort: a failed Event is logged, never
 //! an error of the action it reports.
 
+use super::event_series::{Draft, Series};
 use crate::workload::JobRef;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 /// The Event reasons rebound uses. Stable: users filter and alert on them,
 /// and the docs list them (a test checks the list).
@@ -44,8 +44,15 @@ pub mod reasons {
     /// force-deleted (grace period 0).
     pub const POD_FORCE_DELETED: &str = "PodForceDeleted";
 
+    /// A restarted job runs again: every pod of its new generation runs
+    /// and is Ready (the note gives the time from the fault).
+    pub const JOB_RESUMED: &str = "JobResumed";
+    /// A restarted job did not run again: its operator gave up on it, or
+    /// its pods were not back within the bound (the note says which).
+    pub const JOB_NOT_RESUMED: &str = "JobNotResumed";
+
     /// Every reason, for docs and tests.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 15] = [
         JOB_RESTARTED,
         POD_RESTARTED,
         RESTART_SKIPPED,
@@ -59,6 +66,8 @@ pub mod reasons {
         CEL_ERROR,
         RECOVERY_COMPLETE,
         POD_FORCE_DELETED,
+        JOB_RESUMED,
+        JOB_NOT_RESUMED,
     ];
 }
 
@@ -75,6 +84,7 @@ pub fn skip_event(skip: &crate::policy::Skip) -> Option<(&'static str, bool)> {
         | Skip::RestartPolicyNever
         | Skip::Cooldown { .. }
         | Skip::WaitingForPodRestart { .. }
+        | Skip::CordonHeld { .. }
         | Skip::DryRun => Some((reasons::RESTART_SKIPPED, false)),
         Skip::RetryLimit { .. } | Skip::FinalExit { .. } => Some((reasons::RESTART_SKIPPED, true)),
         Skip::GateError { .. } | Skip::CooldownError { .. } => Some((reasons::CEL_ERROR, true)),
@@ -127,22 +137,18 @@ impl Notice {
 pub const REPORTING_CONTROLLER: &str = "rebound-controller";
 
 /// Publishes Events as the rebound controller. Cheap to clone; repeats of
-/// the same Event within kube's cache window become one Event with a
-/// series count (a patch instead of a create).
+/// the same Event (the same note too) within six minutes become one Event
+/// with a series count (a patch instead of a create).
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
+    recorder: Series,
 }
 
 impl Events {
     /// `instance` tells the replicas apart (the pod name).
     pub fn new(client: Client, instance: Option<String>) -> Events {
-        let reporter = Reporter {
-            controller: REPORTING_CONTROLLER.into(),
-            instance,
-        };
         Events {
-            recorder: Recorder::new(client, reporter),
+            recorder: Series::new(client, REPORTING_CONTROLLER, instance),
         }
     }
 
@@ -187,18 +193,13 @@ impl Events {
     }
 
     async fn publish(&self, reference: ObjectReference, notice: &Notice) -> u32 {
-        let event = Event {
-            type_: if notice.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: notice.reason.into(),
-            note: Some(truncate(&notice.note, MAX_NOTE)),
-            action: notice.action.clone(),
-            secondary: None,
+        let draft = Draft {
+            warning: notice.warning,
+            reason: notice.reason,
+            action: &notice.action,
+            note: truncate(&notice.note, MAX_NOTE),
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        if let Err(e) = self.recorder.publish(draft, &reference).await {
             tracing::warn!(
                 reason = notice.reason,
                 object = ?reference.name,

@@ -88,9 +88,43 @@ impl PodLogTarget {
 pub struct LogsOutcome {
     /// The ConfigMap holding the logs.
     pub config_map: String,
+    /// Logs saved (a container's current or previous instance each).
+    pub saved: usize,
     /// Logs that could not be read (also listed in the ConfigMap).
     pub failures: usize,
+    /// Why the first of them could not be read.
+    pub first_failure: Option<String>,
     pub requests: u32,
+}
+
+impl LogsOutcome {
+    /// The `LogsPreserved` note: what was saved and what was not, and
+    /// whether that is a Warning (any log lost).
+    pub fn note(&self, tail_lines: u32, pods: usize) -> (String, bool) {
+        let cm = &self.config_map;
+        match (self.saved, self.failures) {
+            (s, 0) => (
+                format!(
+                    "Saved the last {tail_lines} log lines of {s} log(s) of {pods} pod(s) in ConfigMap {cm}"
+                ),
+                false,
+            ),
+            (0, f) => (
+                format!(
+                    "Saved no logs of {pods} pod(s): all {f} read(s) failed (first: {}); ConfigMap {cm} lists why under {NOTES_KEY}",
+                    self.first_failure.as_deref().unwrap_or("unknown")
+                ),
+                true,
+            ),
+            (s, f) => (
+                format!(
+                    "Saved the last {tail_lines} log lines of {s} log(s) of {pods} pod(s) in ConfigMap {cm}; {f} could not be read (first: {}), listed there under {NOTES_KEY}",
+                    self.first_failure.as_deref().unwrap_or("unknown")
+                ),
+                true,
+            ),
+        }
+    }
 }
 
 /// Save the last `tail_lines` lines of each container of `pods` (and of the
@@ -154,12 +188,15 @@ pub async fn save_logs(
     let mut data = BTreeMap::new();
     let mut notes = Vec::new();
     let mut failures = 0;
+    let mut first_failure = None;
     let mut truncated = 0;
     let total = reads.len();
     for (i, (key, pod, container, previous)) in reads.into_iter().enumerate() {
         let share = left / (total - i);
         if Instant::now() >= deadline {
             failures += 1;
+            first_failure
+                .get_or_insert_with(|| format!("{key}: {LOGS_TOTAL_TIMEOUT:?} for all logs spent"));
             notes.push(format!(
                 "{key}: not saved: {LOGS_TOTAL_TIMEOUT:?} for all logs spent"
             ));
@@ -193,6 +230,7 @@ pub async fn save_logs(
             LogRead::NoPrevious => {}
             LogRead::Failed(e) => {
                 failures += 1;
+                first_failure.get_or_insert_with(|| format!("{key}: {e}"));
                 notes.push(format!("{key}: not saved: {e}"));
             }
         }
@@ -206,6 +244,7 @@ pub async fn save_logs(
     }
     tracing::debug!(job = %job.id(), logs = data.len(), truncated, failures, "saving logs");
 
+    let saved = data.keys().filter(|k| k.as_str() != NOTES_KEY).count();
     let name = config_map_name(&job.name, now);
     let cm = ConfigMap {
         metadata: log_config_map_meta(job, &name, pods),
@@ -227,7 +266,9 @@ pub async fn save_logs(
     }
     Ok(LogsOutcome {
         config_map: name,
+        saved,
         failures,
+        first_failure,
         requests,
     })
 }

@@ -9,6 +9,7 @@
 //! outcome or in its error, for the API-call metrics.
 
 mod error;
+mod event_series;
 pub mod events;
 mod history;
 mod logs;

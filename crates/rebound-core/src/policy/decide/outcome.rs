@@ -71,12 +71,18 @@ pub enum Skip {
     FinalExit {
         why: String,
     },
+    /// The fault's node is to be cordoned and the circuit breaker holds
+    /// that cordon back: a restart now would put the job's new pods on the
+    /// faulty node again. The restart waits for the cordon.
+    CordonHeld {
+        node: String,
+    },
 }
 
 impl Skip {
     /// Every [`Skip::name`], in declaration order (metric label values
     /// known in advance; a test checks it against `name`).
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 18] = [
         "LevelIgnore",
         "NoPolicy",
         "GateFalse",
@@ -94,6 +100,7 @@ impl Skip {
         "AlreadyApplied",
         "RetryLimit",
         "FinalExit",
+        "CordonHeld",
     ];
 
     /// Skips of a node's decision only, never of a job's.
@@ -120,6 +127,7 @@ impl Skip {
             Skip::AlreadyApplied => "AlreadyApplied",
             Skip::RetryLimit { .. } => "RetryLimit",
             Skip::FinalExit { .. } => "FinalExit",
+            Skip::CordonHeld { .. } => "CordonHeld",
         }
     }
 }

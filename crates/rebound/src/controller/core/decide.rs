@@ -144,18 +144,42 @@ impl Core {
             && let Some(n) = occ.fault.node.as_deref()
         {
             self.nodes.raise_level(n, c.level);
+            // Its cordon first: whether the breaker lets it through
+            // decides whether the jobs on the node may be restarted now
+            // (their new pods must not land on the faulty node again).
+            if self
+                .store
+                .nodes
+                .get(n)
+                .is_some_and(|x| !x.snap.unschedulable)
+            {
+                self.reconcile_node(n, now);
+            }
         }
         let when = occ.fault.last_seen;
         // Trust first, before anything acts (absorb included): a tenant's
         // fault concerns that tenant's own jobs and no one else's.
         let domain = occ.fault.domain();
+        // A node this fault takes out, cordoned now: every pod on it must
+        // move, also one placed there after the fault (while the breaker
+        // held the cordon back, a job restarted for another fault may have
+        // landed there).
+        let cordoned_faulty = c.fault.trusted
+            && c.level.cordons_node()
+            && occ
+                .fault
+                .node
+                .as_deref()
+                .and_then(|n| self.store.nodes.get(n))
+                .is_some_and(|n| n.snap.unschedulable);
+        let since = (!cordoned_faulty).then(|| when.timestamp());
         let refs: Vec<JobRef> = match &occ.scope {
             Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
             Scope::Node | Scope::NodeEvent => occ
                 .fault
                 .node
                 .as_deref()
-                .map(|n| self.store.jobs_on_node(n, Some(when.timestamp())))
+                .map(|n| self.store.jobs_on_node(n, since))
                 .unwrap_or_default(),
         }
         .into_iter()
@@ -184,12 +208,13 @@ impl Core {
             // an earlier one or another replica: the job's record names
             // it), or by a restart surely after it.
             let by_id = super::jobs::occurrence_key(id);
+            let last = input.history.iter().rfind(|h| !h.pod_only);
+            let landed_since = cordoned_faulty
+                && last.is_some_and(|h| {
+                    self.pods_on_node_since(&key, occ.fault.node.as_deref(), h.at)
+                });
             let handled = input.history.iter().any(|h| h.occurrence == by_id)
-                || input
-                    .history
-                    .iter()
-                    .rfind(|h| !h.pod_only)
-                    .is_some_and(|h| h.at >= handled_before(when));
+                || last.is_some_and(|h| h.at >= handled_before(when) && !landed_since);
             if handled {
                 fates.push(Fate::Handled);
                 continue;
@@ -228,6 +253,18 @@ impl Core {
         }
         let fate = aggregate(fates);
         self.ledger.set(id, decision.level, fate);
+    }
+
+    /// Whether the job has a live pod on `node` made at or after `at` (its
+    /// last restart): one that landed on the node since.
+    fn pods_on_node_since(&self, key: &JobKey, node: Option<&str>, at: DateTime<Utc>) -> bool {
+        let Some(node) = node else {
+            return false;
+        };
+        self.store
+            .job_pods(key)
+            .into_iter()
+            .any(|p| !p.deleting && p.node.as_deref() == Some(node) && p.created >= at.timestamp())
     }
 
     /// A recovery under way covers a new occurrence: one recovery, not
@@ -369,7 +406,8 @@ impl Core {
             None => return Fate::Skipped("ActionNone"),
         };
         if let Some(skip) = self
-            .final_exit_skip(&key, &occ.fault, &cfg, &mut reasons)
+            .cordon_held_skip(&occ.fault, decision.level, &mut reasons)
+            .or_else(|| self.final_exit_skip(&key, &occ.fault, &cfg, &mut reasons))
             .or_else(|| self.retry_limit_skip(&key, &tier, &cfg, &mut reasons))
         {
             self.metrics.decision(action, skip.name());
@@ -435,6 +473,9 @@ impl Core {
                     .unwrap_or(now.wall);
                 Fate::Pending { until: Some(until) }
             }
+            Skip::CordonHeld { .. } => Fate::Pending {
+                until: Some(super::jobs::later(now.wall, super::plan::CORDON_WAIT)),
+            },
             _ => Fate::Skipped(skip.name()),
         }
     }

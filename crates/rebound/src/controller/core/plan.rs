@@ -10,6 +10,10 @@ use super::store::RetryCost;
 use crate::api::{RecoveryTier, RetryLimitAction, WorkloadKind};
 use crate::fault::Level;
 use crate::policy::{RestartConfig, Skip};
+use std::time::Duration;
+
+/// How often a restart held for its node's cordon is decided again.
+pub(super) const CORDON_WAIT: Duration = Duration::from_secs(5);
 
 impl Core {
     /// Whether a node is being taken out of scheduling, or is NotReady:
@@ -108,6 +112,31 @@ impl Core {
         }
         why.push("falling back to Recreate".into());
         (Tier::Recreate, join(why))
+    }
+
+    /// Whether the restart must wait for its fault's node to be cordoned:
+    /// a trusted fault at a cordoning level whose cordon the circuit
+    /// breaker holds back. Restarted now, the job's new pods could be put
+    /// on the faulty node again (nothing keeps them off it but the cordon);
+    /// held, the fault is decided again every [`CORDON_WAIT`] and the
+    /// restart is made once the breaker lets the cordon through. The
+    /// breaker stays the only limit on cordons.
+    pub(super) fn cordon_held_skip(
+        &self,
+        fault: &crate::fault::Fault,
+        level: Level,
+        reasons: &mut Vec<String>,
+    ) -> Option<Skip> {
+        let node = fault.node.as_deref()?;
+        if !fault.trusted || !level.cordons_node() || !self.nodes.is_held(node) {
+            return None;
+        }
+        reasons.push(format!(
+            "the circuit breaker holds the cordon of node {node} back: the restart waits for it, so that the new pods are not put on the faulty node again"
+        ));
+        Some(Skip::CordonHeld {
+            node: node.to_string(),
+        })
     }
 
     /// Whether the fault is a pod exit that the job's operator treats as

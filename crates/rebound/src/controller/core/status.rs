@@ -73,6 +73,9 @@ struct PolicyBook {
     conditions: Vec<Condition>,
     recoveries: u64,
     last_recovery: Option<DateTime<Utc>>,
+    resumed: u64,
+    not_resumed: u64,
+    last_time_to_resume: Option<std::time::Duration>,
     written: Option<String>,
     /// A write of this text is in flight.
     writing: Option<String>,
@@ -109,6 +112,8 @@ impl StatusBook {
             && let Some(s) = &p.status
         {
             b.recoveries = s.recoveries;
+            b.resumed = s.resumed;
+            b.not_resumed = s.not_resumed;
         }
         b.generation = g;
         b.invalid
@@ -167,6 +172,26 @@ impl StatusBook {
             b.recoveries += 1;
             b.last_recovery = Some(at);
         }
+    }
+
+    /// A job recovered under policy `id` runs again, `lost` after its fault.
+    pub fn resumed(&mut self, id: &str, lost: std::time::Duration) {
+        if let Some(b) = self.book(id) {
+            b.resumed += 1;
+            b.last_time_to_resume = Some(lost);
+        }
+    }
+
+    /// A job recovered under policy `id` did not run again.
+    pub fn not_resumed(&mut self, id: &str) {
+        if let Some(b) = self.book(id) {
+            b.not_resumed += 1;
+        }
+    }
+
+    fn book(&mut self, id: &str) -> Option<&mut PolicyBook> {
+        let (ns, name) = id.split_once('/')?;
+        self.policies.get_mut(&(ns.to_string(), name.to_string()))
     }
 
     /// Every policy and classification key known (relists compare them).
@@ -258,6 +283,9 @@ impl StatusBook {
                     "workloads": count,
                     "recoveries": b.recoveries,
                     "lastRecovery": b.last_recovery.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                    "resumed": b.resumed,
+                    "notResumed": b.not_resumed,
+                    "lastTimeToResume": b.last_time_to_resume.map(|d| crate::api::duration::format(std::time::Duration::from_secs(d.as_secs().max(1)))),
                 }
             });
             let text = body.to_string();

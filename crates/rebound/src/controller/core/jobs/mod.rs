@@ -12,12 +12,14 @@
 //! [`steps`] carries a recovery through its phases, [`tiers`] handles its
 //! deadlines and end, [`resume`] picks recoveries up from the cluster.
 
+mod end;
 mod release;
 mod resume;
 mod side_deletes;
 mod steps;
 mod tiers;
 
+pub use end::End;
 pub use steps::occurrence_key;
 
 pub use release::Releasing;

@@ -22,6 +22,21 @@ impl Core {
             self.ensure_released(key, now);
             return;
         };
+        // Its operator gave up on the job after rebound's restart: the
+        // job will not run again whatever rebound waits for.
+        if rec.made()
+            && let Some(why) = self
+                .store
+                .restart_info(key)
+                .and_then(|i| i.operator_failed.clone())
+        {
+            self.finish(
+                key,
+                End::NotResumed(format!("its operator gave up on it: {why}")),
+                now,
+            );
+            return;
+        }
         if rec.retry_at.is_some_and(|t| t > now.wall) {
             return;
         }
@@ -35,18 +50,26 @@ impl Core {
         let releasable =
             rec.phase == Phase::Barrier && rec.acting.is_none() && self.at_barrier(key);
         if rec.give_up <= now.wall && !deadline_due && !releasable {
-            let what = format!(
-                "the job is not running again {} after its restart; rebound stops following this recovery",
-                crate::api::duration::format(Duration::from_secs(
-                    (now.wall - rec.started).num_seconds().max(0) as u64
-                ))
-            );
-            let job = rec.job.clone();
-            self.job_event(
-                &job,
-                Notice::warning(reasons::RESTART_SKIPPED, "Restart", what),
-            );
-            self.finish(key, false, now);
+            let waited = crate::api::duration::format(Duration::from_secs(
+                (now.wall - rec.started).num_seconds().max(0) as u64,
+            ));
+            if rec.made() {
+                let what = format!(
+                    "its pods are not running and Ready again {waited} after its {} restart; rebound stops following this recovery",
+                    rec.tier.name()
+                );
+                self.finish(key, End::NotResumed(what), now);
+            } else {
+                let what = format!(
+                    "the restart was not made within {waited}; rebound stops following this recovery"
+                );
+                let job = rec.job.clone();
+                self.job_event(
+                    &job,
+                    Notice::warning(reasons::RESTART_SKIPPED, "Restart", what),
+                );
+                self.finish(key, End::Dropped, now);
+            }
             return;
         }
         let (phase, tier) = (rec.phase, rec.tier.clone());
@@ -80,7 +103,7 @@ impl Core {
             }
             Phase::Resume => {
                 if self.resumed(key) {
-                    self.finish(key, true, now);
+                    self.finish(key, End::Resumed, now);
                 } else {
                     self.force_delete_stuck(key, now);
                     self.check_deadline(key, now);
@@ -309,9 +332,15 @@ impl Core {
                 p.running
                     && p.ready
                     && match rec.tier {
-                        // Pods of the new generation: created since, or
+                        // Pods of the new generation: created since (and
+                        // none the restart was decided for: creation
+                        // times are seconds, and a pod made in the second
+                        // of the restart is not new for that), or
                         // restarted in place since.
-                        Tier::Recreate => p.created >= started - 1,
+                        Tier::Recreate => {
+                            p.created >= started - 1
+                                && !rec.targets.iter().any(|t| *t.uid == *p.uid)
+                        }
                         Tier::InPlace | Tier::ReplaceFaulty { .. } => {
                             p.agent.is_some_and(|a| a.phase == AgentPhase::Past)
                         }
@@ -345,15 +374,20 @@ impl Core {
             Outcome::Gone(why) => {
                 let job = rec.job.clone();
                 tracing::warn!(job = %job.id(), %why, "the job changed under a recovery; dropping it");
-                self.job_event(
-                    &job,
-                    Notice::warning(
-                        reasons::RESTART_SKIPPED,
-                        "Restart",
-                        format!("not restarted: {why}"),
-                    ),
-                );
-                self.finish(key, false, now);
+                if rec.made() {
+                    let what = format!("the job changed under its recovery: {why}");
+                    self.finish(key, End::NotResumed(what), now);
+                } else {
+                    self.job_event(
+                        &job,
+                        Notice::warning(
+                            reasons::RESTART_SKIPPED,
+                            "Restart",
+                            format!("not restarted: {why}"),
+                        ),
+                    );
+                    self.finish(key, End::Dropped, now);
+                }
             }
             Outcome::NotLeader => {}
             Outcome::Failed(why) => {
@@ -367,15 +401,22 @@ impl Core {
                         self.requeue_cause(key, &rec, &why, now);
                         return;
                     }
-                    self.job_event(
-                        &rec.job,
-                        Notice::warning(
-                            reasons::RESTART_SKIPPED,
-                            "Restart",
-                            format!("restart failed {MAX_ATTEMPTS} times; giving up: {why}"),
-                        ),
-                    );
-                    self.finish(key, false, now);
+                    if rec.made() {
+                        let what = format!(
+                            "a step after its restart failed {MAX_ATTEMPTS} times; rebound stops following this recovery: {why}"
+                        );
+                        self.finish(key, End::NotResumed(what), now);
+                    } else {
+                        self.job_event(
+                            &rec.job,
+                            Notice::warning(
+                                reasons::RESTART_SKIPPED,
+                                "Restart",
+                                format!("restart failed {MAX_ATTEMPTS} times; giving up: {why}"),
+                            ),
+                        );
+                        self.finish(key, End::Dropped, now);
+                    }
                 } else {
                     rec.retry_at = now.wall.checked_add_signed(backoff(rec.attempts));
                     tracing::warn!(job = %rec.job.id(), attempt = rec.attempts, %why, "recovery step failed; retrying");
@@ -402,7 +443,7 @@ impl Core {
                 ),
             ),
         );
-        self.finish(key, false, now);
+        self.finish(key, End::Dropped, now);
         self.forget_unmade(key, rec);
         let unmade = self.unmade.entry(key.clone()).or_default();
         unmade.push(rec.started);

@@ -49,11 +49,7 @@ impl Core {
                 "not running again {waited} after the {} restart and no further tier in spec.restart.tiers",
                 rec.tier.name()
             );
-            self.job_event(
-                &rec.job,
-                Notice::warning(reasons::RESTART_SKIPPED, "Restart", note),
-            );
-            self.finish(key, false, now);
+            self.finish(key, End::NotResumed(note), now);
             return;
         };
         let note = format!(
@@ -230,21 +226,15 @@ impl Core {
     /// A recovery ended (the job runs again, or it was given up): the
     /// occurrences it absorbed are decided again, so a job that never
     /// came back is looked at afresh (with its cooldown and budget).
-    pub(in crate::controller::core) fn finish(&mut self, key: &JobKey, resumed: bool, now: Now) {
+    pub(in crate::controller::core) fn finish(&mut self, key: &JobKey, end: End, now: Now) {
         let Some(rec) = self.recoveries.remove(key) else {
             return;
         };
         if let Some(v) = &self.clusterd {
             v.job_done(&rec.job);
         }
-        if resumed {
-            let secs = (now.wall - rec.cause.fault.last_seen)
-                .to_std()
-                .unwrap_or_default()
-                .as_secs_f64();
-            self.metrics.time_to_resume.observe(secs);
-            tracing::info!(job = %rec.job.id(), tier = rec.tier.name(), seconds = secs, "job running again");
-        }
+        let resumed = matches!(end, End::Resumed);
+        self.report_end(&rec, end, now);
         let absorbed: Vec<OccurrenceId> = self
             .current
             .iter()

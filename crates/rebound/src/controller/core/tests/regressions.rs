@@ -107,6 +107,13 @@ fn failed_cordons_and_restarts_are_retried_until_they_succeed() {
     assert!(b.cordons() >= 2, "the cordon was retried");
     assert!(b.restarts() >= 2, "the restart was retried");
     assert_eq!(b.m.nodes["n1"]["spec"]["unschedulable"], json!(true));
+    // The job's operator makes its pods anew; then the recovery ends (its
+    // old pods, still in the watch when the retried delete was answered,
+    // never count as the job running again).
+    assert_eq!(b.core.recoveries(), 1, "the recreated job is followed");
+    b.m.operator();
+    b.pump();
+    b.pass(2);
     assert_eq!(b.core.recoveries(), 0, "the retried recoveries finished");
 }
 

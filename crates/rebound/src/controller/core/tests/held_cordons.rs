@@ -1,0 +1,117 @@
+//! Restarts and held cordons agree (issue 32 item 3): a job on a node whose
+//! cordon the circuit breaker holds back is not restarted onto that node
+//! again: its restart waits for the cordon, and once the cordon is made
+//! every job still on the node is restarted, also one that landed there
+//! after the fault.
+
+use super::super::effect::{About, EffectKind};
+use super::bed::Bed;
+use super::model::{self, Model};
+use crate::recover::reasons;
+use serde_json::json;
+
+/// Job name → nodes of its live pods.
+fn placement(b: &Bed) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> =
+        b.m.pods
+            .values()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| {
+                (
+                    p["metadata"]["labels"][model::JOBSET_NAME]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                    p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+    out.sort();
+    out
+}
+
+fn restarts_of(b: &Bed, job: &str) -> usize {
+    b.count(|k| matches!(k, EffectKind::RestartJob { job: j, .. } if j.name == job))
+}
+
+fn skipped_notes(b: &Bed, job: &str) -> Vec<String> {
+    b.log
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EffectKind::Event {
+                about: About::Job(j),
+                notice,
+            } if j.name == job && notice.reason == reasons::RESTART_SKIPPED => {
+                Some(notice.note.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_restart_waits_for_its_held_cordon_and_no_pod_is_left_on_the_faulty_node() {
+    // 4 nodes, 3 jobs of one pod each; the breaker allows 2 cordons in
+    // its window.
+    let mut b = Bed::on(Model::new(4, 3, 1), None);
+    let at_start = placement(&b);
+    let nodes: Vec<String> = at_start.iter().map(|(_, n)| n.clone()).collect();
+    let mut distinct = nodes.clone();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "one job a node: {at_start:?}");
+    let (a, bb, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    let held_job = at_start[2].0.clone();
+    // Two nodes fail and are cordoned; their jobs restart.
+    b.m.node_fault(a, "79");
+    b.m.node_fault(bb, "79");
+    b.pump();
+    assert_eq!(b.cordons(), 2);
+    assert_eq!(b.restarts(), 2, "the jobs on the cordoned nodes");
+    // A third: its cordon is held, and so is its job's restart.
+    b.m.t += 1;
+    b.m.node_fault(c, "79");
+    b.pump();
+    assert_eq!(b.cordons(), 2, "the breaker holds the third cordon");
+    assert_eq!(
+        restarts_of(&b, &held_job),
+        0,
+        "not restarted onto {c} again"
+    );
+    let notes = skipped_notes(&b, &held_job);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("CordonHeld") && n.contains(c.as_str())),
+        "{notes:?}"
+    );
+    // The restarted jobs come back; with one free node besides the held
+    // one, the operator may put one on the faulty node.
+    b.m.operator();
+    b.pump();
+    b.pass(10);
+    assert_eq!(restarts_of(&b, &held_job), 0, "still held");
+    // The window moves on: the held cordon is made, and every job on the
+    // node is restarted, wherever it came from.
+    b.pass(model::WINDOW + 10);
+    assert_eq!(b.m.nodes[c.as_str()]["spec"]["unschedulable"], json!(true));
+    assert_eq!(
+        restarts_of(&b, &held_job),
+        1,
+        "restarted once the cordon is made"
+    );
+    for _ in 0..3 {
+        b.m.operator();
+        b.pump();
+        b.pass(model::COOLDOWN + 5);
+    }
+    let now = placement(&b);
+    assert!(
+        now.iter().all(|(_, n)| n != a && n != bb && n != c),
+        "no pod is left on a faulty node: {now:?}"
+    );
+    assert_eq!(
+        restarts_of(&b, &held_job),
+        1,
+        "and none restarted twice for it"
+    );
+}
