@@ -52,7 +52,9 @@ impl Core {
             .get(key)
             .map(|i| i.history.clone())
             .unwrap_or_default();
-        for r in self.recorded.get(key).into_iter().flatten() {
+        // This process's records, and those the take-over read afresh.
+        let fresh = self.fresh.records.get(key).into_iter().flatten();
+        for r in self.recorded.get(key).into_iter().flatten().chain(fresh) {
             if !h.iter().any(|x| x.at == r.at) {
                 h.push(r.clone());
             }
@@ -159,6 +161,12 @@ impl Core {
         .into_iter()
         .filter(|r| domain.may_touch(&r.namespace))
         .collect();
+        // A new term restarts no job before it has read the records of
+        // its kind afresh (an earlier term may have restarted it).
+        if refs.iter().any(|r| self.waits_for_records(r.kind, now)) {
+            self.ledger.set(id, c.level, Fate::Pending { until: None });
+            return;
+        }
         let mut fates: Vec<Fate> = Vec::new();
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {
