@@ -89,6 +89,7 @@ impl Executor {
                 EffectKind::Event { .. }
                     | EffectKind::SaveLogs { .. }
                     | EffectKind::MarkBudgetExhausted { .. }
+                    | EffectKind::ReadRecords { .. }
             );
             // A request that hangs must not hold its step forever: the
             // core retries a failed step (idempotently). One still under
@@ -437,6 +438,41 @@ impl Executor {
                 }
             }
             EffectKind::Decision(_) => Outcome::Ok(String::new()),
+            EffectKind::ReadRecords { term: t, kinds } => {
+                // A consistent list of each kind's metadata (no
+                // resourceVersion: read from etcd, not a cache that may be
+                // behind what the previous leader wrote). The kinds are
+                // listed side by side: one whose list hangs or fails (a
+                // dead conversion webhook, RBAC removed) holds no other;
+                // it sends nothing and the core asks again.
+                let lists = kinds.into_iter().map(|(kind, ar)| async move {
+                    let api: Api<kube::api::DynamicObject> =
+                        Api::all_with(self.client.clone(), &ar);
+                    let r = api.list_metadata(&kube::api::ListParams::default()).await;
+                    self.metrics.request("list", r.is_ok());
+                    match r {
+                        Ok(list) => {
+                            let jobs = list.items.into_iter().map(|o| o.metadata).collect();
+                            let input = Input::Records {
+                                term: t,
+                                kind,
+                                jobs,
+                            };
+                            let _ = self.tx.send((input, crate::k8s::watch::Stamp::now())).await;
+                        }
+                        Err(e) => tracing::warn!(
+                            kind = kind.as_str(),
+                            error = %e,
+                            "take-over read of restart records failed; asked again"
+                        ),
+                    }
+                });
+                if !self.leader.leads_in(term) {
+                    return Outcome::NotLeader;
+                }
+                futures::future::join_all(lists).await;
+                Outcome::Ok(String::new())
+            }
         }
     }
 }

@@ -205,6 +205,14 @@ pub fn describe(input: &Input, out: &mut String) {
         Input::JobKinds(k) => {
             let _ = write!(out, "JobKinds ({} kinds)", k.len());
         }
+        Input::Records { term, kind, jobs } => {
+            let _ = write!(
+                out,
+                "Records {} ({} jobs, term {term})",
+                kind.as_str(),
+                jobs.len()
+            );
+        }
         Input::WatchError(kind) => {
             let _ = write!(out, "WatchError {kind}");
         }

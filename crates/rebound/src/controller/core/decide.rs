@@ -54,7 +54,9 @@ impl Core {
             .get(key)
             .map(|i| i.history.clone())
             .unwrap_or_default();
-        for r in self.recorded.get(key).into_iter().flatten() {
+        // This process's records, and those the take-over read afresh.
+        let fresh = self.fresh.records.get(key).into_iter().flatten();
+        for r in self.recorded.get(key).into_iter().flatten().chain(fresh) {
             if !h.iter().any(|x| x.at == r.at) {
                 h.push(r.clone());
             }
@@ -160,18 +162,21 @@ impl Core {
         // Trust first, before anything acts (absorb included): a tenant's
         // fault concerns that tenant's own jobs and no one else's.
         let domain = occ.fault.domain();
-        // A node this fault takes out, cordoned now: every pod on it must
-        // move, also one placed there after the fault (while the breaker
-        // held the cordon back, a job restarted for another fault may have
-        // landed there).
+        // A node this fault takes out whose cordon the breaker held back,
+        // cordoned now: every pod on it must move, also one placed there
+        // after the fault while the cordon was held (a job restarted for
+        // another fault may have landed there). Elsewhere a fault concerns
+        // the pods that were there when it happened.
         let cordoned_faulty = c.fault.trusted
             && c.level.cordons_node()
-            && occ
-                .fault
-                .node
-                .as_deref()
-                .and_then(|n| self.store.nodes.get(n))
-                .is_some_and(|n| n.snap.unschedulable);
+            && occ.fault.node.as_deref().is_some_and(|n| {
+                self.nodes.was_held(n)
+                    && self
+                        .store
+                        .nodes
+                        .get(n)
+                        .is_some_and(|x| x.snap.unschedulable)
+            });
         let since = (!cordoned_faulty).then(|| when.timestamp());
         let refs: Vec<JobRef> = match &occ.scope {
             Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
@@ -185,6 +190,12 @@ impl Core {
         .into_iter()
         .filter(|r| domain.may_touch(&r.namespace))
         .collect();
+        // A new term restarts no job before it has read the records of
+        // its kind afresh (an earlier term may have restarted it).
+        if refs.iter().any(|r| self.waits_for_records(r.kind, now)) {
+            self.ledger.set(id, c.level, Fate::Pending { until: None });
+            return;
+        }
         let mut fates: Vec<Fate> = Vec::new();
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {

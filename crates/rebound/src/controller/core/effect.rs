@@ -156,6 +156,14 @@ pub enum EffectKind {
     },
     /// A decision for in-process observers (demo, tests); no request.
     Decision(std::sync::Arc<crate::policy::Decision>),
+    /// Read the restart records of every job of these kinds afresh (a
+    /// consistent list of their metadata, not the watch cache), for the
+    /// take-over of `term`: answered by [`super::input::Input::Records`]
+    /// per kind; a kind whose list fails sends nothing (asked again).
+    ReadRecords {
+        term: u64,
+        kinds: Vec<(crate::api::WorkloadKind, kube::discovery::ApiResource)>,
+    },
 }
 
 /// What an Event is about.

@@ -156,8 +156,11 @@ impl Core {
         }
     }
 
-    pub(super) fn on_job_kinds(&mut self, kinds: Vec<(WorkloadKind, ApiResource)>) {
+    pub(super) fn on_job_kinds(&mut self, kinds: Vec<(WorkloadKind, ApiResource)>, at: Now) {
         let now: BTreeSet<WorkloadKind> = kinds.iter().map(|(k, _)| *k).collect();
+        self.fresh.resources = kinds.clone();
+        // A kind installed during a term is read afresh too.
+        self.read_new_kinds(at);
         if let Some(before) = self.kinds.clone() {
             for gone in before.difference(&now) {
                 self.synced.remove(&Watched::Jobs(*gone));

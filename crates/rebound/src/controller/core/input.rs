@@ -68,6 +68,13 @@ pub enum Input {
     Leader(bool, u64),
     /// Periodic work: timers, resyncs, status flushes.
     Tick,
+    /// The jobs of one kind read afresh for the take-over of `term`
+    /// ([`super::effect::EffectKind::ReadRecords`]): their metadata.
+    Records {
+        term: u64,
+        kind: WorkloadKind,
+        jobs: Vec<kube::api::ObjectMeta>,
+    },
 }
 
 /// A pod as the core needs it, read in its watch task: the full object

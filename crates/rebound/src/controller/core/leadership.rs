@@ -12,6 +12,9 @@ impl Core {
     /// from the cluster (restart history, generations, node annotations),
     /// so nothing is done twice.
     pub(super) fn take_over(&mut self, now: Now) {
+        // Restarts of jobs wait for this term's fresh read of their
+        // records (fresh.rs); node actions do not.
+        self.start_fresh_read(now);
         self.resume_recoveries(now);
         self.dirty_nodes.extend(self.store.nodes.keys().cloned());
         self.dirty_jobs

@@ -19,6 +19,7 @@
 
 pub mod decide;
 pub mod effect;
+mod fresh;
 pub mod hang;
 pub mod ingest;
 mod ingest_objects;
@@ -138,6 +139,8 @@ pub struct Core {
     /// The leadership term of `leading` (see [`Input::Leader`]).
     term: u64,
     recoveries: HashMap<JobKey, jobs::Recovery>,
+    /// The take-over's fresh read of the jobs' restart records.
+    fresh: fresh::FreshRead,
     /// Releases of a generation no recovery follows any more (the
     /// recovery ended by a fallback, a give-up or an error): each job's
     /// generation, the release in flight and when to retry a failed one.
@@ -211,6 +214,7 @@ impl Core {
             leading: false,
             term: 0,
             recoveries: HashMap::new(),
+            fresh: fresh::FreshRead::default(),
             releasing: HashMap::new(),
             recorded: HashMap::new(),
             written_gen: HashMap::new(),
@@ -327,7 +331,7 @@ impl Core {
             Input::Policy(c) => self.on_policy(c, now),
             Input::Classification(c) => self.on_classification(c, now),
             Input::Job(kind, c) => self.on_job(kind, c, now),
-            Input::JobKinds(kinds) => self.on_job_kinds(kinds),
+            Input::JobKinds(kinds) => self.on_job_kinds(kinds, now),
             Input::WatchError(name) => {
                 self.metrics
                     .watch_restarts
@@ -348,7 +352,11 @@ impl Core {
                 // Leading still, in a new term: take over afresh below.
                 retake = new_term && was_acting;
             }
-            Input::Tick => self.on_tick(now),
+            Input::Tick => {
+                self.on_tick(now);
+                self.fresh_tick(now);
+            }
+            Input::Records { term, kind, jobs } => self.on_records(term, kind, jobs, now),
         }
         if !was_ready && self.ready() {
             tracing::info!(

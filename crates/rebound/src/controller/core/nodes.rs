@@ -37,6 +37,10 @@ pub struct NodeBook {
     held: BTreeMap<String, Level>,
     /// Nodes whose hold was announced (one BreakerOpen Event an episode).
     announced: HashSet<String>,
+    /// Nodes whose cordon the breaker held back in their current fault
+    /// episode (kept once the cordon is made): pods may have been put
+    /// there after the fault, and must move too.
+    held_in_episode: HashSet<String>,
     /// Nodes whose dry-run decision was announced, at that level.
     noted: HashMap<String, Level>,
     /// Each node's current fault level (its highest trusted fault).
@@ -70,6 +74,12 @@ impl NodeBook {
         self.held.contains_key(node)
     }
 
+    /// Whether the breaker held a cordon of `node` back in its current
+    /// fault episode.
+    pub fn was_held(&self, node: &str) -> bool {
+        self.held_in_episode.contains(node)
+    }
+
     /// Separations held back.
     pub fn held_count(&self) -> usize {
         self.held.len()
@@ -89,6 +99,7 @@ impl NodeBook {
         self.inflight.remove(node);
         self.held.remove(node);
         self.announced.remove(node);
+        self.held_in_episode.remove(node);
         self.noted.remove(node);
         self.levels.remove(node);
         self.retry_at.remove(node);
@@ -216,6 +227,7 @@ impl Core {
         else {
             self.nodes.held.remove(name);
             self.nodes.announced.remove(name);
+            self.nodes.held_in_episode.remove(name);
             self.nodes.noted.remove(name);
             self.maybe_uncordon(&node, &cfg, now);
             return;
@@ -278,6 +290,7 @@ impl Core {
             Some(Skip::BreakerOpen { used, allowed }) => {
                 self.metrics.decision("cordon", "BreakerOpen");
                 self.nodes.held.insert(name.to_string(), c.level);
+                self.nodes.held_in_episode.insert(name.to_string());
                 if self.nodes.announced.insert(name.to_string()) {
                     tracing::warn!(node = %name, used, allowed, "circuit breaker open: cordon held back");
                     let note = format!(

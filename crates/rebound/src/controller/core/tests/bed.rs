@@ -39,7 +39,21 @@ impl Bed {
         let mut ins = b.m.startup();
         ins.push(Input::Leader(true, 1));
         b.feed(ins);
+        b.answer_reads();
         b
+    }
+
+    /// Answer the take-over's fresh reads at once (a bed starts led).
+    pub(super) fn answer_reads(&mut self) {
+        let (reads, rest): (Vec<Effect>, Vec<Effect>) = std::mem::take(&mut self.queue)
+            .into_iter()
+            .partition(|e| matches!(e.kind, EffectKind::ReadRecords { .. }));
+        self.queue = rest;
+        for e in reads {
+            let _ = self.m.apply(&e);
+        }
+        let answers: Vec<Input> = self.m.answers.drain(..).collect();
+        self.feed(answers);
     }
 
     pub(super) fn feed(&mut self, inputs: Vec<Input>) {

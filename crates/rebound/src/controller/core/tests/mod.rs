@@ -11,6 +11,7 @@ mod breaker;
 mod endings;
 mod episodes;
 mod exactly_once;
+mod fresh;
 mod held_cordons;
 mod model;
 mod node_faults;

@@ -92,6 +92,9 @@ pub struct Model {
     /// `k`-th at index `k - 1`), by (node, code, device, first seen ms):
     /// the ground truth a line's count only bounds.
     pub line_times: BTreeMap<(String, String, String, i64), Vec<i64>>,
+    /// Answers of fresh reads ([`EffectKind::ReadRecords`]) not delivered
+    /// yet: they come with the next delivery of the jobs' watch.
+    pub answers: VecDeque<Input>,
     /// The agent writes its newest repeat's time (`last=`) on each line
     /// (an older reporter does not).
     pub write_last: bool,
@@ -129,6 +132,7 @@ impl Model {
             lines: BTreeMap::new(),
             line_times: BTreeMap::new(),
             write_last: true,
+            answers: VecDeque::new(),
             queues: BTreeMap::new(),
             last: BTreeMap::new(),
             size,

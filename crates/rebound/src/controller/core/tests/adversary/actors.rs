@@ -102,14 +102,12 @@ impl Sim {
             }
             62..=69 => {
                 let secs = 1 + self.pick(40) as i64;
-                self.m.t += secs;
-                self.feed(vec![Input::Tick]);
+                self.advance(secs);
                 "tick"
             }
             70 => {
                 // Long enough for every answer in flight to time out.
-                self.m.t += 61;
-                self.feed(vec![Input::Tick]);
+                self.advance(61);
                 "long tick"
             }
             71..=78 => {
@@ -138,7 +136,7 @@ impl Sim {
             }
             95 => {
                 // The API server refuses one kind of write for minutes.
-                let what = ["record", "restart", "delete"][self.pick(3) as usize];
+                let what = ["record", "restart", "delete", "list"][self.pick(4) as usize];
                 self.brownout = Some((what, self.m.t + 120 + self.pick(300) as i64));
                 "brownout"
             }
@@ -176,11 +174,12 @@ impl Sim {
                 && match what {
                     "record" => matches!(e.kind, EffectKind::Record { .. }),
                     "restart" => matches!(e.kind, EffectKind::RestartJob { .. }),
+                    "list" => matches!(e.kind, EffectKind::ReadRecords { .. }),
                     _ => matches!(e.kind, EffectKind::DeletePods { .. }),
                 }
         });
         let outcome = if ok && !browned {
-            self.apply(r, &e)
+            self.answer(r, &e)
         } else {
             let code = [
                 "409 Conflict",
@@ -200,15 +199,33 @@ impl Sim {
             1 => Some(0),
             _ => Some(1),
         };
-        // A new term begins only after the old one's Lease ran out: the
-        // watches delivered what it wrote.
+        // A new term begins only after the old one's Lease ran out. The
+        // new leader's watch of the jobs may still be behind the restart
+        // records the old one wrote (its fresh read covers them, fresh.rs),
+        // for at most the read's bound. The other watches have delivered
+        // what it wrote: the breaker's window is read from the nodes'
+        // watch, and a nodes' watch that far behind is a known limit.
         if next.is_some() {
-            self.deliver_all();
+            let lag = self.pick(2) == 0;
+            for k in KINDS {
+                if !(lag && k == model::Kind::Jobs) {
+                    let ins = self.m.deliver(k, 10_000);
+                    self.feed(ins);
+                }
+            }
+            if lag {
+                let bound = super::super::super::fresh::FRESH_BOUND.as_secs() as i64;
+                self.catch_up_by = Some(self.m.t + bound);
+            } else {
+                self.catch_up_by = None;
+            }
         }
         self.leader = next;
         if self.leader.is_some() {
             self.term += 1;
         }
+        self.trace
+            .push(format!("  leader {:?} term {}", self.leader, self.term));
         self.tell_leadership();
     }
 
@@ -352,7 +369,7 @@ impl Sim {
             self.expire();
             while !self.inflight.is_empty() {
                 let (r, e, _) = self.inflight.remove(0);
-                let o = self.apply(r, &e);
+                let o = self.answer(r, &e);
                 self.feed_to(r, vec![Input::Done(e.id, o)]);
             }
             self.m.operator();
@@ -364,8 +381,7 @@ impl Sim {
             if round > 30 && !queued && self.inflight.is_empty() {
                 break;
             }
-            self.m.t += 5;
-            self.feed(vec![Input::Tick]);
+            self.advance(5);
             self.check();
         }
     }

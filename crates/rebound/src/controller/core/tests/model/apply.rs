@@ -165,6 +165,27 @@ impl Model {
                 }
                 Outcome::Ok("uncordoned".into())
             }
+            EffectKind::ReadRecords { term, kinds } => {
+                // A consistent read: the jobs as they are now.
+                for (kind, _) in kinds {
+                    let jobs = if *kind == WorkloadKind::JobSet {
+                        self.jobs
+                            .values()
+                            .map(|j| {
+                                serde_json::from_value(j["metadata"].clone()).unwrap_or_default()
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    self.answers.push_back(Input::Records {
+                        term: *term,
+                        kind: *kind,
+                        jobs,
+                    });
+                }
+                Outcome::Ok(String::new())
+            }
             _ => Outcome::Ok(String::new()),
         }
     }

@@ -45,6 +45,9 @@ impl Model {
     /// Deliver up to `n` queued changes of a kind.
     pub fn deliver(&mut self, k: Kind, n: usize) -> Vec<Input> {
         let mut out = Vec::new();
+        if k == Kind::Jobs {
+            out.extend(self.answers.drain(..));
+        }
         for _ in 0..n {
             let Some(p) = self.queues.entry(k).or_default().pop_front() else {
                 break;

@@ -1,0 +1,176 @@
+//! The take-over's fresh read of the jobs' restart records. A new term
+//! must know every restart an earlier term made before it decides one
+//! (design §8: a new leader never repeats a restart that the old leader
+//! made), and its watches may still be behind what the old leader wrote.
+//! So a new term reads the records of every job kind afresh (a consistent
+//! list, [`EffectKind::ReadRecords`]); a decision that would restart jobs
+//! of a kind waits until that kind's read is in. Records are facts: what
+//! the read shows is added to what the watch shows (by each record's
+//! decision time), never taken away by an older watch event.
+//!
+//! A kind whose list keeps failing does not hold the others, and holds
+//! its own jobs at most [`FRESH_BOUND`]: then its decisions go on from the
+//! watch's view, with a warning and the metric
+//! `rebound_decisions_total{action="take_over_read", outcome="timeout"}`.
+
+use super::effect::EffectKind;
+use super::occurrence::OccurrenceId;
+use super::store::JobKey;
+use super::{Core, Now};
+use crate::api::WorkloadKind;
+use crate::policy::RestartRecord;
+use chrono::{DateTime, Utc};
+use kube::discovery::ApiResource;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+/// Longest a kind's decisions wait for its fresh read at a take-over.
+pub const FRESH_BOUND: Duration = Duration::from_secs(30);
+/// How often a read that has not answered is asked again.
+pub const ASK_AGAIN: Duration = Duration::from_secs(5);
+
+/// Where the fresh read of the current term stands.
+#[derive(Debug, Default)]
+pub struct FreshRead {
+    /// The term it is for.
+    term: u64,
+    /// When it was first asked, and last asked.
+    started: Option<DateTime<Utc>>,
+    asked: Option<DateTime<Utc>>,
+    /// Kinds read (or given up on) in this term.
+    done: BTreeSet<WorkloadKind>,
+    /// Records the reads showed, by job.
+    pub records: HashMap<JobKey, Vec<RestartRecord>>,
+    /// The installed kinds' resources (from discovery).
+    pub resources: Vec<(WorkloadKind, ApiResource)>,
+}
+
+impl FreshRead {
+    /// Whether decisions on jobs of `kind` may go on in `term`.
+    pub fn ready_for(&self, term: u64, kind: WorkloadKind, now: DateTime<Utc>) -> bool {
+        if self.term != term {
+            return false;
+        }
+        self.done.contains(&kind) || self.timed_out(now)
+    }
+
+    fn timed_out(&self, now: DateTime<Utc>) -> bool {
+        let bound = chrono::Duration::from_std(FRESH_BOUND).unwrap_or_default();
+        self.started.is_some_and(|s| now - s >= bound)
+    }
+}
+
+impl Core {
+    /// A take-over: read the records afresh if this term has not.
+    pub(super) fn start_fresh_read(&mut self, now: Now) {
+        if self.fresh.term == self.term && self.fresh.started.is_some() {
+            return;
+        }
+        self.fresh.term = self.term;
+        self.fresh.started = Some(now.wall);
+        self.fresh.done.clear();
+        self.fresh.records.clear();
+        // Bare pods keep no records.
+        self.fresh.done.insert(WorkloadKind::Pod);
+        self.ask_records(now);
+    }
+
+    /// Kinds discovered during this term's take-over are read as well.
+    pub(super) fn read_new_kinds(&mut self, now: Now) {
+        if self.leading && self.fresh.term == self.term && self.fresh.started.is_some() {
+            self.ask_records(now);
+        }
+    }
+
+    fn ask_records(&mut self, now: Now) {
+        let kinds: Vec<(WorkloadKind, ApiResource)> = self
+            .fresh
+            .resources
+            .iter()
+            .filter(|(k, _)| !self.fresh.done.contains(k))
+            .cloned()
+            .collect();
+        self.fresh.asked = Some(now.wall);
+        if kinds.is_empty() {
+            return;
+        }
+        let term = self.term;
+        self.effect(EffectKind::ReadRecords { term, kinds }, None);
+    }
+
+    /// On a tick: ask again for the kinds not read yet; give up waiting
+    /// for them past [`FRESH_BOUND`] (their decisions go on).
+    pub(super) fn fresh_tick(&mut self, now: Now) {
+        if !self.acting() || self.fresh.term != self.term {
+            return;
+        }
+        let missing: Vec<WorkloadKind> = self
+            .fresh
+            .resources
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| !self.fresh.done.contains(k))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        if self.fresh.timed_out(now.wall) {
+            for k in missing {
+                tracing::warn!(kind = %k.as_str(), "the take-over could not read this kind's restart records afresh; deciding from the watch's view");
+                self.metrics.decision("take_over_read", "timeout");
+                self.fresh.done.insert(k);
+            }
+            self.decide_waiting(now);
+            return;
+        }
+        let again = chrono::Duration::from_std(ASK_AGAIN).unwrap_or_default();
+        if self.fresh.asked.is_none_or(|a| now.wall - a >= again) {
+            self.ask_records(now);
+        }
+    }
+
+    /// The records of one kind, read afresh.
+    pub(super) fn on_records(
+        &mut self,
+        term: u64,
+        kind: WorkloadKind,
+        jobs: Vec<kube::api::ObjectMeta>,
+        now: Now,
+    ) {
+        if term != self.term || self.fresh.term != term {
+            return;
+        }
+        for meta in jobs {
+            let (Some(ns), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
+                continue;
+            };
+            let annotations = meta.annotations.unwrap_or_default();
+            let history = crate::recover::read_history(&annotations);
+            if history.is_empty() {
+                continue;
+            }
+            let key: JobKey = (ns, kind.as_str().to_string(), name);
+            self.fresh.records.insert(key, history);
+        }
+        if self.fresh.done.insert(kind) {
+            self.metrics.decision("take_over_read", "read");
+            self.decide_waiting(now);
+        }
+    }
+
+    /// Decide what waited for the read (the occurrences not decided yet).
+    fn decide_waiting(&mut self, now: Now) {
+        if !self.acting() {
+            return;
+        }
+        let ids: Vec<OccurrenceId> = self.current.keys().copied().collect();
+        for id in ids {
+            self.decide_current(id, now);
+        }
+    }
+
+    /// Whether decisions on jobs of `kind` wait for the take-over's read.
+    pub(super) fn waits_for_records(&self, kind: WorkloadKind, now: Now) -> bool {
+        !self.fresh.ready_for(self.term, kind, now.wall)
+    }
+}
