@@ -126,6 +126,11 @@ pub const NAMES: &[&str] = &[
     "rebound_core_steps_stuck_total",
 ];
 
+/// Families whose series appear with their first sample, not at zero from
+/// start-up: by kind and tier, 55 histograms of 13 buckets at zero would be
+/// most of the exposition (alerts use `rebound_jobs_not_resumed_total`).
+pub const SERIES_ON_FIRST_SAMPLE: &[&str] = &["rebound_time_to_resume_seconds"];
+
 /// `verb` of `rebound_api_requests_total` and `rebound_api_errors_total`.
 pub const API_VERBS: [&str; 4] = ["delete", "patch", "patch_status", "action"];
 /// `kind` of `rebound_fault_parse_errors_total`: the objects fault data is

@@ -67,6 +67,7 @@ mod resilience;
 mod tiers;
 mod tiers_jobs;
 mod trainjob;
+mod volcano_restarts;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams};

@@ -77,7 +77,14 @@ impl Core {
             Phase::Act => {
                 let (acted, acting, recorded, recording) =
                     (rec.acted, rec.acting, rec.recorded, rec.recording);
-                if !acted && acting.is_none() {
+                // Volcano restarts a job through a Command and ends with a
+                // status write; any write of rebound's to the job in
+                // between (its record) makes that write conflict, and
+                // Volcano runs the whole restart again (256 pods made
+                // twice, issue 32 item 6). The record goes first there.
+                let record_first =
+                    tier == Tier::Recreate && rec.job.kind == WorkloadKind::VolcanoJob;
+                if !acted && acting.is_none() && (recorded || !record_first) {
                     self.act(key, &tier, now);
                 }
                 if !recorded && recording.is_none() {
@@ -255,7 +262,12 @@ impl Core {
             append: rec.append,
         };
         let job = rec.job.clone();
-        let received = rec.received.filter(|_| rec.tier == Tier::InPlace);
+        // On the critical path where the record is the restart (in place)
+        // or goes before it (Volcano's Command waits for it).
+        let received = rec.received.filter(|_| {
+            rec.tier == Tier::InPlace
+                || (rec.tier == Tier::Recreate && rec.job.kind == WorkloadKind::VolcanoJob)
+        });
         let current = self.store.jobs.get(key).map(|j| kube::api::ObjectMeta {
             resource_version: j.resource_version.clone(),
             annotations: Some(j.annotations.clone()),
@@ -507,6 +519,8 @@ impl Core {
                 }
                 r.attempts = 0;
                 if !(r.acted && r.recorded) {
+                    // The other half may have waited for this one.
+                    self.dirty_jobs.insert(key.clone());
                     return;
                 }
                 let (phase, deadline) = match r.tier {
