@@ -27,15 +27,19 @@
 mod floor;
 mod kinds;
 mod real;
+mod real_operators;
 mod report;
 mod tier;
 mod track;
+mod writes;
 
 pub use floor::{Floor, PodShape};
 pub use kinds::{JobKind, KIND_NAMES, TIER_LABEL};
 pub use real::{DEFAULT_SCHEDULER, RealPod, RealTier};
+pub use real_operators::RealOperatorsReport;
 pub use report::{GoalCheck, ResumeReport, TierResult, goals, print_text};
 pub use track::{PodTracker, PodView, Resumed};
+pub use writes::{RecoveryWrites, create_rate};
 
 use std::time::Instant;
 
@@ -65,6 +69,7 @@ spec:
 
 /// Run the scenario and return its report. Progress goes to stderr.
 pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
+    args.check()?;
     let setup = Instant::now();
     let (nodes, size) = (args.nodes(), args.job_size());
     anyhow::ensure!(size > 0, "--job-size must be at least 1");
@@ -134,6 +139,8 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         .find_map(|(_, d)| PodShape::of_manifest(d))
         .unwrap_or_default();
     let pods = u32::try_from(size).unwrap_or(u32::MAX);
+    let recreate_floor =
+        floor::recreate(kind, pods, &args.pod_costs, &args.operator_limits, &shape);
     let floors = [
         floor::in_place(&args.pod_costs, &shape),
         // ReplaceFaulty: the faulty node's pods are recreated (a few, no
@@ -143,7 +150,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
             let ip = floor::in_place(&args.pod_costs, &shape);
             if f.total_s() > ip.total_s() { f } else { ip }
         },
-        floor::recreate(kind, pods, &args.pod_costs, &args.operator_limits, &shape),
+        recreate_floor,
     ];
     let mut tiers = Vec::new();
     for (tier, floor) in TIERS.into_iter().zip(floors) {
@@ -185,7 +192,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         // --tiers left some out: no goal fails for a tier not asked for.
         goals.retain(|g| !g.detail.ends_with("not run"));
     }
-    let report = ResumeReport {
+    let mut report = ResumeReport {
         scenario: "resume".into(),
         nodes,
         job_size: size,
@@ -228,11 +235,18 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         tiers,
         goals,
         notes,
+        real_operators: None,
     };
     if let Some(r) = real {
         r.stop();
     }
     env.finish_run(args.keep_audit_log.as_deref()).await;
+    if args.real_operators.is_some() {
+        let ro = real_operators::measure(args, kind, size, &shape, recreate_floor, &report.tiers)
+            .await?;
+        report.goals.push(real_operators::goal(&ro));
+        report.real_operators = Some(ro);
+    }
     Ok(report)
 }
 

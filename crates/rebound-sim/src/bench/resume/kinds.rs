@@ -161,7 +161,15 @@ impl JobKind {
         if self != Self::PyTorchJob {
             spec["restartPolicy"] = json!(policy);
         }
-        if let Some(sh) = &env.bed.cluster.config().shared {
+        if env.bed.runs_real_operators() {
+            // On the real operators (`--real-operators`) the nodes are
+            // KWOK's, untainted: kube-scheduler's default profile places
+            // the pods, and Volcano's keep the job's `schedulerName`
+            // (vc-scheduler), which its controller copies into each pod.
+            if self != Self::Volcano {
+                spec["schedulerName"] = json!(super::DEFAULT_SCHEDULER);
+            }
+        } else if let Some(sh) = &env.bed.cluster.config().shared {
             // kube-scheduler's default profile with --real-scheduler; the
             // simulated one's name otherwise (it serves only that name).
             spec["schedulerName"] = if env.real_scheduler {
