@@ -36,7 +36,7 @@ mod writes;
 pub use floor::{Floor, PodShape};
 pub use kinds::{JobKind, KIND_NAMES, TIER_LABEL};
 pub use real::{DEFAULT_SCHEDULER, RealPod, RealTier};
-pub use real_operators::RealOperatorsReport;
+pub use real_operators::{RealOperatorsReport, measure_kinds as measure_on_real_operators};
 pub use report::{GoalCheck, ResumeReport, TierResult, goals, print_text};
 pub use track::{PodTracker, PodView, Resumed};
 pub use writes::{RecoveryWrites, create_rate};
@@ -139,8 +139,6 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         .find_map(|(_, d)| PodShape::of_manifest(d))
         .unwrap_or_default();
     let pods = u32::try_from(size).unwrap_or(u32::MAX);
-    let recreate_floor =
-        floor::recreate(kind, pods, &args.pod_costs, &args.operator_limits, &shape);
     let floors = [
         floor::in_place(&args.pod_costs, &shape),
         // ReplaceFaulty: the faulty node's pods are recreated (a few, no
@@ -150,7 +148,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
             let ip = floor::in_place(&args.pod_costs, &shape);
             if f.total_s() > ip.total_s() { f } else { ip }
         },
-        recreate_floor,
+        floor::recreate(kind, pods, &args.pod_costs, &args.operator_limits, &shape),
     ];
     let mut tiers = Vec::new();
     for (tier, floor) in TIERS.into_iter().zip(floors) {
@@ -242,8 +240,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
     }
     env.finish_run(args.keep_audit_log.as_deref()).await;
     if args.real_operators.is_some() {
-        let ro = real_operators::measure(args, kind, size, &shape, recreate_floor, &report.tiers)
-            .await?;
+        let ro = real_operators::measure(args, kind, size, &report.tiers).await?;
         report.goals.push(real_operators::goal(&ro));
         report.real_operators = Some(ro);
     }

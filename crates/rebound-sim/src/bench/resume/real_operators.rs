@@ -32,7 +32,7 @@ use super::super::env::SimEnv;
 use super::super::{load_average, start_controller};
 use super::report::{by_verb, secs};
 use super::writes::create_rate;
-use super::{Floor, GoalCheck, JobKind, PodShape, TierResult, policy_yaml, stop_controller, tier};
+use super::{GoalCheck, JobKind, PodShape, TierResult, floor, policy_yaml, stop_controller, tier};
 use crate::actors::kubelet::PodCosts;
 use crate::cluster::SimConfig;
 use crate::envtest::kwok::{self, PodTimes};
@@ -191,19 +191,51 @@ async fn register_nodes(env: &SimEnv, n: usize) -> anyhow::Result<()> {
 }
 
 /// Runs the Recreate tier of a `kind` job of `size` pods on the real
-/// components and puts it beside the model: `floor` (the recreate floor)
-/// and the tiers this run measured on the simulated side.
+/// components and puts it beside the model: the recreate floor and the
+/// tiers this run measured on the simulated side (`simulated`).
 pub async fn measure(
     args: &SimArgs,
     kind: JobKind,
     size: usize,
-    shape: &PodShape,
-    floor: Floor,
     simulated: &[TierResult],
 ) -> anyhow::Result<RealOperatorsReport> {
+    let mut r = measure_kinds(args, &[(kind, size)])
+        .await?
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("no job was measured on the real operators"))?;
+    let of = |name: &str| simulated.iter().find(|t| t.tier == name && t.resumed);
+    r.in_place_s = of("InPlace").and_then(|t| t.time_to_resume_s);
+    r.model_recreate_s = of("Recreate").and_then(|t| t.time_to_resume_s);
+    r.ratio_to_in_place = match (r.recreate.time_to_resume_s, r.in_place_s) {
+        (Some(x), Some(i)) if r.recreate.resumed && i > 0.0 => Some(x / i),
+        _ => None,
+    };
+    Ok(r)
+}
+
+/// Runs the Recreate tier of each `(kind, pods)` job in turn on one set of
+/// real components (a fresh job each, as the tiers), with the floor of
+/// each beside it; no simulated tier (`in_place_s`, `model_recreate_s`
+/// and the ratio are `None`).
+pub async fn measure_kinds(
+    args: &SimArgs,
+    jobs: &[(JobKind, usize)],
+) -> anyhow::Result<Vec<RealOperatorsReport>> {
     let setup = Instant::now();
-    let times = pod_times(&args.pod_costs, shape);
-    let n_nodes = kwok_nodes(args, size);
+    let (first, _) = jobs
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("no job to measure on the real operators"))?;
+    // Every kind's pods run the same wired template (`kinds`): one start
+    // for KWOK's pods.
+    let shape = first.pod_shape()?;
+    for (k, _) in jobs {
+        anyhow::ensure!(
+            k.pod_shape()? == shape,
+            "{k:?}'s pods differ from {first:?}'s: KWOK gives every pod one start"
+        );
+    }
+    let times = pod_times(&args.pod_costs, &shape);
+    let n_nodes = kwok_nodes(args, jobs.iter().map(|(_, n)| *n).max().unwrap_or(1));
     let (env, started) = SimEnv::start_real_operators(
         args,
         SimConfig {
@@ -223,12 +255,25 @@ pub async fn measure(
         env.bed.apply_yaml(&policy_yaml("sim", "Recreate")).await?;
         let ctl = start_controller(&env, args).await?;
         let setup_seconds = setup.elapsed().as_secs_f64();
-        let load_before = load_average();
-        let mut notes = Vec::new();
-        let r = tier::run_tier(&env, kind, "Recreate", size, floor, None, &mut notes).await;
-        let load_after = load_average();
+        let mut out = Vec::new();
+        for (kind, size) in jobs {
+            let pods = u32::try_from(*size).unwrap_or(u32::MAX);
+            let floor =
+                floor::recreate(*kind, pods, &args.pod_costs, &args.operator_limits, &shape);
+            let load_before = load_average();
+            let mut notes = Vec::new();
+            let r = tier::run_tier(&env, *kind, "Recreate", *size, floor, None, &mut notes).await;
+            let load = (load_before, load_average());
+            match r {
+                Ok(t) => out.push((*kind, *size, floor, t, load, notes)),
+                Err(e) => {
+                    stop_controller(ctl).await;
+                    return Err(e.context(format!("{kind:?}")));
+                }
+            }
+        }
         stop_controller(ctl).await;
-        r.map(|t| (t, setup_seconds, (load_before, load_after), notes))
+        anyhow::Ok((out, setup_seconds))
     }
     .await;
     let keep = args
@@ -244,51 +289,42 @@ pub async fn measure(
         let _ = std::fs::copy(&started.kwok_log, k.with_extension("kwok.log"));
     }
     env.finish_run(keep.as_deref()).await;
-    let (recreate, setup_seconds, load, mut notes) = result
+    let (measured, setup_seconds) = result
         .map_err(|e| e.context(format!("the Recreate tier on the real operators ({logs})")))?;
-    let of = |name: &str| simulated.iter().find(|t| t.tier == name && t.resumed);
-    let in_place_s = of("InPlace").and_then(|t| t.time_to_resume_s);
-    let model_recreate_s = of("Recreate").and_then(|t| t.time_to_resume_s);
-    let ratio_to_in_place = match (recreate.time_to_resume_s, in_place_s) {
-        (Some(r), Some(i)) if recreate.resumed && i > 0.0 => Some(r / i),
-        _ => None,
-    };
-    notes.push(format!(
-        "KWOK's pods cost what the simulated kubelet charges: pod-ready waits {:.2} s (a fresh pod's start, --pod-costs), pod-delete {:.2} s (stop); the in-place tier is not run here (KWOK runs no container, so it cannot restart one in place): the ratio divides by this run's simulated in-place time",
-        times.ready.as_secs_f64(),
-        times.stop.as_secs_f64()
-    ));
-    if let Some(extra) = recreate
-        .writes
-        .created_by
-        .values()
-        .sum::<usize>()
-        .checked_sub(size)
-        .filter(|x| *x > 0)
-    {
-        notes.push(format!(
-            "{} pods were created for a job of {size}: the operator recreated more than once",
-            size + extra
-        ));
-    }
-    Ok(RealOperatorsReport {
-        components: components(),
-        pods_from: pods_from(kind).into(),
-        kwok_nodes: n_nodes,
-        kwok_stages: started
-            .stages
-            .iter()
-            .map(|(n, d)| (n.clone(), d.as_secs_f64()))
-            .collect(),
-        load,
-        setup_seconds,
-        recreate,
-        model_recreate_s,
-        model_floor_s: floor.total_s(),
-        in_place_s,
-        ratio_to_in_place,
-        notes,
-    })
+    Ok(measured
+        .into_iter()
+        .map(|(kind, size, floor, recreate, load, mut notes)| {
+            notes.push(format!(
+                "KWOK's pods cost what the simulated kubelet charges: pod-ready waits {:.2} s (a fresh pod's start, --pod-costs), pod-delete {:.2} s (stop); the in-place tier is not run here (KWOK runs no container, so it cannot restart one in place): the ratio divides by this run's simulated in-place time",
+                times.ready.as_secs_f64(),
+                times.stop.as_secs_f64()
+            ));
+            let created: usize = recreate.writes.created_by.values().sum();
+            if created > size {
+                notes.push(format!(
+                    "{created} pods were created for a job of {size}: the operator recreated more than once"
+                ));
+            }
+            RealOperatorsReport {
+                components: components(),
+                pods_from: pods_from(kind).into(),
+                kwok_nodes: n_nodes,
+                kwok_stages: started
+                    .stages
+                    .iter()
+                    .map(|(n, d)| (n.clone(), d.as_secs_f64()))
+                    .collect(),
+                load,
+                setup_seconds,
+                recreate,
+                model_recreate_s: None,
+                model_floor_s: floor.total_s(),
+                in_place_s: None,
+                ratio_to_in_place: None,
+                notes,
+            }
+        })
+        .collect())
 }
 
 /// Design section 8's goal on the real operators: in place at least 10×
