@@ -229,7 +229,7 @@ pub fn floor_notes(
             per(l.training_operator.time_for(pods as u64))
         ),
         _ => format!(
-            "the Job controller counts the {pods} deleted pods as failed and waits its pod failure backoff ({} doubled per failure, at most {}) → {:.2} s, then creates {pods} replacements at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
+            "the Job controller counts the {pods} deleted pods as failed and waits its pod failure backoff ({} doubled per failure, at most {}; from the last failure, rounded down to the second) → at least {:.2} s, then creates {pods} replacements at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
             humantime::format_duration(l.job_failure_backoff),
             humantime::format_duration(l.job_failure_backoff_max),
             per(job_backoff(l, pods as u64)),

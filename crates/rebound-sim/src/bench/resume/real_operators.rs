@@ -404,8 +404,16 @@ pub fn print_text(r: &RealOperatorsReport) {
         println!(
             "    creates {a:.2} s → {b:.2} s after the fault{}; deletes {}; the last pod bound {}",
             create_rate(w).map_or_else(String::new, |x| format!(" ({x:.1} pods/s)")),
-            w.deletes_s
-                .map_or_else(|| "-".into(), |(a, b)| format!("{a:.2} s → {b:.2} s")),
+            w.deletes_s.map_or_else(
+                || "-".into(),
+                |(a, b)| format!(
+                    "{a:.2} s → {b:.2} s{}",
+                    w.delete_collection_s
+                        .iter()
+                        .map(|d| format!(" (one deletecollection, {d:.2} s in the server)"))
+                        .collect::<String>()
+                )
+            ),
             secs(t.last_bound_s)
         );
     }

@@ -28,6 +28,10 @@ pub struct RecoveryWrites {
     /// rebound's one request deletes every pod, one after another inside
     /// the server; an operator's kill sends one per pod).
     pub deletes_s: Option<(f64, f64)>,
+    /// How long the server took over each `deletecollection` of pods
+    /// (rebound's one request: the server deletes the pods one after
+    /// another before it answers), seconds.
+    pub delete_collection_s: Vec<f64>,
     /// Every write from the fault on, by `writer: verb resource[/sub]`
     /// (node Leases left out).
     pub by_writer: BTreeMap<String, usize>,
@@ -78,6 +82,11 @@ pub fn recovery_writes(reqs: &[ServerRequest], since: SystemTime) -> RecoveryWri
         .filter(|r| pod_write(r, &["delete", "deletecollection"]))
         .collect();
     out.deletes_s = span(&deletes);
+    out.delete_collection_s = deletes
+        .iter()
+        .filter(|r| r.verb == "deletecollection")
+        .map(|r| ms_between(r.received, r.completed) / 1000.0)
+        .collect();
     for r in &after {
         *out.by_writer
             .entry(format!("{}: {}", writer(r), r.verb_key()))
@@ -143,6 +152,8 @@ mod tests {
             "{a} {b}"
         );
         assert_eq!(w.deletes_s.map(|d| d.0), Some(0.1));
+        assert_eq!(w.delete_collection_s.len(), 1);
+        assert!((w.delete_collection_s[0] - 0.005).abs() < 1e-9);
         assert_eq!(
             w.by_writer.get("rebound-controller: deletecollection pods"),
             Some(&1)
