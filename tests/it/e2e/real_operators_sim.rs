@@ -170,7 +170,17 @@ async fn every_kind_is_recreated_by_its_real_operator_on_kwok_nodes() {
     let kept = audit.with_extension("real-operators.log");
     let events = audit_events(&kept);
     let _ = std::fs::remove_file(&kept);
-    let _ = std::fs::remove_file(audit.with_extension("real-operators.kwok.log"));
+    for log in [
+        "kwok",
+        "training-operator",
+        "jobset",
+        "trainer",
+        "vc-webhook-manager",
+        "vc-controller-manager",
+        "vc-scheduler",
+    ] {
+        let _ = std::fs::remove_file(audit.with_extension(format!("real-operators.{log}.log")));
+    }
     let ok = |e: &&serde_json::Value| {
         e["responseStatus"]["code"]
             .as_u64()

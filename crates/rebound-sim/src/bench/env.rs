@@ -24,6 +24,7 @@ use crate::testbed::{Testbed, TestbedError};
 mod keeper;
 mod operators;
 pub use keeper::Keeper;
+pub use operators::RealOperatorsSetup;
 
 /// Why the set-up failed.
 #[derive(Debug, thiserror::Error)]

@@ -42,6 +42,10 @@ pub const NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// template).
 pub const NODE_TYPE_LABEL: (&str, &str) = ("type", "kwok");
 
+/// KWOK's workers playing pod stages (its Deployment's configuration
+/// has 4).
+pub const POD_PLAY_WORKERS: u32 = 64;
+
 /// How long KWOK may take to answer its health check.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
@@ -148,8 +152,8 @@ fn read_yaml(file: &Path) -> Result<Value, KwokError> {
 
 /// KWOK's configuration (`kustomize/kwok/kwok.yaml`, the one its
 /// Deployment mounts) with the stages after it, as one multi-document
-/// file; the health server on `127.0.0.1:<port>` and the Stage CRD off
-/// (the stages come from the file).
+/// file; the health server on `127.0.0.1:<port>`, the Stage CRD off (the
+/// stages come from the file) and [`POD_PLAY_WORKERS`] pod workers.
 fn configuration(
     tree: &Path,
     port: u16,
@@ -163,6 +167,12 @@ fn configuration(
             why: "no options".into(),
         })?;
     opts.insert("enableCRDs".into(), json!([]));
+    // One KWOK plays every node's pods, where a cluster has a kubelet per
+    // node working in parallel: with its Deployment's 4 workers it wrote
+    // 1,024 pods' Ready 27 s apart (38 a second, each patch waiting on the
+    // loaded server), a spread no kubelet adds. More workers than the
+    // server absorbs leave the server as the limit, as with kubelets.
+    opts.insert("podPlayStageParallelism".into(), json!(POD_PLAY_WORKERS));
     opts.insert("serverAddress".into(), json!(format!("127.0.0.1:{port}")));
     opts.insert("nodePort".into(), json!(0));
     let mut docs = vec![cfg.to_string()];
@@ -328,6 +338,7 @@ mod tests {
         assert_eq!(docs[0]["kind"], "KwokConfiguration");
         assert_eq!(docs[0]["options"]["serverAddress"], "127.0.0.1:4321");
         assert_eq!(docs[0]["options"]["enableCRDs"], json!([]));
+        assert_eq!(docs[0]["options"]["podPlayStageParallelism"], 64);
         assert_eq!(
             docs[0]["options"]["manageNodesWithAnnotationSelector"],
             "kwok.x-k8s.io/node=fake"

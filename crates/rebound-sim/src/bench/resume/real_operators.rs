@@ -28,7 +28,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde::Serialize;
 
 use super::super::SimArgs;
-use super::super::env::SimEnv;
+use super::super::env::{RealOperatorsSetup, SimEnv};
 use super::super::{load_average, start_controller};
 use super::report::{by_verb, secs};
 use super::writes::create_rate;
@@ -190,6 +190,24 @@ async fn register_nodes(env: &SimEnv, n: usize) -> anyhow::Result<()> {
     }
 }
 
+/// Copies KWOK's and the operators' logs beside the kept audit log `k`
+/// (`X.kwok.log`, `X.<operator>.log`): the control plane's directory goes
+/// with it. A failed copy is said on stderr; the figures are out already.
+fn keep_logs(started: &RealOperatorsSetup, k: &Path) {
+    let mut logs = vec![(started.kwok_log.clone(), k.with_extension("kwok.log"))];
+    for name in &started.operators {
+        logs.push((
+            started.operators_dir.join(format!("{name}.log")),
+            k.with_extension(format!("{name}.log")),
+        ));
+    }
+    for (from, to) in logs {
+        if let Err(e) = std::fs::copy(&from, &to) {
+            eprintln!("sim: keeping {}: {e}", from.display());
+        }
+    }
+}
+
 /// Runs the Recreate tier of a `kind` job of `size` pods on the real
 /// components and puts it beside the model: the recreate floor and the
 /// tiers this run measured on the simulated side (`simulated`).
@@ -286,7 +304,7 @@ pub async fn measure_kinds(
         started.kwok_log.display()
     );
     if let Some(k) = &keep {
-        let _ = std::fs::copy(&started.kwok_log, k.with_extension("kwok.log"));
+        keep_logs(&started, k);
     }
     env.finish_run(keep.as_deref()).await;
     let (measured, setup_seconds) = result
@@ -417,7 +435,12 @@ pub fn print_text(r: &RealOperatorsReport) {
             secs(t.last_bound_s)
         );
     }
-    println!("    writes by writer: {}", by_verb(&w.by_writer));
+    println!("    writes from the fault on, by writer (seconds after the fault):");
+    let mut spans: Vec<_> = w.by_writer.iter().collect();
+    spans.sort_by(|a, b| a.1.first_s.total_cmp(&b.1.first_s));
+    for (k, s) in spans {
+        println!("      {k}: {s}");
+    }
     for n in &r.notes {
         println!("    note: {n}");
     }

@@ -33,8 +33,34 @@ pub struct RecoveryWrites {
     /// another before it answers), seconds.
     pub delete_collection_s: Vec<f64>,
     /// Every write from the fault on, by `writer: verb resource[/sub]`
-    /// (node Leases left out).
-    pub by_writer: BTreeMap<String, usize>,
+    /// (node Leases left out), with when they were sent: the recovery's
+    /// phases, component by component.
+    pub by_writer: BTreeMap<String, WriterSpan>,
+}
+
+/// The writes of one kind by one writer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct WriterSpan {
+    /// How many (answered with any status).
+    pub count: usize,
+    /// Server clock, seconds after the fault's commit: the first received.
+    pub first_s: f64,
+    /// The last received.
+    pub last_s: f64,
+}
+
+impl std::fmt::Display for WriterSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.count > 1 {
+            write!(
+                f,
+                "{} ({:.2} → {:.2} s)",
+                self.count, self.first_s, self.last_s
+            )
+        } else {
+            write!(f, "{} ({:.2} s)", self.count, self.first_s)
+        }
+    }
 }
 
 /// The user agent up to its first `/`, or `(no user agent)`.
@@ -88,9 +114,18 @@ pub fn recovery_writes(reqs: &[ServerRequest], since: SystemTime) -> RecoveryWri
         .map(|r| ms_between(r.received, r.completed) / 1000.0)
         .collect();
     for r in &after {
-        *out.by_writer
+        let at = ms_between(since, r.received) / 1000.0;
+        let e = out
+            .by_writer
             .entry(format!("{}: {}", writer(r), r.verb_key()))
-            .or_default() += 1;
+            .or_insert(WriterSpan {
+                count: 0,
+                first_s: at,
+                last_s: at,
+            });
+        e.count += 1;
+        e.first_s = e.first_s.min(at);
+        e.last_s = e.last_s.max(at);
     }
     out
 }
@@ -155,9 +190,15 @@ mod tests {
         assert_eq!(w.delete_collection_s.len(), 1);
         assert!((w.delete_collection_s[0] - 0.005).abs() < 1e-9);
         assert_eq!(
-            w.by_writer.get("rebound-controller: deletecollection pods"),
-            Some(&1)
+            w.by_writer
+                .get("rebound-controller: deletecollection pods")
+                .map(|s| s.count),
+            Some(1)
         );
+        let c = w.by_writer["vc-controller-manager: create pods"];
+        assert_eq!(c.count, 11);
+        assert!((c.first_s - 2.0).abs() < 1e-9 && (c.last_s - 3.0).abs() < 1e-9);
+        assert_eq!(c.to_string(), "11 (2.00 → 3.00 s)");
         assert!(!w.by_writer.keys().any(|k| k.contains("leases")));
         let r = create_rate(&recovery_writes(&reqs, since)).expect("rate");
         assert!((r - 10.0 / 1.005).abs() < 1e-9, "{r}");
