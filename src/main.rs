@@ -193,31 +193,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 fn explain(a: rebound::explain::ExplainArgs) -> anyhow::Result<ExitCode> {
     use rebound::explain as ex;
-    let now = chrono::Utc::now();
-    let loaded = ex::load_paths(&a.files)?;
-    if loaded.classifications.is_empty() && loaded.policies.is_empty() {
-        anyhow::bail!(
-            "no FaultClassification or RecoveryPolicy found in {:?}",
-            a.files
-        );
-    }
-    let (mut engine, warnings) = ex::engine_from(&loaded, &a.root_namespace, a.nodes)?;
-    for w in warnings {
+    let out = ex::run(&a, chrono::Utc::now())?;
+    for w in &out.warnings {
         eprintln!("warning: {w}");
     }
-    let fault = ex::parse_fault(&a.fault, now).map_err(|e| anyhow::anyhow!("--fault: {e}"))?;
-    let job = a
-        .job
-        .as_deref()
-        .map(|j| ex::parse_job(j, &a.restarts_ago, &a.hw_restarts_ago, now))
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("--job: {e}"))?;
-    let mut d = ex::explain(&mut engine, fault, job, a.repeat.max(1), now);
-    ex::note_wiring(&engine, &mut d, a.wiring.as_deref());
     if a.output == "json" {
-        println!("{}", serde_json::to_string_pretty(&d)?);
+        println!("{}", serde_json::to_string_pretty(&out.decision)?);
     } else {
-        print!("{}", ex::render_text(&d));
+        print!("{}", ex::render_text(&out.decision));
     }
     Ok(ExitCode::SUCCESS)
 }

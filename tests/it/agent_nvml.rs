@@ -7,11 +7,15 @@
 //!
 //! CI has no GPU and cannot run docker; this is what it can check of the
 //! image (tests/it/packaging.rs checks the Dockerfile builds this way).
+//! The stub also plays a GPU off the bus, whose NVML event wait fails at
+//! once, for the agent's backoff on it.
 
-use std::io::{Read, Write};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::agent_daemon::{Daemon, value};
 
 fn rebound() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rebound"));
@@ -41,10 +45,8 @@ fn build_stub(dir: &Path) {
     assert!(status.success(), "cc failed to build the NVML stub");
 }
 
-const DRY_ONCE: [&str; 9] = [
-    "agent",
-    "--once",
-    "--dry-run",
+/// NVML alone: no kernel log, no `dcgmi`, no driver proc directory.
+const NVML_ONLY: [&str; 6] = [
     "--kmsg",
     "false",
     "--dcgm",
@@ -53,12 +55,15 @@ const DRY_ONCE: [&str; 9] = [
     "/nonexistent",
 ];
 
+const DRY_ONCE: [&str; 3] = ["agent", "--once", "--dry-run"];
+
 #[test]
 fn agent_loads_the_driver_library_and_reads_its_gpus() {
     let dir = scratch("stub");
     build_stub(&dir);
     let out = rebound()
         .args(DRY_ONCE)
+        .args(NVML_ONLY)
         .env("LD_LIBRARY_PATH", &dir)
         .output()
         .expect("rebound agent runs");
@@ -115,6 +120,7 @@ fn agent_loads_the_driver_library_and_reads_its_gpus() {
     let lib = dir.join("libnvidia-ml.so.1");
     let out = rebound()
         .args(DRY_ONCE)
+        .args(NVML_ONLY)
         .arg("--nvml-library")
         .arg(&lib)
         .env_remove("LD_LIBRARY_PATH")
@@ -140,6 +146,7 @@ fn agent_without_a_driver_says_so_once_and_goes_on() {
     let empty = scratch("none");
     let out = rebound()
         .args(DRY_ONCE)
+        .args(NVML_ONLY)
         .env("LD_LIBRARY_PATH", &empty)
         .output()
         .expect("rebound agent runs");
@@ -161,65 +168,100 @@ fn agent_without_a_driver_says_so_once_and_goes_on() {
         return;
     }
 
-    // The daemon: no crash, no exit, and the metric says the source is off.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        l.local_addr().expect("addr").port()
-    };
-    let mut child = rebound()
-        .args([
-            "agent",
-            "--dry-run",
-            "--kmsg",
-            "false",
-            "--dcgm",
-            "false",
-            "--nvidia-proc-dir",
-            "/nonexistent",
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("LD_LIBRARY_PATH", &empty)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rebound agent starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut metrics = String::new();
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the agent exited without a driver: {status:?}");
-        }
-        metrics = scrape(port).unwrap_or_default();
-        if metrics.contains(r#"rebound_agent_source_up{source="nvml"} 0"#) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The daemon: no crash, no exit, and the metric says the source is off;
+    // off is not failing (no alert for a node without a driver).
+    let mut agent = Daemon::start(&NVML_ONLY, &[("LD_LIBRARY_PATH", empty.as_os_str())]);
+    let metrics = agent.metrics_until("nvml down", Duration::from_secs(20), |m| {
+        m.contains(r#"rebound_agent_source_up{source="nvml"} 0"#)
+    });
+    assert!(
+        metrics.contains(r#"rebound_agent_source_failing{source="nvml"} 0"#),
+        "{metrics}"
+    );
+    let health = agent.healthz();
+    assert_eq!(health["status"], "ok", "{health:#}");
+    assert_eq!(
+        health["sources"]["nvml"]["state"], "unavailable",
+        "{health:#}"
+    );
     // Still running a moment later: not a crash loop.
     std::thread::sleep(Duration::from_millis(500));
-    let alive = child.try_wait().ok().flatten().is_none();
-    let _ = child.kill();
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    let _ = child.wait();
+    let alive = agent.running();
+    let err = agent.log();
     let _ = std::fs::remove_dir_all(&empty);
     assert!(alive, "the agent stopped: {err}");
-    assert!(
-        metrics.contains(r#"rebound_agent_source_up{source="nvml"} 0"#),
-        "metrics: {metrics}\nstderr: {err}"
-    );
     assert_eq!(err.matches("NVML not available").count(), 1, "{err}");
 }
 
-/// `GET /metrics` on the agent.
-fn scrape(port: u16) -> std::io::Result<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
-    let mut body = String::new();
-    s.read_to_string(&mut body)?;
-    Ok(body)
+/// A GPU off the bus: every NVML event wait fails at once (the stub's
+/// `lost` mode). The loop used to go straight back to the next wait and
+/// spin a core; each failure is now counted and followed by a delay (250 ms
+/// doubling up to the poll interval), and after
+/// `WAIT_FAILURES_BEFORE_REOPEN` in a row the supervisor opens NVML again.
+#[test]
+fn an_event_wait_that_fails_at_once_is_backed_off_counted_and_reopened() {
+    let _watchdog = crate::watchdog::start();
+    let dir = scratch("lost");
+    build_stub(&dir);
+    let waits = dir.join("waits");
+    let mut agent = Daemon::start(
+        &[
+            &NVML_ONLY[..],
+            &[
+                "--nvml-interval",
+                "1s",
+                "--source-restart-min",
+                "1s",
+                "--source-restart-max",
+                "1s",
+            ],
+        ]
+        .concat(),
+        &[
+            ("LD_LIBRARY_PATH", dir.as_os_str()),
+            ("REBOUND_NVML_STUB_EVENTS", OsStr::new("lost")),
+            ("REBOUND_NVML_STUB_WAIT_LOG", waits.as_os_str()),
+        ],
+    );
+    // The positive control: the waits fail, are counted, and end in a reopen.
+    let in_a_row = f64::from(rebound::agent::nvml::WAIT_FAILURES_BEFORE_REOPEN);
+    agent.metrics_until(
+        "NVML wait errors counted and NVML opened again",
+        Duration::from_secs(60),
+        |m| {
+            value(m, r#"rebound_agent_source_errors_total{source="nvml"}"#)
+                .is_some_and(|n| n >= in_a_row)
+                && value(m, r#"rebound_agent_source_restarts_total{source="nvml"}"#)
+                    .is_some_and(|n| n >= 1.0)
+        },
+    );
+    let health = agent.healthz();
+    let nvml = &health["sources"]["nvml"];
+    assert!(nvml["restarts"].as_u64() >= Some(1), "{health:#}");
+    assert!(
+        nvml["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("waiting for NVML events")),
+        "{health:#}"
+    );
+    // The waits go on (the stub counts them), a bounded number a second:
+    // at most 1 + 2 + 3 in any 3 s (delays of 250 ms, 500 ms, then 1 s, and
+    // 1 s between a reopen and its first wait). Without the delays, the 10
+    // failures before each reopen come at once: 10 a second here, and
+    // without the reopen, as many as the core can make.
+    let count = || std::fs::metadata(&waits).map(|m| m.len()).unwrap_or(0);
+    let (before, t0) = (count(), Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let (after, secs) = (count(), t0.elapsed().as_secs_f64());
+    assert!(
+        after > before,
+        "the agent stopped waiting:\n{}",
+        agent.log()
+    );
+    let rate = (after - before) as f64 / secs;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        rate <= 4.0,
+        "{rate:.0} NVML event waits a second on a GPU whose wait fails at once"
+    );
 }

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 
 mod admission;
 pub(crate) mod chart;
+
+pub(crate) use chart::{helm_render, values as chart_values};
 mod docs;
 mod manifests;
 mod names_in_code;
@@ -98,11 +100,17 @@ fn check_generated(rel: &str, expected: &str) {
 }
 
 /// Every `kind` in `config/` rendered as one list (what `kubectl apply -k
-/// config/default` sends), following kustomizations from `dir`.
-fn kustomize(dir: &str) -> Vec<Value> {
+/// config/default` sends), following kustomizations from `dir`: their
+/// resources, then their components.
+pub(crate) fn kustomize(dir: &str) -> Vec<Value> {
     let k = docs_of(&format!("{dir}/kustomization.yaml")).remove(0);
     let mut out = Vec::new();
-    for r in k["resources"].as_array().expect("resources") {
+    let listed = k["resources"]
+        .as_array()
+        .into_iter()
+        .chain(k["components"].as_array())
+        .flatten();
+    for r in listed {
         let r = r.as_str().unwrap();
         let p = normalize(&format!("{dir}/{r}"));
         if root().join(&p).is_dir() {

@@ -34,3 +34,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: rebound
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{/* Whether the admission policy is installed: admissionPolicy.enabled, and the API server serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36 and later; an older server would refuse the whole release). `helm template` knows no server: pass `--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy` to render it. */}}
+{{- define "rebound.admissionPolicy" -}}
+{{- if and .Values.admissionPolicy.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") -}}
+true
+{{- end -}}
+{{- end -}}

@@ -108,6 +108,55 @@ pub const NAMES: &[&str] = &[
     "rebound_core_steps_stuck_total",
 ];
 
+/// `verb` of `rebound_api_requests_total` and `rebound_api_errors_total`.
+pub const API_VERBS: [&str; 4] = ["delete", "patch", "patch_status", "action"];
+/// `kind` of `rebound_fault_parse_errors_total`: the objects fault data is
+/// read from (Events, device-plugin ConfigMaps, rank-table Pods).
+pub const PARSE_KINDS: [&str; 3] = ["Event", "ConfigMap", "Pod"];
+/// `kind` of `rebound_watch_restarts_total`: the controller's watches
+/// (controller/watches.rs; a test checks the names there).
+pub const WATCHES: [&str; 9] = [
+    "pods",
+    "nodes",
+    "events",
+    "configmaps",
+    "policies",
+    "classifications",
+    "crds",
+    "discovery",
+    "jobs",
+];
+/// `action` of the critical-path histogram.
+pub const PATH_ACTIONS: [&str; 4] = ["restart_job", "delete_pods", "record", "cordon"];
+/// `verb` of the ClusterD view counters.
+pub const CLUSTERD_VERBS: [&str; 3] = ["create", "update", "delete"];
+/// `status` of `rebound_rank_table_writes_total`.
+pub const RANK_TABLE_STATUSES: [&str; 2] = ["initializing", "completed"];
+
+/// The (action, outcome) pairs of `rebound_decisions_total` the controller
+/// counts: a job's restart acted, dry run or held by its retry limit; a
+/// job's skip before any action (`none`); a node's cordon and uncordon.
+pub fn known_decisions() -> Vec<(&'static str, &'static str)> {
+    use crate::policy::Skip;
+    let mut out = Vec::new();
+    for action in ["restart_job", "restart_pod"] {
+        for outcome in ["acted", "dry_run", "RetryLimit"] {
+            out.push((action, outcome));
+        }
+    }
+    out.push(("restart_job", "NativeInPlace"));
+    for s in Skip::NAMES {
+        if !Skip::NODE_ONLY.contains(&s) && !matches!(s, "DryRun" | "RetryLimit") {
+            out.push(("none", s));
+        }
+    }
+    for outcome in ["acted", "dry_run", "BreakerOpen"] {
+        out.push(("cordon", outcome));
+    }
+    out.push(("uncordon", "acted"));
+    out
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -238,7 +287,7 @@ impl Metrics {
             "Steps of the recovery core that ran past --step-timeout (the replica gave its Lease up and failed /healthz while stuck)",
             steps_stuck.clone(),
         );
-        Metrics {
+        let m = Metrics {
             registry: Arc::new(r),
             steps_stuck,
             time_to_resume,
@@ -259,6 +308,60 @@ impl Metrics {
             clusterd_errors,
             rank_table_writes,
             recovery,
+        };
+        m.create_known_series();
+        m
+    }
+
+    /// Every labelled series whose label values are known, at zero: a
+    /// dashboard or alert written against docs/metrics.md sees them from
+    /// start-up, and `increase()` over a counter's first sample is not lost
+    /// (a series that appears at 1 shows no increase).
+    fn create_known_series(&self) {
+        use crate::fault::{FaultSource, Level};
+        for source in FaultSource::ALL {
+            for level in Level::ALL {
+                let _ = self.faults.get_or_create(&FaultLabels {
+                    source: source.to_string(),
+                    level: level.to_string(),
+                });
+            }
+        }
+        for (action, outcome) in known_decisions() {
+            let _ = self.decisions.get_or_create(&DecisionLabels {
+                action: action.into(),
+                outcome: outcome.into(),
+            });
+        }
+        for stage in PATH_STAGES {
+            for action in PATH_ACTIONS {
+                let _ = self.path.get_or_create(&PathLabels { stage, action });
+            }
+        }
+        for verb in API_VERBS {
+            let l = VerbLabels { verb: verb.into() };
+            let _ = self.api_requests.get_or_create(&l);
+            let _ = self.api_errors.get_or_create(&l);
+        }
+        for kind in PARSE_KINDS {
+            let _ = self
+                .parse_errors
+                .get_or_create(&KindLabels { kind: kind.into() });
+        }
+        for kind in WATCHES {
+            let _ = self
+                .watch_restarts
+                .get_or_create(&KindLabels { kind: kind.into() });
+        }
+        for verb in CLUSTERD_VERBS {
+            let l = VerbLabels { verb: verb.into() };
+            let _ = self.clusterd_writes.get_or_create(&l);
+            let _ = self.clusterd_errors.get_or_create(&l);
+        }
+        for status in RANK_TABLE_STATUSES {
+            let _ = self.rank_table_writes.get_or_create(&StatusLabels {
+                status: status.into(),
+            });
         }
     }
 
@@ -311,5 +414,36 @@ impl Metrics {
             s.clear();
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_and_its_known_label_values_exist_at_zero_from_the_start() {
+        let text = Metrics::new().encode();
+        for name in NAMES {
+            assert!(
+                text.lines().any(|l| l.starts_with(name)),
+                "{name} has no sample at start-up"
+            );
+        }
+        for line in [
+            r#"rebound_faults_total{source="NvidiaXid",level="Separate"} 0"#,
+            r#"rebound_faults_total{source="Hang",level="Ignore"} 0"#,
+            r#"rebound_decisions_total{action="restart_job",outcome="acted"} 0"#,
+            r#"rebound_decisions_total{action="none",outcome="BudgetExhausted"} 0"#,
+            r#"rebound_decisions_total{action="cordon",outcome="BreakerOpen"} 0"#,
+            r#"rebound_api_errors_total{verb="delete"} 0"#,
+            r#"rebound_watch_restarts_total{kind="pods"} 0"#,
+            r#"rebound_fault_parse_errors_total{kind="Event"} 0"#,
+            r#"rebound_clusterd_view_errors_total{verb="update"} 0"#,
+            r#"rebound_rank_table_writes_total{status="completed"} 0"#,
+            r#"rebound_critical_path_seconds_count{stage="answered",action="cordon"} 0"#,
+        ] {
+            assert!(text.contains(line), "no `{line}` at start-up");
+        }
     }
 }

@@ -440,10 +440,14 @@ async fn a_failing_write_is_counted_and_retried(server: Server) {
     let nodes = bed.cluster.node_names();
     wait("the view published and the failure counted", T, || async {
         let cms = view_cms(&bed, VIEW_NS).await;
+        // The series exists from start-up at 0: the failure is a count.
         let errors = ctl
             .metrics
             .encode()
-            .contains("rebound_clusterd_view_errors_total{verb=\"create\"}");
+            .lines()
+            .find(|l| l.starts_with("rebound_clusterd_view_errors_total{verb=\"create\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .is_some_and(|n| n > 0.0);
         (errors && nodes.iter().all(|n| node_entry(&cms, n).is_some())).then_some(())
     })
     .await;

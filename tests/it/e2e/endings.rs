@@ -118,8 +118,18 @@ async fn a_job_kind_removed_while_running_leaves_recovery_working(server: Server
     })
     .await;
     ctl.shutdown().await;
-    // Later beds on a shared control plane find the CRD again.
-    if let Some(yaml) = rebound_sim::cluster::JOB_CRDS
+    // Later beds on a shared control plane find the CRD again: the real
+    // operator's, or the simulated one's.
+    if bed.runs_real_operators() {
+        tokio::task::spawn_blocking(|| {
+            rebound_sim::envtest::operators::shared()
+                .expect("real operators")
+                .restore_crds()
+                .expect("the real operators' CRDs again")
+        })
+        .await
+        .expect("restore the CRDs");
+    } else if let Some(yaml) = rebound_sim::cluster::JOB_CRDS
         .iter()
         .find(|y| y.contains("mpijobs.kubeflow.org"))
     {

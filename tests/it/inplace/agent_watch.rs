@@ -61,18 +61,16 @@ async fn the_agent_follows_its_job_on_a_real_api_server() {
             return;
         }
     };
+    // No bed's controller beside it: one would release the job's raised
+    // generation (it watches every namespace).
+    let _turn = rebound_sim::testbed::Testbed::exclusive_turn().await;
     let client = kube::Client::try_from(cp.client_config().await.expect("config")).expect("client");
-    // Other tests of this binary may install the same CRD on the shared
-    // control plane at the same moment: a lost race is a 409, try again.
-    let mut installed = cluster::install_crds(&client, JOB_CRDS[0]).await;
-    for _ in 0..3 {
-        if installed.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        installed = cluster::install_crds(&client, JOB_CRDS[0]).await;
-    }
-    installed.expect("PyTorchJob CRD");
+    // The shared control plane runs the real training-operator: its
+    // PyTorchJob CRD and webhook, as on every real bed of this binary.
+    tokio::task::spawn_blocking(rebound_sim::envtest::operators::shared)
+        .await
+        .expect("start")
+        .expect("the real job operators");
     let ns = format!("inplace-{}", std::process::id());
     cluster::ensure_namespace(&client, &ns)
         .await

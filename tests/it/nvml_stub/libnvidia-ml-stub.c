@@ -5,7 +5,17 @@
  * nvml.h) and describes one GPU with 2 uncorrected ECC errors and rows
  * pending remapping, so the agent's answer proves the library was loaded and read.
  * Compiled by the test with `cc -shared -fPIC`; not part of any build.
+ *
+ * Two variables make it a failing GPU for the agent's failure paths:
+ * - REBOUND_NVML_STUB_EVENTS=lost: GPU 0 accepts XID event registration, and
+ *   every event wait fails at once with NVML_ERROR_GPU_IS_LOST, as on a GPU
+ *   that fell off the bus (without it, events are not supported and the
+ *   agent sleeps between polls instead of waiting);
+ * - REBOUND_NVML_STUB_WAIT_LOG=<file>: each event wait appends one byte to
+ *   the file, so a test counts the waits from outside the agent's process.
  */
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,6 +28,7 @@ typedef struct stubEventSet *nvmlEventSet_t;
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_GPU_IS_LOST 15
 
 static struct stubDevice { int index; } gpu0 = {0};
 static struct stubEventSet { int unused; } events;
@@ -99,13 +110,30 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { (void)set; return NVML_SUCCESS; }
+static int events_lost(void) {
+    const char *mode = getenv("REBOUND_NVML_STUB_EVENTS");
+    return mode != 0 && strcmp(mode, "lost") == 0;
+}
+
+static void log_wait(void) {
+    const char *path = getenv("REBOUND_NVML_STUB_WAIT_LOG");
+    if (path == 0) return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) return;
+    ssize_t n = write(fd, "w", 1);
+    (void)n;
+    close(fd);
+}
+
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types,
                                       nvmlEventSet_t set) {
     (void)dev; (void)types; (void)set;
-    return NVML_ERROR_NOT_SUPPORTED;
+    return events_lost() ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
 }
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, void *data, unsigned int timeout_ms) {
     (void)set; (void)data;
+    log_wait();
+    if (events_lost()) return NVML_ERROR_GPU_IS_LOST;
     usleep(timeout_ms * 1000u);
     return NVML_ERROR_TIMEOUT;
 }

@@ -4,7 +4,7 @@
 
 use super::*;
 
-pub(super) fn values() -> Value {
+pub(crate) fn values() -> Value {
     docs_of("chart/rebound/values.yaml").remove(0)
 }
 
@@ -229,6 +229,28 @@ pub(super) fn helm_lint(helm: &Path, extra: &[&str]) -> Result<(), String> {
     }
 }
 
+/// `helm template ARGS` from the repository root, with a helm binary;
+/// `None` without one. A failed render panics with helm's message.
+pub(crate) fn helm_render(args: &[&str]) -> Option<Vec<Value>> {
+    let helm = helm()?;
+    let out = std::process::Command::new(&helm)
+        .arg("template")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm.display()));
+    assert!(
+        out.status.success(),
+        "helm template {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(yaml_docs(
+        &String::from_utf8_lossy(&out.stdout),
+        "helm template output",
+    ))
+}
+
 pub(super) fn helm_template(helm: &Path, extra: &[&str]) -> Result<Vec<Value>, String> {
     let out = std::process::Command::new(helm)
         .args([
@@ -332,6 +354,38 @@ fn helm_renders_the_chart_like_config_default() {
     assert!(
         !kinds.contains("DaemonSet") && !kinds.contains("CustomResourceDefinition"),
         "{kinds:?}"
+    );
+    // With the agent, the monitoring options also scrape the agents and
+    // alert on their sources (docs/agent.md); the agent alerts select the
+    // job the PodMonitor sets.
+    let with_agent = helm_template(
+        &helm,
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("helm template with monitoring and the agent failed: {e}"));
+    let pod_monitor = one(&with_agent, "PodMonitor", "rebound-agent");
+    let endpoint = &pod_monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["port"], "http", "{pod_monitor:#}");
+    assert_eq!(endpoint["relabelings"][0]["targetLabel"], "job");
+    assert_eq!(endpoint["relabelings"][0]["replacement"], "rebound-agent");
+    let rule = one(&with_agent, "PrometheusRule", "rebound");
+    let agent_group = rule["spec"]["groups"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["name"] == "rebound-agent"))
+        .unwrap_or_else(|| panic!("no rebound-agent group: {rule:#}"));
+    for r in agent_group["rules"].as_array().expect("rules") {
+        let expr = r["expr"].as_str().expect("expr");
+        assert!(
+            expr.contains(r#"job="rebound-agent", namespace="rebound-system""#),
+            "{expr}"
+        );
+    }
+    assert!(
+        !kinds.contains("PodMonitor"),
+        "no PodMonitor without the agent: {kinds:?}"
     );
     let err = helm_template(&helm, &["--set", "controller.leaderElection=false"])
         .expect_err("two replicas without leader election must not render");

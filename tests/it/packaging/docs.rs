@@ -269,50 +269,87 @@ fn install_commands_in_docs_reference_files_that_exist() {
     );
 }
 
+/// docs/events.md's "Skipped restarts" table gives each skip reason the
+/// Event the controller writes for it (`recover::skip_event`), and
+/// `Skip::NAMES` lists every reason `Skip::name` gives.
 #[test]
-fn cel_examples_in_the_docs_compile_and_evaluate() {
-    use rebound::expr::{Expr, JobView, NodeView, POLICY_VARS, Vars};
-    use rebound::fault::{Fault, FaultSource, Level};
-    let doc = read("docs/cel.md");
-    let blocks: Vec<&str> = doc
-        .split("```cel\n")
-        .skip(1)
-        .map(|b| b.split("```").next().unwrap().trim())
-        .collect();
-    assert!(
-        blocks.len() >= 8,
-        "docs/cel.md has only {} examples",
-        blocks.len()
+fn events_doc_says_which_event_each_skip_writes() {
+    use rebound::policy::Skip;
+    let decide = read("crates/rebound-core/src/policy/decide/outcome.rs");
+    let names = captures(
+        r#"Skip::[A-Za-z]+(?: \{ \.\. \})? => "([A-Za-z]+)""#,
+        &decide,
     );
-    let now = chrono::Utc::now();
-    let mut fault = Fault::new(FaultSource::NvidiaXid, "79", now);
-    fault.node = Some("gpu-7".into());
-    let job = JobView {
-        kind: "PyTorchJob".into(),
-        name: "llm".into(),
-        namespace: "team-a".into(),
-        restarts: 4,
-        replicas: 8,
-        ..Default::default()
-    };
-    let node = NodeView {
-        name: "gpu-7".into(),
-        level: Some(Level::Separate),
-        faults: vec!["79".into()],
-        ..Default::default()
-    };
-    let vars = Vars::new(&fault, Some(Level::Separate), Some(&job), Some(&node), now);
-    for src in blocks {
-        let e = Expr::compile(src, POLICY_VARS)
-            .unwrap_or_else(|err| panic!("docs/cel.md: `{src}` does not compile: {err}"));
-        let ok = e
-            .eval_bool(&vars)
-            .map(|_| ())
-            .or_else(|_| e.eval_duration(&vars).map(|_| ()));
-        assert!(
-            ok.is_ok(),
-            "docs/cel.md: `{src}` fails to evaluate: {:?}",
-            e.eval_bool(&vars)
-        );
+    let listed: BTreeSet<String> = Skip::NAMES.iter().map(|s| s.to_string()).collect();
+    assert_eq!(names, listed, "Skip::NAMES and Skip::name");
+    let every = [
+        Skip::LevelIgnore,
+        Skip::NoPolicy,
+        Skip::GateFalse,
+        Skip::GateError {
+            error: String::new(),
+        },
+        Skip::ActionNone,
+        Skip::RestartPolicyNever,
+        Skip::Cooldown { remaining_secs: 1 },
+        Skip::CooldownError {
+            error: String::new(),
+        },
+        Skip::BudgetExhausted { used: 1, max: 1 },
+        Skip::WaitingForPodRestart { remaining_secs: 1 },
+        Skip::DryRun,
+        Skip::BreakerOpen {
+            used: 1,
+            allowed: 1,
+        },
+        Skip::Untrusted,
+        Skip::NodeActionsDisabled,
+        Skip::AlreadyApplied,
+        Skip::RetryLimit {
+            field: String::new(),
+            remaining: 0,
+        },
+    ];
+    assert_eq!(every.len(), Skip::NAMES.len());
+    let events = read("docs/events.md");
+    let table = events
+        .split("## Skipped restarts")
+        .nth(1)
+        .expect("docs/events.md has a \"Skipped restarts\" section");
+    let row = regex::Regex::new(r"(?m)^\| `([A-Za-z]+)` \| (.+) \|$").unwrap();
+    let rows: BTreeMap<String, String> = row
+        .captures_iter(table.split("\n## ").next().unwrap_or(table))
+        .map(|c| (c[1].to_string(), c[2].to_string()))
+        .collect();
+    for s in &every {
+        let said = rows.get(s.name());
+        match rebound::recover::skip_event(s) {
+            Some((reason, warning)) => {
+                let kind = if warning { "Warning" } else { "Normal" };
+                let cell =
+                    said.unwrap_or_else(|| panic!("docs/events.md: no row for {}", s.name()));
+                assert!(
+                    cell.starts_with(&format!("`{reason}` ({kind})")),
+                    "docs/events.md says {} writes {cell:?}; it writes {reason} ({kind})",
+                    s.name()
+                );
+            }
+            None => {
+                if let Some(cell) = said {
+                    assert!(
+                        cell.starts_with("none"),
+                        "docs/events.md: {} writes no Event, not {cell:?}",
+                        s.name()
+                    );
+                } else {
+                    assert!(
+                        Skip::NODE_ONLY.contains(&s.name())
+                            && table.contains(&format!("`{}`", s.name())),
+                        "docs/events.md does not say what {} writes",
+                        s.name()
+                    );
+                }
+            }
+        }
     }
 }

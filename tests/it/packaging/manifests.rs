@@ -13,8 +13,23 @@ fn kustomizations_reference_what_exists() {
     {
         let dir = f.trim_end_matches("/kustomization.yaml");
         let k = docs_of(&f).remove(0);
-        assert_eq!(k["kind"], "Kustomization", "{f}");
-        for r in k["resources"].as_array().expect("resources") {
+        // A Component (config/admission) is only ever pulled in by an
+        // overlay's `components`.
+        match k["kind"].as_str() {
+            Some("Kustomization") => {
+                assert_eq!(k["apiVersion"], "kustomize.config.k8s.io/v1beta1", "{f}")
+            }
+            Some("Component") => {
+                assert_eq!(k["apiVersion"], "kustomize.config.k8s.io/v1alpha1", "{f}")
+            }
+            other => panic!("{f}: kind {other:?}"),
+        }
+        let listed = k["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .chain(k["components"].as_array().into_iter().flatten());
+        for r in listed {
             let p = normalize(&format!("{dir}/{}", r.as_str().unwrap()));
             let full = root().join(&p);
             assert!(

@@ -121,6 +121,25 @@ fn metrics_docs_alerts_and_dashboard_name_real_metrics() {
             "docs/metrics.md does not document {n}"
         );
     }
+    // The node agent exports its own (rebound_agent_*), documented with it
+    // in docs/agent.md; docs/metrics.md and the alerts may name them too.
+    let agent: Vec<String> = rebound::agent::metrics::NAMES
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    let agent_docs = read("docs/agent.md");
+    for n in &agent {
+        assert!(
+            agent_docs.contains(&format!("`{n}`")),
+            "docs/agent.md does not document {n}"
+        );
+    }
+    for r in metric_refs(&agent_docs) {
+        assert!(
+            agent.contains(&r),
+            "docs/agent.md names {r}, which the agent does not export"
+        );
+    }
     let dashboard: Value =
         serde_json::from_str(&read("docs/grafana-dashboard.json")).expect("dashboard JSON");
     assert!(dashboard["panels"].as_array().is_some_and(|p| p.len() >= 5));
@@ -140,8 +159,8 @@ fn metrics_docs_alerts_and_dashboard_name_real_metrics() {
         assert!(!refs.is_empty(), "{what} names no metric");
         for r in refs {
             assert!(
-                names.contains(&r),
-                "{what} names {r}, which the controller does not export"
+                names.contains(&r) || agent.contains(&r),
+                "{what} names {r}, which neither the controller nor the agent exports"
             );
         }
     }
@@ -151,6 +170,8 @@ fn metrics_docs_alerts_and_dashboard_name_real_metrics() {
         "ReboundRestartBudgetExhausted",
         "ReboundCelErrors",
         "ReboundNoLeader",
+        "ReboundAgentSourceFailing",
+        "ReboundAgentSourceFlapping",
     ] {
         assert!(
             rules.contains(&format!("alert: {alert}")),

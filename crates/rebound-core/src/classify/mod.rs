@@ -6,7 +6,7 @@ mod codes;
 mod history;
 
 pub use codes::{CodeError, CodeKey, CodeSet};
-pub use history::{History, HistoryKey};
+pub use history::{History, HistoryKey, MAX_KEYS_PER_TENANT};
 
 use crate::api::{FaultClassification, duration};
 use crate::expr::{CLASSIFY_VARS, CompileError, Expr, NodeView, Scope, VarSet};
@@ -273,10 +273,17 @@ impl Classifier {
         &self.stats
     }
 
-    /// Forget the escalation history of a (node, device, code) whose fault
-    /// cleared.
-    pub fn clear_history(&mut self, key: &HistoryKey) {
-        self.history.clear(key);
+    /// The fault of a history line cleared (its carrier went back to
+    /// healthy): its episode ends, and durations (`lastsFor`,
+    /// `now - fault.firstSeen`) and repeats (`times`/`within`) of a later
+    /// fault are measured on a new episode.
+    pub fn end_episode(&mut self, key: &HistoryKey) {
+        self.history.end_episode(key);
+    }
+
+    /// History lines one tenant namespace holds (metrics, tests).
+    pub fn tenant_history(&self, ns: &str) -> usize {
+        self.history.tenant_len(ns)
     }
 
     /// Classify one fault: record it in the history, set `count`, find the
@@ -315,12 +322,7 @@ impl Classifier {
             .get(&fault.source)
             .cloned()
             .unwrap_or_default();
-        let key = HistoryKey {
-            node: fault.node.clone().unwrap_or_default(),
-            device: fault.device.clone().unwrap_or_default(),
-            source: fault.source,
-            code: codes::normalize(&fault.code, fault.source),
-        };
+        let key = HistoryKey::of(&fault);
         // Occurrences are counted to the second: the same fault reported by
         // a Node condition and by an Event of the same instant is one.
         let at = trunc_secs(fault.last_seen);

@@ -298,3 +298,5 @@ fn cel_errors_are_counted_as_no_match() {
     assert_eq!(d.level, BUILTIN_DEFAULT);
     assert_eq!(c.stats().cel_errors, 1);
 }
+
+mod episodes;

@@ -1,7 +1,8 @@
 //! Command-line arguments of `rebound explain` and their parsing.
 
 use crate::api::{WorkloadKind, duration};
-use crate::fault::{Fault, FaultSource};
+use crate::expr::{MAX_LIST, NodeView};
+use crate::fault::{Fault, FaultSource, Level};
 use crate::policy::{JobInput, RestartRecord};
 use chrono::{DateTime, Utc};
 use std::path::PathBuf;
@@ -13,13 +14,26 @@ pub struct ExplainArgs {
     #[arg(short = 'f', long = "file", required = true)]
     pub files: Vec<PathBuf>,
     /// The fault: `source=NvidiaXid,code=79,node=gpu-7[,device=0,pod=P,namespace=NS,container=C,exitCode=137,reason=OOMKilled,trusted=true]`.
-    /// `trusted` defaults to true except for KubeEvent (a tenant's Event).
+    /// `trusted` defaults to true for the sources the controller trusts
+    /// (NvidiaXid, AscendNpu, NodeCondition), false for PodExit, Hang and
+    /// KubeEvent (a tenant's Event; `trusted=true` for one in kube-system
+    /// or the root namespace).
     #[arg(long)]
     pub fault: String,
-    /// The affected job: `kind=PyTorchJob,name=llm,namespace=team-a[,labels.K=V,restartPolicy=Never,running=true]`.
+    /// The affected job: `kind=PyTorchJob,name=llm,namespace=team-a[,labels.K=V,annotations.K=V,replicas=N,restartPolicy=Never,running=true]`.
     /// Without it and with a pod in the fault, the bare pod is the workload.
     #[arg(long)]
     pub job: Option<String>,
+    /// The fault's node before the fault, as CEL's `node` sees it:
+    /// `labels.K=V,level=ResetDevice,faults=48;94` (fault codes separated
+    /// by `;`). The fault itself is added to it when it is trusted. Without
+    /// it the node has no labels and no other fault.
+    #[arg(long)]
+    pub node: Option<String>,
+    /// The time of the decision (RFC 3339, e.g. `2026-11-29T12:00:00Z`) for
+    /// expressions that read `now`; default: the current time.
+    #[arg(long)]
+    pub now: Option<String>,
     /// Ages of the job's earlier restarts, e.g. `5m,40m,3h`.
     #[arg(long, value_delimiter = ',')]
     pub restarts_ago: Vec<String>,
@@ -72,7 +86,12 @@ pub fn parse_fault(s: &str, now: DateTime<Utc>) -> Result<Fault, String> {
         .1
         .parse()?;
     let mut f = Fault::new(source, "", now);
-    f.trusted = source != FaultSource::KubeEvent;
+    // As the controller does: pod exits and hangs are a tenant's own, an
+    // Event is trusted only where a tenant cannot write.
+    f.trusted = !matches!(
+        source,
+        FaultSource::KubeEvent | FaultSource::PodExit | FaultSource::Hang
+    );
     for (k, v) in kv {
         match k.as_str() {
             "source" => {}
@@ -94,6 +113,13 @@ pub fn parse_fault(s: &str, now: DateTime<Utc>) -> Result<Fault, String> {
                 }
             }
             "trusted" => f.trusted = boolean(&k, &v)?,
+            // When the fault was first seen (RFC 3339), for rules on its
+            // age (`now - fault.firstSeen`); default: now.
+            "firstSeen" => {
+                f.first_seen = chrono::DateTime::parse_from_rfc3339(&v)
+                    .map_err(|e| format!("firstSeen={v:?}: {e}"))?
+                    .with_timezone(&chrono::Utc);
+            }
             other => return Err(format!("unknown fault field {other:?}")),
         }
     }
@@ -117,6 +143,10 @@ pub fn parse_job(
     for (k, v) in pairs(s)? {
         if let Some(label) = k.strip_prefix("labels.") {
             j.view.labels.insert(label.to_string(), v);
+            continue;
+        }
+        if let Some(a) = k.strip_prefix("annotations.") {
+            j.view.annotations.insert(a.to_string(), v);
             continue;
         }
         match k.as_str() {
@@ -153,6 +183,46 @@ pub fn parse_job(
     hist.sort_by_key(|r| r.at);
     j.history = hist;
     Ok(j)
+}
+
+/// Parse `--node` for the fault's node `name`.
+pub fn parse_node(s: &str, name: &str) -> Result<NodeView, String> {
+    let mut n = NodeView {
+        name: name.to_string(),
+        ..Default::default()
+    };
+    for (k, v) in pairs(s)? {
+        if let Some(label) = k.strip_prefix("labels.") {
+            n.labels.insert(label.to_string(), v);
+            continue;
+        }
+        match k.as_str() {
+            "level" => n.level = Some(v.parse::<Level>()?),
+            "faults" => {
+                n.faults = v
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                if n.faults.len() > MAX_LIST {
+                    return Err(format!(
+                        "faults: {} codes; a node carries at most {MAX_LIST}",
+                        n.faults.len()
+                    ));
+                }
+            }
+            other => return Err(format!("unknown node field {other:?}")),
+        }
+    }
+    Ok(n)
+}
+
+/// Parse `--now`.
+pub fn parse_now(s: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time: {e}"))
 }
 
 /// A bare pod as the workload when only the fault names one.

@@ -6,10 +6,11 @@ pub mod args;
 pub mod load;
 mod render;
 
-pub use args::{ExplainArgs, parse_fault, parse_job};
+pub use args::{ExplainArgs, parse_fault, parse_job, parse_node, parse_now};
 pub use load::{LoadError, Loaded, load_paths};
 pub use render::render_text;
 
+use crate::expr::NodeView;
 use crate::policy::{Decision, Engine, JobInput, NodeConfig, NodeInput};
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
@@ -61,11 +62,89 @@ pub fn engine_from(
     Ok((engine, warnings))
 }
 
+/// Why `rebound explain` could not decide: a file, or a flag.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Boxed: a load error names file, object and field (large, and rare).
+    #[error(transparent)]
+    Load(Box<LoadError>),
+    #[error("no FaultClassification or RecoveryPolicy found in {files:?}")]
+    NoObjects { files: Vec<std::path::PathBuf> },
+    #[error("--{flag}: {message}")]
+    Flag { flag: &'static str, message: String },
+}
+
+impl From<LoadError> for RunError {
+    fn from(e: LoadError) -> Self {
+        RunError::Load(Box::new(e))
+    }
+}
+
+/// What `rebound explain` prints: the decision, and warnings about the
+/// files (shadowed policies and the like).
+#[derive(Debug)]
+pub struct Explained {
+    pub decision: Decision,
+    pub warnings: Vec<String>,
+}
+
+/// `rebound explain` from its arguments: load the files, build the
+/// engine, decide the fault for the job on the node at `--now` (else
+/// `now`). The command prints the result; tests call this with the
+/// arguments a document shows.
+pub fn run(a: &ExplainArgs, now: DateTime<Utc>) -> Result<Explained, RunError> {
+    let flag = |flag: &'static str| move |message: String| RunError::Flag { flag, message };
+    let now = match &a.now {
+        Some(t) => parse_now(t).map_err(flag("now"))?,
+        None => now,
+    };
+    let loaded = load_paths(&a.files)?;
+    if loaded.classifications.is_empty() && loaded.policies.is_empty() {
+        return Err(RunError::NoObjects {
+            files: a.files.clone(),
+        });
+    }
+    let (mut engine, warnings) = engine_from(&loaded, &a.root_namespace, a.nodes)?;
+    let fault = parse_fault(&a.fault, now).map_err(flag("fault"))?;
+    let job = a
+        .job
+        .as_deref()
+        .map(|j| parse_job(j, &a.restarts_ago, &a.hw_restarts_ago, now))
+        .transpose()
+        .map_err(flag("job"))?;
+    let node = match (&a.node, fault.node.as_deref()) {
+        (None, _) => None,
+        (Some(n), Some(name)) => Some(parse_node(n, name).map_err(flag("node"))?),
+        (Some(_), None) => {
+            return Err(RunError::Flag {
+                flag: "node",
+                message: "the fault names no node (add node=NAME to --fault)".into(),
+            });
+        }
+    };
+    let mut decision = explain_on(&mut engine, fault, node, job, a.repeat.max(1), now);
+    note_wiring(&engine, &mut decision, a.wiring.as_deref());
+    Ok(Explained { decision, warnings })
+}
+
 /// Decide one fault (seen `repeat` times, one minute apart, the last now)
-/// for an optional job.
+/// for an optional job, on a node with no other fault.
 pub fn explain(
     engine: &mut Engine,
     fault: crate::fault::Fault,
+    job: Option<JobInput>,
+    repeat: u32,
+    now: DateTime<Utc>,
+) -> Decision {
+    explain_on(engine, fault, None, job, repeat, now)
+}
+
+/// [`explain`] on a node as `node` describes it before the fault (its
+/// labels, level and faults, for CEL's `node`).
+pub fn explain_on(
+    engine: &mut Engine,
+    fault: crate::fault::Fault,
+    node: Option<NodeView>,
     job: Option<JobInput>,
     repeat: u32,
     now: DateTime<Utc>,
@@ -74,9 +153,9 @@ pub fn explain(
         let mut earlier = fault.clone();
         earlier.last_seen = now - chrono::Duration::minutes(i as i64);
         earlier.first_seen = earlier.last_seen;
-        engine.classifier.classify(earlier, None, now);
+        engine.classifier.classify(earlier, node.as_ref(), now);
     }
-    let node = fault.node.as_ref().map(|n| NodeInput {
+    let target = fault.node.as_ref().map(|n| NodeInput {
         name: n.clone(),
         ..Default::default()
     });
@@ -84,7 +163,7 @@ pub fn explain(
         .or_else(|| args::job_from_fault(&fault))
         .into_iter()
         .collect();
-    engine.decide(fault, node.as_ref(), None, &jobs, now)
+    engine.decide(fault, target.as_ref(), node.as_ref(), &jobs, now)
 }
 
 /// What the in-place tiers of the chosen policy depend on, added to the

@@ -69,6 +69,40 @@ pub fn event_fault(
     root_namespace: &str,
     now: DateTime<Utc>,
 ) -> Option<Result<Fault, EventFaultError>> {
+    event_fault_inner(ev, root_namespace, now).map(|r| r.map(bound_tenant_message))
+}
+
+/// Most message bytes kept of a tenant's fault Event (an Event may carry
+/// up to 1 MiB; a flood of them must not become the controller's memory).
+pub const MAX_TENANT_MESSAGE: usize = 1024;
+
+/// Most fault Events tracked per tenant namespace; more are not tracked
+/// (each tenant's flood costs the controller a bounded amount, and no
+/// other namespace's).
+pub const MAX_TENANT_EVENTS: usize = 256;
+
+/// A tenant's message, cut to [`MAX_TENANT_MESSAGE`] bytes at a character
+/// boundary.
+fn bound_tenant_message(mut f: Fault) -> Fault {
+    if !f.trusted
+        && let Some(m) = f.message.as_mut()
+        && m.len() > MAX_TENANT_MESSAGE
+    {
+        let mut cut = MAX_TENANT_MESSAGE;
+        while !m.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        m.truncate(cut);
+        m.shrink_to_fit();
+    }
+    f
+}
+
+fn event_fault_inner(
+    ev: &Event,
+    root_namespace: &str,
+    now: DateTime<Utc>,
+) -> Option<Result<Fault, EventFaultError>> {
     let annotations = ev.metadata.annotations.as_ref()?;
     if let Some(value) = annotations.get(FAULT_ANNOTATION) {
         return Some(structured(ev, value, root_namespace, now));

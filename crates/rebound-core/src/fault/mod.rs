@@ -6,7 +6,9 @@ mod level;
 mod model;
 pub mod node;
 pub mod pod;
+mod trust;
 pub mod wire;
 
 pub use level::{FaultSource, Level};
 pub use model::{Classified, Fault};
+pub use trust::Domain;

@@ -41,6 +41,11 @@ pub struct Fault {
 }
 
 impl Fault {
+    /// Its trust domain ([`super::Domain`]).
+    pub fn domain(&self) -> super::Domain {
+        super::Domain::of(self)
+    }
+
     /// A fault with just source and code, seen now: the base that parsers
     /// and tests fill in.
     pub fn new(source: FaultSource, code: impl Into<String>, now: DateTime<Utc>) -> Fault {

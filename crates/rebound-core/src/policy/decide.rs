@@ -4,21 +4,29 @@
 use super::compile::{CompiledPolicy, Cooldown};
 use super::select::{PolicySet, WorkloadRef};
 use crate::api::PolicyAction;
+use crate::expr::{NodeView, Scope};
 use crate::fault::Classified;
 use chrono::{DateTime, Utc};
+use std::cell::OnceCell;
 use std::time::Duration;
 
 mod inputs;
 mod node;
 mod outcome;
+mod scope;
 
 pub use inputs::{JobInput, NodeInput, RestartRecord};
 pub use node::decide_node;
 pub use outcome::{JobAction, JobDecision, NodeAction, NodeDecision, Skip};
+pub use scope::node_after;
 
-/// Decide for one job affected by the fault.
+/// Decide for one job affected by the fault. `node` is the fault's node as
+/// known before this fault (labels, level, fault codes; `None` when
+/// unknown): CEL's `node` is that node with this fault added
+/// ([`node_after`]).
 pub fn decide_job(
     c: &Classified,
+    node: Option<&NodeView>,
     job: &JobInput,
     policies: &PolicySet,
     global_dry_run: bool,
@@ -89,28 +97,13 @@ pub fn decide_job(
     };
     d.policy = Some(p.id());
     d.reasons.push(format!("policy {} covers it", p.id()));
-    // CEL variables are bound only when the policy has CEL to evaluate, and
-    // only those its expressions read.
-    let needed = p
-        .when
-        .as_ref()
-        .map(|w| w.vars())
-        .unwrap_or_default()
-        .union(match &p.cooldown {
-            Cooldown::Cel(e) => e.vars(),
-            Cooldown::Fixed(_) => Default::default(),
-        });
-    let view = needed.job.then(|| {
-        let mut view = job.view.clone();
-        view.restarts = job.history.iter().filter(|r| !r.pod_only).count() as i64;
-        view.last_restart = job.history.last().map(|r| r.at);
-        view
-    });
-    let scope = (needed != Default::default()).then(|| {
-        crate::expr::Scope::build(needed, &c.fault, Some(c.level), view.as_ref(), None, now)
-    });
-    if let (Some(w), Some(scope)) = (&p.when, &scope) {
-        match w.eval_bool_in(scope) {
+    // Built on first use, and whenever an expression is evaluated, even
+    // one that reads no variable.
+    let views = scope::Views::new(&p, c, job, node);
+    let cell = OnceCell::new();
+    let scope = || cell.get_or_init(|| views.scope(c, now));
+    if let Some(w) = &p.when {
+        match w.eval_bool_in(scope()) {
             Ok(true) => d.reasons.push(format!("when `{}` is true", w.source())),
             Ok(false) => {
                 let why = format!("when `{}` is false", w.source());
@@ -143,7 +136,7 @@ pub fn decide_job(
         );
     }
     if let Some(last) = job.history.last() {
-        let cooldown = match cooldown_of(&p, scope.as_ref()) {
+        let cooldown = match cooldown_of(&p, scope) {
             Ok(cd) => cd,
             Err(e) => {
                 let why = format!("cooldown failed to evaluate ({e}); not restarting");
@@ -268,13 +261,15 @@ pub fn decide_job(
     d
 }
 
-fn cooldown_of(p: &CompiledPolicy, scope: Option<&crate::expr::Scope>) -> Result<Duration, String> {
-    match (&p.cooldown, scope) {
-        (Cooldown::Fixed(d), _) => Ok(*d),
-        (Cooldown::Cel(e), Some(scope)) => e
-            .eval_duration_in(scope)
+fn cooldown_of<'a, 'v: 'a>(
+    p: &CompiledPolicy,
+    scope: impl FnOnce() -> &'a Scope<'v>,
+) -> Result<Duration, String> {
+    match &p.cooldown {
+        Cooldown::Fixed(d) => Ok(*d),
+        Cooldown::Cel(e) => e
+            .eval_duration_in(scope())
             .map(crate::api::duration::clamp)
             .map_err(|e| e.to_string()),
-        (Cooldown::Cel(_), None) => Err("no CEL scope".into()),
     }
 }

@@ -66,15 +66,17 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> Decision {
         let c = self.classifier.classify(fault, node_view, now);
-        self.decide_classified(c, node, jobs, now)
+        self.decide_classified(c, node, node_view, jobs, now)
     }
 
     /// Decide for a fault already classified (the controller classifies
-    /// first to tell a replay from an escalation).
+    /// first to tell a replay from an escalation). `node_view` is the
+    /// fault's node as CEL saw it when classifying (before this fault).
     pub fn decide_classified(
         &mut self,
         c: crate::fault::Classified,
         node: Option<&NodeInput>,
+        node_view: Option<&NodeView>,
         jobs: &[JobInput],
         now: DateTime<Utc>,
     ) -> Decision {
@@ -91,7 +93,7 @@ impl Engine {
         });
         let jobs = jobs
             .iter()
-            .map(|j| decide_job(&c, j, &self.policies, self.global_dry_run, now))
+            .map(|j| decide_job(&c, node_view, j, &self.policies, self.global_dry_run, now))
             .collect();
         Decision {
             level: c.level,

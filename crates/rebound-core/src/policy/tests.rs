@@ -10,6 +10,7 @@ use crate::fault::{Classified, Fault, FaultSource, Level};
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::BTreeMap;
 
+mod cel_scope;
 mod node;
 mod pacing;
 mod refusals;
@@ -83,6 +84,7 @@ fn restarts_a_covered_job() {
     let s = set(&[policy("team-a", "p", RecoveryPolicySpec::default())]);
     let d = decide_job(
         &classified(Level::RestartJob, false),
+        None,
         &job("team-a", &[], vec![]),
         &s,
         false,
@@ -104,6 +106,7 @@ fn ignore_and_preseparate_do_not_restart() {
     for l in [Level::Ignore, Level::PreSeparate] {
         let d = decide_job(
             &classified(l, true),
+            None,
             &job("team-a", &[], vec![]),
             &s,
             false,
@@ -124,10 +127,11 @@ fn gate_restart_policy_never_and_global_dry_run() {
         },
     )]);
     let c = classified(Level::RestartJob, false);
-    assert!(decide_job(&c, &job("team-a", &[], vec![]), &s, false, now()).acts());
+    assert!(decide_job(&c, None, &job("team-a", &[], vec![]), &s, false, now()).acts());
     assert_eq!(
         decide_job(
             &c,
+            None,
             &job("team-a", &[], vec![ago(9999, false)]),
             &s,
             false,
@@ -139,11 +143,11 @@ fn gate_restart_policy_never_and_global_dry_run() {
     let mut never = job("team-a", &[], vec![]);
     never.restart_policy_never = true;
     assert_eq!(
-        decide_job(&c, &never, &s, false, now()).skip,
+        decide_job(&c, None, &never, &s, false, now()).skip,
         Some(Skip::RestartPolicyNever)
     );
     assert_eq!(
-        decide_job(&c, &job("team-a", &[], vec![]), &s, true, now()).skip,
+        decide_job(&c, None, &job("team-a", &[], vec![]), &s, true, now()).skip,
         Some(Skip::DryRun)
     );
 }

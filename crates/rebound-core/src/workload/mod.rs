@@ -6,6 +6,7 @@
 
 mod job_ref;
 pub mod labels;
+pub mod operator;
 mod owner;
 mod restart_policy;
 mod selector;

@@ -100,6 +100,9 @@ pub fn path_means(text: &str) -> BTreeMap<String, (u64, Vec<f64>)> {
             e.1[i] = 1000.0 * sum / count as f64;
         }
     }
+    // The controller creates every (stage, action) series at zero: an
+    // action it never took has no path to report.
+    out.retain(|_, (n, _)| *n > 0);
     out
 }
 
@@ -176,6 +179,10 @@ mod tests {
         assert_eq!(got["cordon"].0, 1);
         assert!((got["cordon"].1[4] - 8.0).abs() < 1e-9);
         assert_eq!(got["cordon"].1[0], 0.0);
+        assert!(
+            !got.contains_key("record"),
+            "no path for an action never taken"
+        );
     }
 
     #[test]

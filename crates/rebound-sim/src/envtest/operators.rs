@@ -98,6 +98,10 @@ const READY_WITHIN: Duration = Duration::from_secs(90);
 pub struct RealOperators {
     dir: PathBuf,
     children: Vec<(String, Child)>,
+    kubectl: manifests::Kubectl,
+    /// The operators' CRDs (and namespaces), as applied at start.
+    crds: Vec<serde_json::Value>,
+    crd_names: Vec<String>,
 }
 
 impl std::fmt::Debug for RealOperators {
@@ -177,13 +181,16 @@ impl RealOperators {
         let built = Built::find(root, cp.kubectl())?;
         let dir = cp.dir().join("operators");
         std::fs::create_dir_all(&dir).map_err(io("operators' directory"))?;
-        let mut ops = RealOperators {
-            dir: dir.clone(),
-            children: Vec::new(),
-        };
         let kubectl = manifests::Kubectl::new(&built.kubectl, cp.kubeconfig_path(), &dir);
         let pki = pki::Pki::make(&dir)?;
         let plan = launch::Plan::new(&built, &kubectl, &pki, &dir, cp.kubeconfig_path())?;
+        let mut ops = RealOperators {
+            dir: dir.clone(),
+            children: Vec::new(),
+            kubectl: manifests::Kubectl::new(&built.kubectl, cp.kubeconfig_path(), &dir),
+            crds: plan.crds_and_namespaces.clone(),
+            crd_names: plan.crd_names.clone(),
+        };
         // CRDs and namespaces first: the operators list their kinds at
         // start, and the webhooks' objects must be servable.
         kubectl.apply("crds", &plan.crds_and_namespaces)?;
@@ -248,6 +255,14 @@ impl RealOperators {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Applies the operators' CRDs again, as at start, and waits until
+    /// they serve: for a test that deleted one (an operator uninstalled).
+    /// Blocking (kubectl).
+    pub fn restore_crds(&self) -> Result<(), OperatorsError> {
+        self.kubectl.apply("crds-restored", &self.crds)?;
+        self.kubectl.wait_established(&self.crd_names)
     }
 
     /// Where an operator's output goes.

@@ -58,6 +58,13 @@ impl Testbed {
             .map_err(|e| TestbedError::NoRealServer(e.to_string()))
     }
 
+    /// This process's turn on the shared cluster, as a bed takes it: for a
+    /// test that uses the real server without a bed, while no bed's
+    /// controller (which watches every namespace) runs beside it.
+    pub async fn exclusive_turn() -> tokio::sync::OwnedMutexGuard<()> {
+        SHARED_LOCK.clone().lock_owned().await
+    }
+
     /// The kubeconfig of [`KUBECONFIG_ENV`], if set (and not empty).
     pub fn kubeconfig_from_env() -> Option<PathBuf> {
         std::env::var_os(KUBECONFIG_ENV)

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::ArgAction;
 
+use super::backoff::RestartPolicy;
 use super::state::FoldConfig;
 
 /// Flags of `rebound agent`; each also reads an environment variable so a
@@ -158,6 +159,16 @@ pub struct AgentArgs {
     #[arg(long, env = "REBOUND_NPU_SMI_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
     pub npu_smi_interval: Duration,
 
+    /// First delay before a source that stopped (or is not there) is
+    /// started again; the delays double up to `--source-restart-max`.
+    #[arg(long, env = "REBOUND_SOURCE_RESTART_MIN", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub source_restart_min: Duration,
+
+    /// Longest delay before a source is started again; a source that ran
+    /// this long before it stopped starts the delays over.
+    #[arg(long, env = "REBOUND_SOURCE_RESTART_MAX", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub source_restart_max: Duration,
+
     /// Address of `/metrics` and `/healthz`; empty disables.
     #[arg(long, env = "REBOUND_METRICS_ADDR", default_value = "0.0.0.0:9102")]
     pub metrics_addr: String,
@@ -175,6 +186,14 @@ impl AgentArgs {
                 .filter_map(|s| s.split_once(':'))
                 .map(|(s, c)| (s.trim().to_string(), c.trim().to_string()))
                 .collect(),
+        }
+    }
+
+    /// The delays between restarts of a source these flags ask for.
+    pub fn restart_policy(&self) -> RestartPolicy {
+        RestartPolicy {
+            min: self.source_restart_min,
+            max: self.source_restart_max,
         }
     }
 
@@ -247,5 +266,6 @@ mod tests {
         let d = AgentArgs::from_args(["--once"]).expect("defaults");
         assert!(d.once && d.kmsg && d.dcgm && !d.npu_smi);
         assert_eq!(d.quiet_period, Duration::from_secs(600));
+        assert_eq!(d.restart_policy(), RestartPolicy::default());
     }
 }

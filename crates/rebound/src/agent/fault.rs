@@ -124,12 +124,40 @@ pub enum SourceEvent {
         /// read again is not one).
         timed: bool,
     },
-    /// A source started working or stopped (disabled, tool missing, failing).
+    /// A source works (again): `rebound_agent_source_up` 1.
     Up {
-        /// `kmsg`, `nvml`, `dcgm`, `npusmi`.
+        /// `kmsg`, `nvml`, `dcgm`, `dcgm_exporter`, `npusmi`.
         source: &'static str,
-        /// Whether it works.
-        up: bool,
+    },
+    /// A source is not there on this node (its tool or library is
+    /// missing, or it is switched off): down, but not failing, so no alert;
+    /// the supervisor looks for it again now and then.
+    Unavailable {
+        /// The source.
+        source: &'static str,
+        /// Why, for people (`/healthz`, the log).
+        why: String,
+    },
+    /// A source is down because of an error (it ended, or a poll failed):
+    /// failing until it says `Up` again; the error is counted.
+    Failed {
+        /// The source.
+        source: &'static str,
+        /// What went wrong.
+        error: String,
+    },
+    /// An error a source survived and works on through (an NVML event wait
+    /// that failed): counted, the source's state is unchanged.
+    Error {
+        /// The source.
+        source: &'static str,
+        /// What went wrong.
+        error: String,
+    },
+    /// The supervisor starts a failed source again (counted).
+    Restarted {
+        /// The source.
+        source: &'static str,
     },
     /// What a source found on the node (the driver, each GPU's model and
     /// UUID), for people: logged, and listed by a dry run.

@@ -1,4 +1,5 @@
-//! Prometheus metrics of the agent, served at `/metrics` (with `/healthz`).
+//! Prometheus metrics of the agent, served at `/metrics` (with `/healthz`,
+//! whose body is [`super::health::HealthReport`]).
 //!
 //! Label values come from parsed input (codes), so the number of distinct
 //! label sets is capped: beyond [`MAX_CODE_LABELS`], codes are counted as
@@ -13,6 +14,22 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use super::health::{Health, SourceState};
+
+/// Every metric the agent exports, as Prometheus sees it (counters with
+/// `_total`), for the docs and alert rules to be checked against.
+pub const NAMES: &[&str] = &[
+    "rebound_agent_faults_total",
+    "rebound_agent_parse_errors_total",
+    "rebound_agent_source_up",
+    "rebound_agent_source_failing",
+    "rebound_agent_source_errors_total",
+    "rebound_agent_source_restarts_total",
+    "rebound_agent_active_faults",
+    "rebound_agent_api_errors_total",
+    "rebound_agent_events_total",
+];
 
 /// Most distinct `(source, code)` label sets on the faults counter.
 pub const MAX_CODE_LABELS: usize = 512;
@@ -47,6 +64,9 @@ pub struct Metrics {
     faults: Family<FaultLabels, Counter>,
     parse_errors: Family<SourceLabels, Counter>,
     source_up: Family<SourceLabels, Gauge>,
+    source_failing: Family<SourceLabels, Gauge>,
+    source_errors: Family<SourceLabels, Counter>,
+    source_restarts: Family<SourceLabels, Counter>,
     active: Family<ConditionLabels, Gauge>,
     api_errors: Counter,
     events: Counter,
@@ -66,6 +86,9 @@ impl Metrics {
         let faults = Family::<FaultLabels, Counter>::default();
         let parse_errors = Family::<SourceLabels, Counter>::default();
         let source_up = Family::<SourceLabels, Gauge>::default();
+        let source_failing = Family::<SourceLabels, Gauge>::default();
+        let source_errors = Family::<SourceLabels, Counter>::default();
+        let source_restarts = Family::<SourceLabels, Counter>::default();
         let active = Family::<ConditionLabels, Gauge>::default();
         let api_errors = Counter::default();
         let events = Counter::default();
@@ -81,8 +104,23 @@ impl Metrics {
         );
         registry.register(
             "source_up",
-            "1 when a fault source works, 0 when it is disabled or failing",
+            "1 when a fault source works, 0 when it is disabled, not available or failing",
             source_up.clone(),
+        );
+        registry.register(
+            "source_failing",
+            "1 while a fault source is down because of an error (not because it is absent)",
+            source_failing.clone(),
+        );
+        registry.register(
+            "source_errors",
+            "Errors of a fault source: failed runs and polls, and errors it worked through",
+            source_errors.clone(),
+        );
+        registry.register(
+            "source_restarts",
+            "Times a failed fault source was started again",
+            source_restarts.clone(),
         );
         registry.register(
             "active_faults",
@@ -104,6 +142,9 @@ impl Metrics {
             faults,
             parse_errors,
             source_up,
+            source_failing,
+            source_errors,
+            source_restarts,
             active,
             api_errors,
             events,
@@ -144,13 +185,36 @@ impl Metrics {
         }
     }
 
-    /// Set whether a source works.
-    pub fn source_up(&self, source: &str, up: bool) {
+    /// Set a source's state: up 1 only when it works, failing 1 only when
+    /// it is down because of an error.
+    pub fn source_state(&self, source: &str, state: SourceState) {
+        let labels = SourceLabels {
+            source: source.to_string(),
+        };
         self.source_up
+            .get_or_create(&labels)
+            .set(i64::from(state == SourceState::Up));
+        self.source_failing
+            .get_or_create(&labels)
+            .set(i64::from(state == SourceState::Failing));
+    }
+
+    /// Count an error of a source.
+    pub fn source_error(&self, source: &str) {
+        self.source_errors
             .get_or_create(&SourceLabels {
                 source: source.to_string(),
             })
-            .set(i64::from(up));
+            .inc();
+    }
+
+    /// Count a restart of a source.
+    pub fn source_restart(&self, source: &str) {
+        self.source_restarts
+            .get_or_create(&SourceLabels {
+                source: source.to_string(),
+            })
+            .inc();
     }
 
     /// Set the active-fault gauge of a condition.
@@ -181,10 +245,11 @@ impl Metrics {
     }
 }
 
-/// Serve `/metrics` and `/healthz` until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: Metrics) -> anyhow::Result<()> {
+/// Serve `/metrics` and `/healthz` (each source's state as JSON, always
+/// 200 while the agent runs: see [`super::health`]) until the task is dropped.
+pub async fn serve(addr: SocketAddr, metrics: Metrics, health: Health) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    use axum::{Router, http::header, routing::get};
+    use axum::{Json, Router, http::header, routing::get};
     let app = Router::new()
         .route(
             "/metrics",
@@ -201,7 +266,13 @@ pub async fn serve(addr: SocketAddr, metrics: Metrics) -> anyhow::Result<()> {
                 }
             }),
         )
-        .route("/healthz", get(|| async { "ok" }));
+        .route(
+            "/healthz",
+            get(move || {
+                let h = health.clone();
+                async move { Json(h.report()) }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding metrics address {addr}"))?;
@@ -224,7 +295,11 @@ mod tests {
             m.fault("NvidiaXid", &format!("x{i}"));
         }
         m.parse_errors("kmsg", 2);
-        m.source_up("dcgm", false);
+        m.source_state("dcgm", SourceState::Unavailable);
+        m.source_state("kmsg", SourceState::Failing);
+        m.source_error("kmsg");
+        m.source_restart("kmsg");
+        m.active("GpuFault", 0);
         let text = m.encode();
         assert!(
             text.contains(r#"rebound_agent_faults_total{source="NvidiaXid",code="79"} 2"#),
@@ -233,5 +308,20 @@ mod tests {
         assert!(text.contains(r#"code="other"} 11"#), "{text}");
         assert!(text.contains(r#"rebound_agent_parse_errors_total{source="kmsg"} 2"#));
         assert!(text.contains(r#"rebound_agent_source_up{source="dcgm"} 0"#));
+        assert!(text.contains(r#"rebound_agent_source_failing{source="dcgm"} 0"#));
+        assert!(text.contains(r#"rebound_agent_source_failing{source="kmsg"} 1"#));
+        assert!(text.contains(r#"rebound_agent_source_errors_total{source="kmsg"} 1"#));
+        assert!(text.contains(r#"rebound_agent_source_restarts_total{source="kmsg"} 1"#));
+        // NAMES lists exactly what is exported.
+        let exported: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        let named: std::collections::BTreeSet<&str> = NAMES
+            .iter()
+            .map(|n| n.strip_suffix("_total").unwrap_or(n))
+            .collect();
+        assert_eq!(exported, named);
     }
 }

@@ -2,14 +2,18 @@
 //! NVML, DCGM, npu-smi) into Node conditions and Events the controller reads.
 //!
 //! Sources (`kmsg`, `nvml`, `dcgm`, `npusmi`) produce [`fault::AgentFault`]s;
-//! `state` folds repeats and applies the quiet period; `report` writes Node
-//! conditions and Events; `run` wires them. See `docs/agent.md`.
+//! `supervise` keeps them running (restarts with `backoff`), `health` says
+//! how each fares on `/healthz`; `state` folds repeats and applies the quiet
+//! period; `report` writes Node conditions and Events; `run` wires them.
+//! See `docs/agent.md`.
 
 pub mod args;
+pub mod backoff;
 pub mod cmd;
 pub mod dcgm;
 pub mod dcgm_exporter;
 pub mod fault;
+pub mod health;
 pub mod kmsg;
 pub mod metrics;
 pub mod npusmi;
@@ -19,6 +23,7 @@ pub mod report;
 pub mod run;
 pub mod sources;
 pub mod state;
+pub mod supervise;
 pub mod xid;
 
 pub use args::AgentArgs;

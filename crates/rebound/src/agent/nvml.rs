@@ -118,57 +118,64 @@ pub fn describe_gpu(index: u32, name: Option<&str>, uuid: Option<&str>) -> Strin
     )
 }
 
+/// First delay after an NVML event wait that failed at once; the delays
+/// double up to the poll interval (health is still read once per
+/// interval while events cannot be waited for).
+pub const WAIT_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Event waits failing in a row before the source gives up and the
+/// supervisor opens NVML anew (registering the events again, without the
+/// GPUs that no longer accept them).
+pub const WAIT_FAILURES_BEFORE_REOPEN: u32 = 10;
+
+/// The backoff of the event wait for a poll `interval`.
+pub fn wait_backoff(interval: std::time::Duration) -> super::backoff::ErrorBackoff {
+    super::backoff::ErrorBackoff::new(
+        super::backoff::RestartPolicy {
+            min: WAIT_RETRY_MIN,
+            max: interval.max(WAIT_RETRY_MIN),
+        },
+        WAIT_FAILURES_BEFORE_REOPEN,
+    )
+}
+
 #[cfg(feature = "nvml")]
 mod imp {
     use std::path::Path;
     use std::time::{Duration, SystemTime};
 
-    use nvml_wrapper::Nvml;
     use nvml_wrapper::bitmasks::event::EventTypes;
     use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
     use nvml_wrapper::enums::event::XidError;
     use nvml_wrapper::error::NvmlError;
+    use nvml_wrapper::{EventSet, Nvml};
     use tokio::sync::mpsc::Sender;
 
-    use super::{NvmlSample, describe_gpu, faults_from_sample};
+    use super::{NvmlSample, describe_gpu, faults_from_sample, wait_backoff};
     use crate::agent::fault::SourceEvent;
+    use crate::agent::supervise::SourceExit;
 
-    /// Load the driver's library and say what it found: `Up` (and the
-    /// driver and each GPU as `Found`), or one warning and `Up false`.
-    /// `None` when NVML is not there or the receiver is gone.
-    fn open(tx: &Sender<SourceEvent>, library: Option<&Path>) -> Option<(Nvml, u32)> {
+    const SOURCE: &str = "nvml";
+
+    /// Load the driver's library and say what it found: `Up` and the
+    /// driver and each GPU as `Found`. The error is how the source ends:
+    /// `Unavailable` without the library, `Failed` when it cannot count
+    /// the GPUs, `ReceiverGone`.
+    fn open(tx: &Sender<SourceEvent>, library: Option<&Path>) -> Result<(Nvml, u32), SourceExit> {
         let loaded = match library {
             Some(path) => Nvml::builder().lib_path(path.as_os_str()).init(),
             None => Nvml::init(),
         };
-        let nvml = match loaded {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    library = %library.map_or("libnvidia-ml.so.1".into(), |p| p.display().to_string()),
-                    "NVML not available (no NVIDIA driver library in the container, or the \
-                     driver's /dev/nvidia* devices not accessible); NVML source off, other \
-                     sources go on"
-                );
-                let _ = tx.blocking_send(SourceEvent::Up {
-                    source: "nvml",
-                    up: false,
-                });
-                return None;
-            }
-        };
-        let count = match nvml.device_count() {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(error = %e, "NVML loaded but cannot count GPUs; NVML source off");
-                let _ = tx.blocking_send(SourceEvent::Up {
-                    source: "nvml",
-                    up: false,
-                });
-                return None;
-            }
-        };
+        let nvml = loaded.map_err(|e| {
+            SourceExit::Unavailable(format!(
+                "NVML not available (no NVIDIA driver library {} in the container, or the \
+                 driver's /dev/nvidia* devices not accessible; other sources go on): {e}",
+                library.map_or("libnvidia-ml.so.1".into(), |p| p.display().to_string()),
+            ))
+        })?;
+        let count = nvml.device_count().map_err(|e| {
+            SourceExit::Failed(format!("NVML loaded but cannot count the GPUs: {e}"))
+        })?;
         let driver = nvml
             .sys_driver_version()
             .unwrap_or_else(|_| "unknown".into());
@@ -181,22 +188,21 @@ mod imp {
             found.push(describe_gpu(i, name.as_deref(), uuid.as_deref()));
         }
         for detail in &found {
-            tracing::info!(source = "nvml", "{detail}");
+            tracing::info!(source = SOURCE, "{detail}");
         }
-        let sent = tx
-            .blocking_send(SourceEvent::Up {
-                source: "nvml",
-                up: true,
-            })
-            .is_ok()
+        let sent = tx.blocking_send(SourceEvent::Up { source: SOURCE }).is_ok()
             && found.into_iter().all(|detail| {
                 tx.blocking_send(SourceEvent::Found {
-                    source: "nvml",
+                    source: SOURCE,
                     detail,
                 })
                 .is_ok()
             });
-        sent.then_some((nvml, count))
+        if sent {
+            Ok((nvml, count))
+        } else {
+            Err(SourceExit::ReceiverGone)
+        }
     }
 
     /// One health reading of GPU `i`.
@@ -235,52 +241,82 @@ mod imp {
         (rc == 0).then_some((pending != 0, failed != 0))
     }
 
+    /// Read every GPU once and send what the readings show; `false` when
+    /// the receiver is gone.
+    fn sample_all(nvml: &Nvml, count: u32, tx: &Sender<SourceEvent>) -> bool {
+        (0..count).all(|i| sample(nvml, i).is_none_or(|s| send(tx, &s)))
+    }
+
     /// Load NVML, read every GPU once, send what was found; no XID events
     /// (they need a wait). For `--once` and the dry run.
-    pub fn poll_once(tx: &Sender<SourceEvent>, library: Option<&Path>) {
-        let Some((nvml, count)) = open(tx, library) else {
-            return;
-        };
-        for i in 0..count {
-            if let Some(s) = sample(&nvml, i)
-                && !send(tx, &s)
-            {
-                return;
-            }
+    pub fn poll_once(tx: &Sender<SourceEvent>, library: Option<&Path>) -> SourceExit {
+        match open(tx, library) {
+            Ok((nvml, count)) if sample_all(&nvml, count, tx) => SourceExit::Done,
+            Ok(_) => SourceExit::ReceiverGone,
+            Err(exit) => exit,
         }
     }
 
-    /// Poll NVML every `interval` (waiting on XID events in between) until
-    /// the receiver is gone. Blocking: run it on a blocking thread.
-    pub fn watch_blocking(tx: Sender<SourceEvent>, interval: Duration, library: Option<&Path>) {
-        let Some((nvml, count)) = open(&tx, library) else {
-            return;
-        };
-        let mut set = nvml.create_event_set().ok();
-        for i in 0..count {
-            if let (Ok(dev), Some(s)) = (nvml.device_by_index(i), set.take()) {
-                set = match dev.register_events(EventTypes::CRITICAL_XID_ERROR, s) {
-                    Ok(s) => Some(s),
+    /// An event set with every GPU that accepts critical XID events.
+    /// Registering consumes the set on failure, so a GPU that refuses (one
+    /// off the bus, one without event support) is left out and the set
+    /// built again: at most one attempt per GPU, and the others still
+    /// deliver their events. `None` when no GPU accepts them.
+    fn event_set(nvml: &Nvml, count: u32) -> Option<EventSet<'_>> {
+        let mut refused: Vec<u32> = Vec::new();
+        'attempt: loop {
+            let mut set = nvml.create_event_set().ok()?;
+            let mut registered = 0;
+            let candidates: Vec<u32> = (0..count).filter(|i| !refused.contains(i)).collect();
+            for i in candidates {
+                let Ok(dev) = nvml.device_by_index(i) else {
+                    refused.push(i);
+                    continue;
+                };
+                match dev.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                    Ok(s) => {
+                        set = s;
+                        registered += 1;
+                    }
                     Err(e) => {
                         tracing::info!(gpu = i, error = %e.error, "NVML XID events not supported");
-                        None
+                        refused.push(i);
+                        continue 'attempt;
                     }
-                };
-            }
-        }
-        let wait_ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
-        loop {
-            for i in 0..count {
-                if let Some(s) = sample(&nvml, i)
-                    && !send(&tx, &s)
-                {
-                    return;
                 }
             }
-            // No GPU registered for events (none, or none supports them):
-            // sleep instead, a wait on an empty set may return at once.
-            match set.as_ref().filter(|_| count > 0).map(|s| s.wait(wait_ms)) {
+            return (registered > 0).then_some(set);
+        }
+    }
+
+    /// Poll NVML every `interval`, waiting on XID events in between, until
+    /// the receiver is gone or the wait fails [`super::WAIT_FAILURES_BEFORE_REOPEN`]
+    /// times in a row. A wait that fails at once (a GPU off the bus) is
+    /// counted and followed by a delay that doubles up to `interval`
+    /// instead of the next wait: it must not spin a core. Blocking: run it
+    /// on its own thread.
+    pub fn watch_blocking(
+        tx: Sender<SourceEvent>,
+        interval: Duration,
+        library: Option<&Path>,
+    ) -> SourceExit {
+        let (nvml, count) = match open(&tx, library) {
+            Ok(opened) => opened,
+            Err(exit) => return exit,
+        };
+        // No GPU registered for events (none, or none supports them):
+        // sleep instead, a wait on an empty set may return at once.
+        let set = event_set(&nvml, count);
+        let wait_ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
+        let mut backoff = wait_backoff(interval);
+        loop {
+            if !sample_all(&nvml, count, &tx) {
+                return SourceExit::ReceiverGone;
+            }
+            match set.as_ref().map(|s| s.wait(wait_ms)) {
+                None => std::thread::sleep(interval),
                 Some(Ok(ev)) => {
+                    backoff.succeeded();
                     if let (Some(XidError::Value(xid)), Ok(index)) =
                         (ev.event_data, ev.device.index())
                     {
@@ -290,15 +326,39 @@ mod imp {
                             ..NvmlSample::default()
                         };
                         if !send(&tx, &sample) {
-                            return;
+                            return SourceExit::ReceiverGone;
                         }
                     }
                 }
-                Some(Err(_)) => {}
-                None => std::thread::sleep(interval),
+                // Nothing happened within the interval: the wait works.
+                Some(Err(NvmlError::Timeout)) => backoff.succeeded(),
+                Some(Err(e)) => {
+                    let error = format!("waiting for NVML events: {e}");
+                    if tx
+                        .blocking_send(SourceEvent::Error {
+                            source: SOURCE,
+                            error: error.clone(),
+                        })
+                        .is_err()
+                    {
+                        return SourceExit::ReceiverGone;
+                    }
+                    match backoff.failed() {
+                        Some(delay) => {
+                            tracing::debug!(%error, ?delay, "NVML event wait failed; waiting before the next");
+                            std::thread::sleep(delay);
+                        }
+                        None => {
+                            return SourceExit::Failed(format!(
+                                "{error} ({} times in a row); opening NVML again",
+                                backoff.failures()
+                            ));
+                        }
+                    }
+                }
             }
             if tx.is_closed() {
-                return;
+                return SourceExit::ReceiverGone;
             }
         }
     }
@@ -346,33 +406,36 @@ pub fn gpus_busy(library: Option<&std::path::Path>) -> Option<bool> {
     }
 }
 
-/// Say once that this build has no NVML.
+/// How the source ends in a build without NVML.
 #[cfg(not(feature = "nvml"))]
-fn without_nvml(tx: &tokio::sync::mpsc::Sender<super::fault::SourceEvent>) {
-    tracing::warn!("built without the `nvml` feature; NVML source off");
-    let _ = tx.blocking_send(super::fault::SourceEvent::Up {
-        source: "nvml",
-        up: false,
-    });
+fn without_nvml() -> super::supervise::SourceExit {
+    super::supervise::SourceExit::Unavailable(
+        "built without the `nvml` feature; NVML source off".into(),
+    )
 }
 
-/// Watch NVML until the receiver is gone (blocking; run it on a blocking
-/// thread). Without a driver, or without the `nvml` feature, says so once
-/// (a log line and `Up false`, which sets `rebound_agent_source_up{source="nvml"} 0`)
-/// and returns: never an error that would restart the agent.
+/// Watch NVML until the receiver is gone (blocking; run it on its own
+/// thread) or the source ends: without a driver, or without the `nvml`
+/// feature, `Unavailable` (the supervisor logs it once, sets
+/// `rebound_agent_source_up{source="nvml"} 0` and looks again now and
+/// then: a driver installed after the agent started is found), never an
+/// error that would restart the agent; after event waits failing in a row,
+/// `Failed` (the supervisor opens NVML again).
 /// `library`: the driver's library by path (`--nvml-library`), else
 /// `libnvidia-ml.so.1` from the loader's search path.
 pub fn watch_blocking(
     tx: tokio::sync::mpsc::Sender<super::fault::SourceEvent>,
     interval: std::time::Duration,
     library: Option<&std::path::Path>,
-) {
+) -> super::supervise::SourceExit {
     #[cfg(feature = "nvml")]
-    imp::watch_blocking(tx, interval, library);
+    {
+        imp::watch_blocking(tx, interval, library)
+    }
     #[cfg(not(feature = "nvml"))]
     {
-        let _ = (interval, library);
-        without_nvml(&tx);
+        let _ = (tx, interval, library);
+        without_nvml()
     }
 }
 
@@ -381,13 +444,15 @@ pub fn watch_blocking(
 pub fn poll_once(
     tx: &tokio::sync::mpsc::Sender<super::fault::SourceEvent>,
     library: Option<&std::path::Path>,
-) {
+) -> super::supervise::SourceExit {
     #[cfg(feature = "nvml")]
-    imp::poll_once(tx, library);
+    {
+        imp::poll_once(tx, library)
+    }
     #[cfg(not(feature = "nvml"))]
     {
-        let _ = library;
-        without_nvml(tx);
+        let _ = (tx, library);
+        without_nvml()
     }
 }
 

@@ -1,6 +1,7 @@
-//! Wiring: sources → fold state → conditions and Events. The one-shot dry
-//! run (`dry_run`), the restore after a restart (`restore`) and where
-//! reports go (`sink`) are submodules.
+//! Wiring: supervised sources → fold state → conditions and Events, with
+//! each source's state on `/metrics` and `/healthz`. The one-shot dry run
+//! (`dry_run`), the restore after a restart (`restore`) and where reports
+//! go (`sink`) are submodules.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -10,11 +11,13 @@ use tokio::sync::mpsc;
 
 use super::args::AgentArgs;
 use super::fault::SourceEvent;
+use super::health::Health;
 use super::metrics::Metrics;
 use super::pci::DeviceMap;
 use super::report::KubeReporter;
 use super::sources::{DcgmExporterSource, DcgmSource, KmsgSource, NpuSmiSource, boot_time};
 use super::state::{FoldState, Observed};
+use super::supervise::{on_thread, supervise};
 
 mod dry_run;
 mod restore;
@@ -72,7 +75,17 @@ fn npu_source(args: &AgentArgs) -> NpuSmiSource {
     }
 }
 
-fn handle(ev: SourceEvent, state: &mut FoldState, metrics: &Metrics) {
+/// Where the loop records what sources say about themselves.
+struct Observers {
+    metrics: Metrics,
+    health: Health,
+}
+
+fn handle(ev: SourceEvent, state: &mut FoldState, obs: &Observers) {
+    let metrics = &obs.metrics;
+    if let Some((source, s)) = obs.health.apply(&ev, SystemTime::now()) {
+        metrics.source_state(source, s);
+    }
     match ev {
         SourceEvent::Fault { fault, at, timed } => {
             metrics.fault(fault.source, &fault.code);
@@ -87,10 +100,13 @@ fn handle(ev: SourceEvent, state: &mut FoldState, metrics: &Metrics) {
                 }
             }
         }
-        SourceEvent::Up { source, up } => metrics.source_up(source, up),
+        SourceEvent::Failed { source, .. } | SourceEvent::Error { source, .. } => {
+            metrics.source_error(source)
+        }
+        SourceEvent::Restarted { source } => metrics.source_restart(source),
         SourceEvent::ParseErrors { source, n } => metrics.parse_errors(source, n),
-        // Logged by the source when found.
-        SourceEvent::Found { .. } => {}
+        // States are recorded above; what a source found it logged itself.
+        SourceEvent::Up { .. } | SourceEvent::Unavailable { .. } | SourceEvent::Found { .. } => {}
     }
 }
 
@@ -129,13 +145,17 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
             anyhow::bail!("--node-name (env NODE_NAME, from the downward API) is required")
         }
     };
-    let metrics = Metrics::new();
+    let obs = Observers {
+        metrics: Metrics::new(),
+        health: Health::default(),
+    };
+    let metrics = &obs.metrics;
     if !args.once
         && let Some(addr) = args.metrics_socket()?
     {
-        let m = metrics.clone();
+        let (m, h) = (obs.metrics.clone(), obs.health.clone());
         tokio::spawn(async move {
-            if let Err(e) = super::metrics::serve(addr, m).await {
+            if let Err(e) = super::metrics::serve(addr, m, h).await {
                 tracing::error!(error = %e, "metrics server stopped");
             }
         });
@@ -162,43 +182,14 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
 
     if args.once {
         for ev in collect_once(&args).await? {
-            handle(ev, &mut state, &metrics);
+            handle(ev, &mut state, &obs);
         }
-        flush(&mut state, &mut sink, &args, &node, &metrics).await;
+        flush(&mut state, &mut sink, &args, &node, metrics).await;
         return Ok(());
     }
 
     let (tx, mut rx) = mpsc::channel(CHANNEL_CAPACITY);
-    if args.kmsg {
-        KmsgSource {
-            file: args.kmsg_file.clone(),
-            once: false,
-            map: device_map(&args)?,
-            poll: Duration::from_secs(1),
-        }
-        .spawn(tx.clone())
-        .context("starting the kernel-log thread")?;
-    } else {
-        metrics.source_up("kmsg", false);
-    }
-    if args.dcgm {
-        tokio::spawn(dcgm_source(&args).run(tx.clone()));
-    }
-    if args.npu_smi {
-        tokio::spawn(npu_source(&args).run(tx.clone()));
-    }
-    if let Some(src) = exporter_source(&args) {
-        tokio::spawn(src.run(tx.clone()));
-    }
-    if args.nvml {
-        let tx = tx.clone();
-        let interval = args.nvml_interval;
-        let library = args.nvml_library.clone();
-        std::thread::Builder::new()
-            .name("rebound-nvml".into())
-            .spawn(move || super::nvml::watch_blocking(tx, interval, library.as_deref()))
-            .context("starting the NVML thread")?;
-    }
+    start_sources(&args, &tx, &mut state, &obs)?;
     drop(tx);
 
     let mut ticker = tokio::time::interval(args.flush_interval.max(Duration::from_millis(100)));
@@ -209,24 +200,86 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
             ev = rx.recv(), if sources_open => match ev {
                 Some(ev) => {
                     let new = matches!(ev, SourceEvent::Fault { .. });
-                    handle(ev, &mut state, &metrics);
+                    handle(ev, &mut state, &obs);
                     // Drain what is queued, then report new faults at once.
                     while let Ok(more) = rx.try_recv() {
-                        handle(more, &mut state, &metrics);
+                        handle(more, &mut state, &obs);
                     }
                     if new {
-                        flush(&mut state, &mut sink, &args, &node, &metrics).await;
+                        flush(&mut state, &mut sink, &args, &node, metrics).await;
                     }
                 }
                 None => sources_open = false,
             },
-            _ = ticker.tick() => flush(&mut state, &mut sink, &args, &node, &metrics).await,
+            _ = ticker.tick() => flush(&mut state, &mut sink, &args, &node, metrics).await,
             _ = shutdown() => {
                 tracing::info!("stopping");
                 return Ok(());
             }
         }
     }
+}
+
+/// Start every enabled source under a supervisor, which restarts it with
+/// backoff when it ends (see `supervise`); a source switched off by its
+/// flag is recorded as unavailable where the agent always reported it
+/// (`kmsg`).
+fn start_sources(
+    args: &AgentArgs,
+    tx: &mpsc::Sender<SourceEvent>,
+    state: &mut FoldState,
+    obs: &Observers,
+) -> anyhow::Result<()> {
+    let policy = args.restart_policy();
+    if args.kmsg {
+        let src = KmsgSource {
+            file: args.kmsg_file.clone(),
+            once: false,
+            map: device_map(args)?,
+            poll: Duration::from_secs(1),
+        };
+        tokio::spawn(supervise("kmsg", tx.clone(), policy, move |tx| {
+            let src = src.clone();
+            on_thread("kmsg", move || src.run_blocking(&tx))
+        }));
+    } else {
+        let why = "switched off (--kmsg false)".to_string();
+        handle(
+            SourceEvent::Unavailable {
+                source: "kmsg",
+                why,
+            },
+            state,
+            obs,
+        );
+    }
+    if args.dcgm {
+        let src = dcgm_source(args);
+        tokio::spawn(supervise("dcgm", tx.clone(), policy, move |tx| {
+            src.clone().run(tx)
+        }));
+    }
+    if args.npu_smi {
+        let src = npu_source(args);
+        tokio::spawn(supervise("npusmi", tx.clone(), policy, move |tx| {
+            src.clone().run(tx)
+        }));
+    }
+    if let Some(src) = exporter_source(args) {
+        tokio::spawn(supervise("dcgm_exporter", tx.clone(), policy, move |tx| {
+            src.clone().run(tx)
+        }));
+    }
+    if args.nvml {
+        let (interval, library) = (args.nvml_interval, args.nvml_library.clone());
+        tokio::spawn(supervise("nvml", tx.clone(), policy, move |tx| {
+            let library = library.clone();
+            on_thread("nvml", move || {
+                super::nvml::watch_blocking(tx, interval, library.as_deref())
+            })
+        }));
+    }
+    Ok(())
 }
 
 async fn shutdown() {

@@ -2,7 +2,11 @@
 //!
 //! The kernel-log reader runs on its own OS thread (a blocking read of
 //! `/dev/kmsg` cannot be cancelled, and a detached thread does not hold up
-//! shutdown); the tool pollers are async tasks.
+//! shutdown); the tool pollers are async tasks. Each run ends with a
+//! [`SourceExit`] that whoever runs it (the supervisor, or the one-shot
+//! read) turns into the source's state: a source says `Up` and what it
+//! finds itself, and a poller says `Failed` for a round that failed (it
+//! goes on polling), but never reports its own end.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
@@ -18,6 +22,7 @@ use super::fault::SourceEvent;
 use super::kmsg::MAX_LINE_BYTES;
 use super::npusmi;
 use super::pci::DeviceMap;
+use super::supervise::SourceExit;
 use super::xid::{KmsgScanner, ScannedFault, read_bounded_line};
 
 /// Where the kernel log is read from when no file is given.
@@ -57,53 +62,59 @@ pub struct KmsgSource {
 }
 
 impl KmsgSource {
-    /// Start the reader on its own thread.
-    pub fn spawn(self, tx: Sender<SourceEvent>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    /// Start the reader on its own thread, unsupervised (tests).
+    pub fn spawn(
+        self,
+        tx: Sender<SourceEvent>,
+    ) -> std::io::Result<std::thread::JoinHandle<SourceExit>> {
         std::thread::Builder::new()
             .name("rebound-kmsg".into())
             .spawn(move || self.run_blocking(&tx))
     }
 
-    /// Read until done (`once`) or the receiver is gone.
-    pub fn run_blocking(self, tx: &Sender<SourceEvent>) {
+    /// Read until done (`once`), the receiver is gone, or reading fails
+    /// (the error, with the path, is the exit).
+    pub fn run_blocking(&self, tx: &Sender<SourceEvent>) -> SourceExit {
         let mut scanner = KmsgScanner::new(self.map.clone());
-        let up = |up| {
-            tx.blocking_send(SourceEvent::Up { source: "kmsg", up })
-                .is_ok()
-        };
+        let up = || tx.blocking_send(SourceEvent::Up { source: "kmsg" }).is_ok();
         let result = match &self.file {
-            Some(path) => {
-                if !up(true) {
-                    return;
+            Some(path) => File::open(path).and_then(|f| {
+                if !up() {
+                    return Ok(());
                 }
-                self.follow_file(path, &mut scanner, tx)
-            }
+                self.follow_file(path, f, &mut scanner, tx)
+            }),
             None => {
                 let boot = boot_time(SystemTime::now());
-                match open_kmsg(self.once) {
-                    Ok(f) => {
-                        if !up(true) {
-                            return;
-                        }
-                        read_kmsg_records(f, self.once, boot, &mut scanner, tx)
+                open_kmsg(self.once).and_then(|f| {
+                    if !up() {
+                        return Ok(());
                     }
-                    Err(e) => Err(e),
-                }
+                    read_kmsg_records(f, self.once, boot, &mut scanner, tx)
+                })
             }
         };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, path = %self.file.as_deref().unwrap_or(Path::new(DEV_KMSG)).display(), "kernel-log source stopped");
-            up(false);
+        match result {
+            _ if tx.is_closed() => SourceExit::ReceiverGone,
+            Ok(()) => SourceExit::Done,
+            Err(e) => SourceExit::Failed(format!(
+                "reading the kernel log {}: {e}",
+                self.file
+                    .as_deref()
+                    .unwrap_or(Path::new(DEV_KMSG))
+                    .display()
+            )),
         }
     }
 
     fn follow_file(
         &self,
         path: &Path,
+        file: File,
         scanner: &mut KmsgScanner,
         tx: &Sender<SourceEvent>,
     ) -> std::io::Result<()> {
-        let mut reader = BufReader::new(File::open(path)?);
+        let mut reader = BufReader::new(file);
         let mut buf = Vec::with_capacity(256);
         loop {
             while read_bounded_line(&mut reader, &mut buf)? {
@@ -234,15 +245,66 @@ pub struct DcgmSource {
     pub nvml_library: Option<PathBuf>,
 }
 
+/// What a send into a closed channel means to a source: its end.
+type Sent = Result<(), tokio::sync::mpsc::error::SendError<SourceEvent>>;
+
+/// A poller's round: `None` to poll again after the interval, else how the
+/// source ends (its tool is missing, or the receiver is gone).
+fn round_end(
+    sent: Result<Option<SourceExit>, tokio::sync::mpsc::error::SendError<SourceEvent>>,
+) -> Option<SourceExit> {
+    sent.unwrap_or(Some(SourceExit::ReceiverGone))
+}
+
+/// Poll with `round` every `interval` until a round ends the source.
+async fn poll_every<F, Fut>(interval: Duration, mut round: F) -> SourceExit
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<SourceExit>>,
+{
+    loop {
+        if let Some(exit) = round().await {
+            return exit;
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+async fn send_faults(
+    tx: &Sender<SourceEvent>,
+    faults: Vec<super::fault::AgentFault>,
+    at: SystemTime,
+) -> Sent {
+    for fault in faults {
+        tx.send(SourceEvent::Fault {
+            fault,
+            at,
+            timed: false,
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+fn missing(what: &str, binary: &str) -> SourceExit {
+    SourceExit::Unavailable(format!("{what} not found ({binary}); the source is off"))
+}
+
 impl DcgmSource {
-    /// Run once; `Ok(false)` when `dcgmi` is missing (source disabled).
-    /// `dcgmi diag` is skipped while the GPUs are busy unless
-    /// `diag_while_busy`; `dcgmi health` only reads the hostengine's
-    /// watches and always runs.
-    pub async fn poll(
+    /// Run once: `None` to go on, or how the source ends (`dcgmi` missing,
+    /// the receiver gone). `dcgmi diag` is skipped while the GPUs are busy
+    /// unless `diag_while_busy`; `dcgmi health` only reads the hostengine's
+    /// watches and always runs. A run that fails is `Failed` (the source
+    /// goes on and says `Up` after the next good run).
+    pub async fn poll(&self, tx: &Sender<SourceEvent>) -> Option<SourceExit> {
+        round_end(self.round(tx).await)
+    }
+
+    async fn round(
         &self,
         tx: &Sender<SourceEvent>,
-    ) -> Result<bool, tokio::sync::mpsc::error::SendError<SourceEvent>> {
+    ) -> Result<Option<SourceExit>, tokio::sync::mpsc::error::SendError<SourceEvent>> {
+        let source = "dcgm";
         let now = SystemTime::now();
         let skip_diag = !self.diag_while_busy && {
             let (busy, lib) = (self.busy, self.nvml_library.clone());
@@ -263,47 +325,26 @@ impl DcgmSource {
         match diag {
             None => {}
             Some(Ok(failures)) => {
-                tx.send(SourceEvent::Up {
-                    source: "dcgm",
-                    up: true,
-                })
-                .await?;
-                for f in failures {
-                    tx.send(SourceEvent::Fault {
-                        fault: f.to_fault(),
-                        at: now,
-                        timed: false,
-                    })
-                    .await?;
-                }
+                tx.send(SourceEvent::Up { source }).await?;
+                send_faults(tx, failures.iter().map(|f| f.to_fault()).collect(), now).await?;
             }
             Some(Err(DcgmError::Cmd(CmdError::Missing { binary }))) => {
-                tracing::info!(%binary, "dcgmi not found; DCGM source off");
-                tx.send(SourceEvent::Up {
-                    source: "dcgm",
-                    up: false,
-                })
-                .await?;
-                return Ok(false);
+                return Ok(Some(missing("dcgmi", &binary)));
             }
             Some(Err(e @ (DcgmError::Json { .. } | DcgmError::Shape))) => {
                 tracing::warn!(error = %e, "dcgmi diag output not understood");
-                tx.send(SourceEvent::ParseErrors {
-                    source: "dcgm",
-                    n: 1,
-                })
-                .await?;
-                tx.send(SourceEvent::Up {
-                    source: "dcgm",
-                    up: false,
+                tx.send(SourceEvent::ParseErrors { source, n: 1 }).await?;
+                tx.send(SourceEvent::Failed {
+                    source,
+                    error: format!("dcgmi diag output not understood: {e}"),
                 })
                 .await?;
             }
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "dcgmi diag failed");
-                tx.send(SourceEvent::Up {
-                    source: "dcgm",
-                    up: false,
+                tx.send(SourceEvent::Failed {
+                    source,
+                    error: format!("dcgmi diag failed: {e}"),
                 })
                 .await?;
             }
@@ -311,39 +352,20 @@ impl DcgmSource {
         if self.health {
             match dcgm::run_health(&self.binary, self.timeout).await {
                 Ok(failures) => {
-                    for f in failures {
-                        tx.send(SourceEvent::Fault {
-                            fault: f.to_fault(),
-                            at: now,
-                            timed: false,
-                        })
-                        .await?;
-                    }
+                    send_faults(tx, failures.iter().map(|f| f.to_fault()).collect(), now).await?;
                 }
                 Err(DcgmError::Cmd(CmdError::Missing { binary })) if skip_diag => {
-                    tracing::info!(%binary, "dcgmi not found; DCGM source off");
-                    tx.send(SourceEvent::Up {
-                        source: "dcgm",
-                        up: false,
-                    })
-                    .await?;
-                    return Ok(false);
+                    return Ok(Some(missing("dcgmi", &binary)));
                 }
                 Err(e) => tracing::debug!(error = %e, "dcgmi health gave nothing usable"),
             }
         }
-        Ok(true)
+        Ok(None)
     }
 
     /// Poll every interval until `dcgmi` is found missing or the receiver is gone.
-    pub async fn run(self, tx: Sender<SourceEvent>) {
-        loop {
-            match self.poll(&tx).await {
-                Ok(true) => {}
-                Ok(false) | Err(_) => return,
-            }
-            tokio::time::sleep(self.interval).await;
-        }
+    pub async fn run(self, tx: Sender<SourceEvent>) -> SourceExit {
+        poll_every(self.interval, || self.poll(&tx)).await
     }
 }
 
@@ -359,59 +381,39 @@ pub struct NpuSmiSource {
 }
 
 impl NpuSmiSource {
-    /// Run once; `Ok(false)` when `npu-smi` is missing (source disabled).
-    pub async fn poll(
+    /// Run once: `None` to go on, or how the source ends (`npu-smi`
+    /// missing, the receiver gone). A failed run is `Failed`.
+    pub async fn poll(&self, tx: &Sender<SourceEvent>) -> Option<SourceExit> {
+        round_end(self.round(tx).await)
+    }
+
+    async fn round(
         &self,
         tx: &Sender<SourceEvent>,
-    ) -> Result<bool, tokio::sync::mpsc::error::SendError<SourceEvent>> {
+    ) -> Result<Option<SourceExit>, tokio::sync::mpsc::error::SendError<SourceEvent>> {
+        let source = "npusmi";
         let now = SystemTime::now();
         match npusmi::collect(&self.binary, self.timeout).await {
             Ok(faults) => {
-                tx.send(SourceEvent::Up {
-                    source: "npusmi",
-                    up: true,
-                })
-                .await?;
-                for fault in faults {
-                    tx.send(SourceEvent::Fault {
-                        fault,
-                        at: now,
-                        timed: false,
-                    })
-                    .await?;
-                }
-                Ok(true)
+                tx.send(SourceEvent::Up { source }).await?;
+                send_faults(tx, faults, now).await?;
             }
-            Err(CmdError::Missing { binary }) => {
-                tracing::info!(%binary, "npu-smi not found; npu-smi source off");
-                tx.send(SourceEvent::Up {
-                    source: "npusmi",
-                    up: false,
-                })
-                .await?;
-                Ok(false)
-            }
+            Err(CmdError::Missing { binary }) => return Ok(Some(missing("npu-smi", &binary))),
             Err(e) => {
                 tracing::warn!(error = %e, "npu-smi failed");
-                tx.send(SourceEvent::Up {
-                    source: "npusmi",
-                    up: false,
+                tx.send(SourceEvent::Failed {
+                    source,
+                    error: format!("npu-smi failed: {e}"),
                 })
                 .await?;
-                Ok(true)
             }
         }
+        Ok(None)
     }
 
     /// Poll every interval until `npu-smi` is found missing or the receiver is gone.
-    pub async fn run(self, tx: Sender<SourceEvent>) {
-        loop {
-            match self.poll(&tx).await {
-                Ok(true) => {}
-                Ok(false) | Err(_) => return,
-            }
-            tokio::time::sleep(self.interval).await;
-        }
+    pub async fn run(self, tx: Sender<SourceEvent>) -> SourceExit {
+        poll_every(self.interval, || self.poll(&tx)).await
     }
 }
 
@@ -429,13 +431,15 @@ pub struct DcgmExporterSource {
 impl DcgmExporterSource {
     /// Scrape once and send what it shows. `up` is what the last scrape
     /// said: a failure is logged as a warning only when the source goes
-    /// down (one line for an exporter that is not there, not one a scrape).
+    /// down (one line for an exporter that is not there, not one a scrape);
+    /// each failed scrape is `Failed` (the exporter was asked for by URL, so
+    /// an exporter that does not answer is failing, not absent).
     pub async fn poll(
         &self,
         state: &mut ExporterState,
         up: &mut Option<bool>,
         tx: &Sender<SourceEvent>,
-    ) -> Result<(), tokio::sync::mpsc::error::SendError<SourceEvent>> {
+    ) -> Sent {
         let source = "dcgm_exporter";
         match dcgm_exporter::scrape(&self.url, self.timeout).await {
             Ok(text) => {
@@ -443,21 +447,13 @@ impl DcgmExporterSource {
                     tracing::info!(url = %self.url, "reading DCGM health from dcgm-exporter");
                 }
                 *up = Some(true);
-                tx.send(SourceEvent::Up { source, up: true }).await?;
+                tx.send(SourceEvent::Up { source }).await?;
                 let (samples, errors) = dcgm_exporter::parse_exposition(&text);
                 if errors > 0 {
                     tx.send(SourceEvent::ParseErrors { source, n: errors })
                         .await?;
                 }
-                let at = SystemTime::now();
-                for fault in state.faults(&samples) {
-                    tx.send(SourceEvent::Fault {
-                        fault,
-                        at,
-                        timed: false,
-                    })
-                    .await?;
-                }
+                send_faults(tx, state.faults(&samples), SystemTime::now()).await?;
             }
             Err(e) => {
                 if *up != Some(false) {
@@ -466,7 +462,11 @@ impl DcgmExporterSource {
                     tracing::debug!(url = %self.url, error = %e, "dcgm-exporter still not reachable");
                 }
                 *up = Some(false);
-                tx.send(SourceEvent::Up { source, up: false }).await?;
+                tx.send(SourceEvent::Failed {
+                    source,
+                    error: format!("scraping {}: {e}", self.url),
+                })
+                .await?;
             }
         }
         Ok(())
@@ -475,12 +475,13 @@ impl DcgmExporterSource {
     /// Scrape every interval until the receiver is gone. An exporter that
     /// is missing may come later (it starts after the agent on a new node),
     /// so the source keeps trying.
-    pub async fn run(self, tx: Sender<SourceEvent>) {
+    pub async fn run(self, tx: Sender<SourceEvent>) -> SourceExit {
         let mut state = ExporterState::default();
         let mut up = None;
         while self.poll(&mut state, &mut up, &tx).await.is_ok() {
             tokio::time::sleep(self.interval).await;
         }
+        SourceExit::ReceiverGone
     }
 }
 

@@ -62,6 +62,32 @@ pub mod reasons {
     ];
 }
 
+/// The Event a job decision that skipped writes on the job (docs/events.md,
+/// "Skipped restarts"): the reason and whether it is a Warning. `None` for
+/// skips that concern no restart the job could have had (its level, no
+/// policy, another tenant's fault) and for the node's own skips (the
+/// breaker writes `BreakerOpen` on the node).
+pub fn skip_event(skip: &crate::policy::Skip) -> Option<(&'static str, bool)> {
+    use crate::policy::Skip;
+    match skip {
+        Skip::GateFalse
+        | Skip::ActionNone
+        | Skip::RestartPolicyNever
+        | Skip::Cooldown { .. }
+        | Skip::WaitingForPodRestart { .. }
+        | Skip::DryRun => Some((reasons::RESTART_SKIPPED, false)),
+        Skip::RetryLimit { .. } => Some((reasons::RESTART_SKIPPED, true)),
+        Skip::GateError { .. } | Skip::CooldownError { .. } => Some((reasons::CEL_ERROR, true)),
+        Skip::BudgetExhausted { .. } => Some((reasons::RESTART_BUDGET_EXHAUSTED, true)),
+        Skip::LevelIgnore
+        | Skip::NoPolicy
+        | Skip::Untrusted
+        | Skip::BreakerOpen { .. }
+        | Skip::NodeActionsDisabled
+        | Skip::AlreadyApplied => None,
+    }
+}
+
 /// The API server rejects an Event note over 1 KiB.
 const MAX_NOTE: usize = 1024;
 

@@ -16,7 +16,7 @@ mod node;
 mod restart;
 
 pub use error::RecoverError;
-pub use events::{Events, Notice, reasons};
+pub use events::{Events, Notice, reasons, skip_event};
 pub use history::{
     HISTORY_LEN, LAST_RESTART_ANNOTATION, RESTART_COUNT_ANNOTATION, RESTART_HISTORY_ANNOTATION,
     ROOT_CAUSE_ANNOTATION, RecordOutcome, RecordWrite, read_history, record_restart,

@@ -39,6 +39,12 @@ pub struct RestartRecord {
     /// for as many.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<u32>,
+    /// The fault occurrence this restart was for (its identity, 32 hex
+    /// digits): a later term, another replica or a controller restarted
+    /// in between recognises it as handled from the job itself, whatever
+    /// the times' resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurrence: Option<String>,
 }
 
 /// A job as the decision sees it.

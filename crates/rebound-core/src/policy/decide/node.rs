@@ -35,7 +35,7 @@ pub fn decide_node(
         d.skip = Some(s);
     };
     if !c.fault.trusted {
-        skip(&mut d, Skip::Untrusted, "the fault came through a channel a tenant can write (an Event outside the root namespace); only Node conditions, device-plugin ConfigMaps and root-namespace Events may act on nodes".into());
+        skip(&mut d, Skip::Untrusted, "the fault came through a channel a tenant can write (an Event outside kube-system and the root namespace, a pod's exit); only Node conditions, device-plugin ConfigMaps and root-namespace Events may act on nodes".into());
         return d;
     }
     if !cfg.cordon {

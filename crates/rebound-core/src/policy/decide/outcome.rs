@@ -69,6 +69,31 @@ pub enum Skip {
 }
 
 impl Skip {
+    /// Every [`Skip::name`], in declaration order (metric label values
+    /// known in advance; a test checks it against `name`).
+    pub const NAMES: [&'static str; 16] = [
+        "LevelIgnore",
+        "NoPolicy",
+        "GateFalse",
+        "GateError",
+        "ActionNone",
+        "RestartPolicyNever",
+        "Cooldown",
+        "CooldownError",
+        "BudgetExhausted",
+        "WaitingForPodRestart",
+        "DryRun",
+        "BreakerOpen",
+        "Untrusted",
+        "NodeActionsDisabled",
+        "AlreadyApplied",
+        "RetryLimit",
+    ];
+
+    /// Skips of a node's decision only, never of a job's.
+    pub const NODE_ONLY: [&'static str; 3] =
+        ["BreakerOpen", "NodeActionsDisabled", "AlreadyApplied"];
+
     /// The stable CamelCase name (Event reasons, metric labels).
     pub fn name(&self) -> &'static str {
         match self {

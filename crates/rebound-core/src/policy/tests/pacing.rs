@@ -16,6 +16,7 @@ fn cooldown_by_plain_duration() {
     let c = classified(Level::RestartJob, false);
     let d = decide_job(
         &c,
+        None,
         &job("team-a", &[], vec![ago(60, false)]),
         &s,
         false,
@@ -29,6 +30,7 @@ fn cooldown_by_plain_duration() {
     );
     let d = decide_job(
         &c,
+        None,
         &job("team-a", &[], vec![ago(301, false)]),
         &s,
         false,
@@ -51,6 +53,7 @@ fn cooldown_by_cel_grows_with_restarts() {
     // Two restarts, last 60s ago: 30s cooldown has passed.
     let d = decide_job(
         &c,
+        None,
         &job("team-a", &[], vec![ago(3000, false), ago(60, false)]),
         &s,
         false,
@@ -59,7 +62,7 @@ fn cooldown_by_cel_grows_with_restarts() {
     assert!(d.acts(), "{d:?}");
     // Three restarts: 5m cooldown holds.
     let h = vec![ago(4000, false), ago(3000, false), ago(60, false)];
-    let d = decide_job(&c, &job("team-a", &[], h), &s, false, now());
+    let d = decide_job(&c, None, &job("team-a", &[], h), &s, false, now());
     assert!(matches!(d.skip, Some(Skip::Cooldown { .. })), "{d:?}");
 }
 
@@ -78,6 +81,7 @@ fn budget_counts_job_faults_but_not_hardware_by_default() {
     let h = vec![ago(600, false), ago(300, false)];
     let d = decide_job(
         &classified(Level::RestartJob, false),
+        None,
         &job("team-a", &[], h.clone()),
         &s,
         false,
@@ -87,6 +91,7 @@ fn budget_counts_job_faults_but_not_hardware_by_default() {
     // A hardware fault is free of the budget.
     let d = decide_job(
         &classified(Level::Separate, true),
+        None,
         &job("team-a", &[], h),
         &s,
         false,
@@ -96,6 +101,7 @@ fn budget_counts_job_faults_but_not_hardware_by_default() {
     // Past hardware restarts do not use the budget either.
     let d = decide_job(
         &classified(Level::RestartJob, false),
+        None,
         &job("team-a", &[], vec![ago(600, true), ago(300, true)]),
         &s,
         false,
@@ -106,6 +112,7 @@ fn budget_counts_job_faults_but_not_hardware_by_default() {
     let s = set(&[policy("team-a", "p", spec(true))]);
     let d = decide_job(
         &classified(Level::Separate, true),
+        None,
         &job("team-a", &[], vec![ago(600, true), ago(300, true)]),
         &s,
         false,
@@ -116,6 +123,7 @@ fn budget_counts_job_faults_but_not_hardware_by_default() {
     let s = set(&[policy("team-a", "p", spec(false))]);
     let d = decide_job(
         &classified(Level::RestartJob, false),
+        None,
         &job("team-a", &[], vec![ago(7200, false), ago(4000, false)]),
         &s,
         false,
@@ -139,7 +147,7 @@ fn graded_pod_first_then_job() {
         },
     )]);
     let c = classified(Level::RestartJob, false);
-    let d = decide_job(&c, &job("team-a", &[], vec![]), &s, false, now());
+    let d = decide_job(&c, None, &job("team-a", &[], vec![]), &s, false, now());
     assert_eq!(
         d.action,
         Some(JobAction::RestartPod {
@@ -155,6 +163,7 @@ fn graded_pod_first_then_job() {
     };
     let d = decide_job(
         &c,
+        None,
         &job("team-a", &[], vec![pod_restart.clone()]),
         &s,
         false,
@@ -171,7 +180,7 @@ fn graded_pod_first_then_job() {
         at: now() - chrono::Duration::seconds(150),
         ..pod_restart
     };
-    let d = decide_job(&c, &job("team-a", &[], vec![old]), &s, false, now());
+    let d = decide_job(&c, None, &job("team-a", &[], vec![old]), &s, false, now());
     assert_eq!(
         d.action,
         Some(JobAction::RestartJob {

@@ -79,6 +79,7 @@ fn an_exponential_expression_is_refused_as_too_expensive_and_not_used() {
         assert!(s.invalid("team-a", "expensive").is_some());
         let d = decide_job(
             &classified(Level::RestartJob, false),
+            None,
             &job("team-a", &[], vec![]),
             &s,
             false,
@@ -107,6 +108,7 @@ fn invalid_cel_is_a_clear_error_and_the_policy_is_not_used() {
     assert!(s.invalid("team-a", "bad").is_some());
     let d = decide_job(
         &classified(Level::RestartJob, false),
+        None,
         &job("team-a", &[], vec![]),
         &s,
         false,

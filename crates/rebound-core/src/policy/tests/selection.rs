@@ -16,7 +16,7 @@ fn root_default_applies_until_the_namespace_has_its_own() {
     let s = set(std::slice::from_ref(&root));
     let mut c = classified(Level::RestartJob, false);
     c.fault.namespace = Some("team-b".into());
-    let d = decide_job(&c, &job("team-b", &[], vec![]), &s, false, now());
+    let d = decide_job(&c, None, &job("team-b", &[], vec![]), &s, false, now());
     assert_eq!(d.policy.as_deref(), Some("rebound-system/default"));
     let local = policy(
         "team-b",
@@ -27,7 +27,7 @@ fn root_default_applies_until_the_namespace_has_its_own() {
         },
     );
     let s = set(&[root, local]);
-    let d = decide_job(&c, &job("team-b", &[], vec![]), &s, false, now());
+    let d = decide_job(&c, None, &job("team-b", &[], vec![]), &s, false, now());
     assert_eq!(d.policy.as_deref(), Some("team-b/own"));
     assert_eq!(d.skip, Some(Skip::DryRun));
     assert_eq!(
@@ -53,6 +53,7 @@ fn most_specific_selector_wins_and_ties_go_by_name() {
     let s = set(&[broad, specific, twin]);
     let d = decide_job(
         &classified(Level::RestartJob, false),
+        None,
         &job(
             "team-a",
             &[("kcover.io/cascading-recovery", "true")],
@@ -69,6 +70,7 @@ fn most_specific_selector_wins_and_ties_go_by_name() {
     // Without the label only the broad one matches.
     let d = decide_job(
         &classified(Level::RestartJob, false),
+        None,
         &job("team-a", &[], vec![]),
         &s,
         false,
@@ -89,10 +91,28 @@ fn opt_in_label_on_the_pod_is_enough() {
     j.kind = Some(WorkloadKind::VolcanoJob);
     j.pod_labels
         .insert("kcover.io/cascading-recovery".into(), "true".into());
-    assert!(decide_job(&classified(Level::RestartJob, false), &j, &s, false, now()).acts());
+    assert!(
+        decide_job(
+            &classified(Level::RestartJob, false),
+            None,
+            &j,
+            &s,
+            false,
+            now()
+        )
+        .acts()
+    );
     j.kind = Some(WorkloadKind::PyTorchJob);
     assert_eq!(
-        decide_job(&classified(Level::RestartJob, false), &j, &s, false, now()).skip,
+        decide_job(
+            &classified(Level::RestartJob, false),
+            None,
+            &j,
+            &s,
+            false,
+            now()
+        )
+        .skip,
         Some(Skip::NoPolicy)
     );
 }
@@ -102,7 +122,7 @@ fn tenant_event_cannot_restart_another_tenants_job() {
     let s = set(&[policy("team-b", "p", RecoveryPolicySpec::default())]);
     let c = classified(Level::RestartJob, false); // from team-a, untrusted
     assert_eq!(
-        decide_job(&c, &job("team-b", &[], vec![]), &s, false, now()).skip,
+        decide_job(&c, None, &job("team-b", &[], vec![]), &s, false, now()).skip,
         Some(Skip::Untrusted)
     );
 }

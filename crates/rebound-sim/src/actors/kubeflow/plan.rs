@@ -111,6 +111,9 @@ pub(crate) fn make_pod(
     if !pod_spec.is_object() {
         pod_spec = json!({});
     }
+    if kind == KubeflowKind::PyTorchJob {
+        pytorch_defaults(&mut pod_spec, job, &rt, &name);
+    }
     pod_spec["restartPolicy"] = json!(if policy == "ExitCode" {
         "Never"
     } else {
@@ -131,6 +134,53 @@ pub(crate) fn make_pod(
         meta["annotations"] = json!(a);
     }
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec})
+}
+
+/// The port training-operator v1.9 gives the `pytorch` container when it
+/// names none (`pytorchjob-port`, `PyTorchJobDefaultPort`).
+pub(crate) const PYTORCH_PORT: i64 = 23456;
+
+/// What training-operator v1.9 adds to a PyTorchJob's pods
+/// (pkg/apis/kubeflow.org/v1/pytorch_defaults.go, pkg/controller.v1/
+/// pytorch/initcontainer.go): the `pytorch` container's port
+/// `pytorchjob-port` 23456 unless it has one of that name, and, when the
+/// job has a Master, each worker an init container `init-pytorch` after
+/// the template's own, waiting for the master's name with `nslookup`
+/// (`alpine:3.10`, 50m/10Mi). In place, a pod runs its init containers
+/// again, this one included.
+fn pytorch_defaults(pod_spec: &mut Value, job: &DynamicObject, rtype: &str, name: &str) {
+    if let Some(c) = pod_spec["containers"]
+        .as_array_mut()
+        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == "pytorch"))
+    {
+        let named = c["ports"]
+            .as_array()
+            .is_some_and(|ps| ps.iter().any(|p| p["name"] == "pytorchjob-port"));
+        if !named {
+            let ports = c["ports"].as_array().cloned().unwrap_or_default();
+            let mut ports = ports;
+            ports.push(json!({"name": "pytorchjob-port", "containerPort": PYTORCH_PORT}));
+            c["ports"] = json!(ports);
+        }
+    }
+    let has_master = job.data["spec"]["pytorchReplicaSpecs"]["Master"].is_object();
+    if has_master && rtype == "worker" {
+        let master = format!("{name}-master-0");
+        let init = json!({
+            "name": "init-pytorch",
+            "image": "alpine:3.10",
+            "imagePullPolicy": "IfNotPresent",
+            "resources": {"limits": {"cpu": "100m", "memory": "20Mi"},
+                          "requests": {"cpu": "50m", "memory": "10Mi"}},
+            "command": ["sh", "-c", format!("err=1;for i in $(seq 100); do if nslookup {master}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err")],
+        });
+        let mut inits = pod_spec["initContainers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        inits.push(init);
+        pod_spec["initContainers"] = json!(inits);
+    }
 }
 
 /// Decides creates, deletes and the new status of one job from its pods.

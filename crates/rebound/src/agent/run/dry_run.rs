@@ -12,6 +12,7 @@ use super::super::args::AgentArgs;
 use super::super::fault::{Accelerator, SourceEvent};
 use super::super::sources::KmsgSource;
 use super::super::state::{DesiredCondition, FoldConfig, FoldState};
+use super::super::supervise::SourceExit;
 use super::{CHANNEL_CAPACITY, dcgm_source, device_map, exporter_source, npu_source};
 use crate::fault::wire::WireFault;
 
@@ -86,10 +87,14 @@ pub fn fold_report(
                 state.observe_as(fault.clone(), *at, now, *timed);
             }
             SourceEvent::ParseErrors { n, .. } => parse_errors += n,
-            SourceEvent::Up { source, up } => {
-                sources.insert(*source, *up);
+            SourceEvent::Up { source } => {
+                sources.insert(*source, true);
+            }
+            SourceEvent::Unavailable { source, .. } | SourceEvent::Failed { source, .. } => {
+                sources.insert(*source, false);
             }
             SourceEvent::Found { detail, .. } => found.push(detail.clone()),
+            SourceEvent::Error { .. } | SourceEvent::Restarted { .. } => {}
         }
     }
     let mut faults = Vec::new();
@@ -134,16 +139,21 @@ pub async fn collect_once(args: &AgentArgs) -> anyhow::Result<Vec<SourceEvent>> 
             map,
             poll: Duration::from_secs(1),
         };
-        let tx = tx.clone();
-        tokio::task::spawn_blocking(move || src.run_blocking(&tx))
+        let sender = tx.clone();
+        let exit = tokio::task::spawn_blocking(move || src.run_blocking(&sender))
             .await
             .context("kernel-log reader")?;
+        report_end(&tx, "kmsg", exit).await;
     }
-    if args.dcgm {
-        let _ = dcgm_source(args).poll(&tx).await;
+    if args.dcgm
+        && let Some(exit) = dcgm_source(args).poll(&tx).await
+    {
+        report_end(&tx, "dcgm", exit).await;
     }
-    if args.npu_smi {
-        let _ = npu_source(args).poll(&tx).await;
+    if args.npu_smi
+        && let Some(exit) = npu_source(args).poll(&tx).await
+    {
+        report_end(&tx, "npusmi", exit).await;
     }
     if let Some(src) = exporter_source(args) {
         // One scrape: no earlier XID to compare with, so only the standing
@@ -151,14 +161,31 @@ pub async fn collect_once(args: &AgentArgs) -> anyhow::Result<Vec<SourceEvent>> 
         let _ = src.poll(&mut Default::default(), &mut None, &tx).await;
     }
     if args.nvml {
-        let tx = tx.clone();
+        let sender = tx.clone();
         let library = args.nvml_library.clone();
-        tokio::task::spawn_blocking(move || super::super::nvml::poll_once(&tx, library.as_deref()))
-            .await
-            .context("NVML reader")?;
+        let exit = tokio::task::spawn_blocking(move || {
+            super::super::nvml::poll_once(&sender, library.as_deref())
+        })
+        .await
+        .context("NVML reader")?;
+        report_end(&tx, "nvml", exit).await;
     }
     drop(tx);
     collector.await.context("collecting source events")
+}
+
+/// Say how a source's one read ended: a warning and its state (the
+/// supervisor's job in the long-running agent).
+async fn report_end(tx: &mpsc::Sender<SourceEvent>, source: &'static str, exit: SourceExit) {
+    match &exit {
+        SourceExit::Unavailable(why) => tracing::warn!(source, why = %why, "source not available"),
+        SourceExit::Failed(error) => tracing::warn!(source, error = %error, "source failed"),
+        SourceExit::Done | SourceExit::ReceiverGone => {}
+    }
+    if let Some(ev) = exit.event(source) {
+        // The collector outlives every sender; nothing to do if it did not.
+        let _ = tx.send(ev).await;
+    }
 }
 
 /// `--once --dry-run`: the faults and conditions that would be reported.

@@ -28,13 +28,15 @@ pub fn handled_before(fault_time: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 impl Core {
-    /// The CEL `node` variable for a fault's node.
+    /// The CEL `node` variable for a fault's node: its current fault level
+    /// (its highest trusted fault, docs/cel.md), not the level rebound
+    /// cordoned it at (none for a node it did not cordon).
     pub(super) fn node_view(&self, node: Option<&str>) -> Option<NodeView> {
         let n = self.store.nodes.get(node?)?;
         Some(NodeView {
             name: n.name.clone(),
             labels: n.labels.clone(),
-            level: n.cordoned_by,
+            level: self.nodes.level(&n.name),
             faults: self
                 .store
                 .node_faults(&n.name)
@@ -56,6 +58,11 @@ impl Core {
             if !h.iter().any(|x| x.at == r.at) {
                 h.push(r.clone());
             }
+        }
+        // A restart recorded at once with its delete, whose delete never
+        // went through ([`Core::requeue_cause`]), did not happen.
+        if let Some(unmade) = self.unmade.get(key) {
+            h.retain(|r| !unmade.contains(&r.at));
         }
         h.sort_by_key(|r| r.at);
         h
@@ -139,6 +146,9 @@ impl Core {
             self.nodes.raise_level(n, c.level);
         }
         let when = occ.fault.last_seen;
+        // Trust first, before anything acts (absorb included): a tenant's
+        // fault concerns that tenant's own jobs and no one else's.
+        let domain = occ.fault.domain();
         let refs: Vec<JobRef> = match &occ.scope {
             Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
             Scope::Node | Scope::NodeEvent => occ
@@ -147,17 +157,14 @@ impl Core {
                 .as_deref()
                 .map(|n| self.store.jobs_on_node(n, Some(when.timestamp())))
                 .unwrap_or_default(),
-        };
+        }
+        .into_iter()
+        .filter(|r| domain.may_touch(&r.namespace))
+        .collect();
         let mut fates: Vec<Fate> = Vec::new();
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {
             let key = job_key(&r);
-            // Restarted for this very occurrence already (another job
-            // concerned by it was held, so it is decided again).
-            if self.acted_for.get(&id).is_some_and(|s| s.contains(&key)) {
-                fates.push(Fate::Handled);
-                continue;
-            }
             if let Some(r) = self.recoveries.get_mut(&key) {
                 // Restarting every process, and none started again yet:
                 // this restart covers a software fault seen now.
@@ -173,11 +180,16 @@ impl Core {
                 continue;
             }
             let input = self.job_input(&r, &occ.fault);
-            let handled = input
-                .history
-                .iter()
-                .rfind(|h| !h.pod_only)
-                .is_some_and(|h| h.at >= handled_before(when));
+            // Restarted for this very occurrence already (by this term,
+            // an earlier one or another replica: the job's record names
+            // it), or by a restart surely after it.
+            let by_id = super::jobs::occurrence_key(id);
+            let handled = input.history.iter().any(|h| h.occurrence == by_id)
+                || input
+                    .history
+                    .iter()
+                    .rfind(|h| !h.pod_only)
+                    .is_some_and(|h| h.at >= handled_before(when));
             if handled {
                 fates.push(Fate::Handled);
                 continue;
@@ -185,7 +197,10 @@ impl Core {
             inputs.push((r, input));
         }
         let jobs: Vec<JobInput> = inputs.iter().map(|(_, i)| i.clone()).collect();
-        let decision = self.engine.decide_classified(c, None, &jobs, now.wall);
+        // The policies' `node` is the node as classified, with this fault.
+        let decision = self
+            .engine
+            .decide_classified(c, None, view.as_ref(), &jobs, now.wall);
         self.metrics
             .faults
             .get_or_create(&crate::metrics::FaultLabels {
@@ -219,7 +234,9 @@ impl Core {
     /// two. A node fault under an in-place restart turns it into a
     /// replacement of the pods on that node.
     fn absorb(&mut self, key: &JobKey, fault: &Fault, level: Level, now: Now) {
-        if !level.cordons_node() {
+        // Only a trusted fault moves pods off a node: a tenant's Event
+        // naming a node at a cordoning level changes nobody's recovery.
+        if !fault.trusted || !level.cordons_node() {
             return;
         }
         let Some(node) = fault.node.as_deref() else {
@@ -370,7 +387,6 @@ impl Core {
         if jref.uid.is_none() {
             jref.uid = self.store.jobs.get(&key).and_then(|i| i.uid.clone());
         }
-        let acted_key = key.clone();
         let generation = self.start_recovery(
             key,
             jref,
@@ -382,59 +398,42 @@ impl Core {
             occ.received,
             now,
         );
-        self.acted_for.entry(id).or_default().insert(acted_key);
         Fate::Acted { generation }
     }
 
     /// A decision that does not act: held for its cooldown, or recorded
-    /// with its reason (an Event where people should hear of it).
+    /// with its reason, in the Event docs/events.md gives it (once per job
+    /// and reason an episode, [`SkipNotices`](super::skip_notices)).
     fn skipped(&mut self, job: &JobRef, skip: &Skip, why: &str, now: Now) -> Fate {
+        if let Skip::BudgetExhausted { .. } = skip {
+            self.effect(EffectKind::MarkBudgetExhausted { job: job.clone() }, None);
+        }
+        if let Some((reason, warning)) = crate::recover::skip_event(skip) {
+            let key = job_key(job);
+            let last_restart = self.history(&key).last().map(|r| r.at);
+            if self
+                .skip_notices
+                .should_say(&key, skip.name(), last_restart, now.wall)
+            {
+                let note = format!("{}: {why}", skip.name());
+                let notice = if warning {
+                    Notice::warning(reason, "Restart", note)
+                } else {
+                    Notice::normal(reason, "Restart", note)
+                };
+                self.job_event(job, notice);
+            }
+        }
         match skip {
             Skip::Cooldown { remaining_secs } | Skip::WaitingForPodRestart { remaining_secs } => {
                 let until = now
                     .wall
                     .checked_add_signed(chrono::Duration::seconds(*remaining_secs as i64))
                     .unwrap_or(now.wall);
-                return Fate::Pending { until: Some(until) };
+                Fate::Pending { until: Some(until) }
             }
-            Skip::BudgetExhausted { .. } => {
-                self.effect(EffectKind::MarkBudgetExhausted { job: job.clone() }, None);
-                self.job_event(
-                    job,
-                    Notice::warning(
-                        reasons::RESTART_BUDGET_EXHAUSTED,
-                        "Restart",
-                        format!("{}: {why}", skip.name()),
-                    ),
-                );
-            }
-            Skip::GateError { .. } | Skip::CooldownError { .. } => self.job_event(
-                job,
-                Notice::warning(
-                    reasons::CEL_ERROR,
-                    "Restart",
-                    format!("{}: {why}", skip.name()),
-                ),
-            ),
-            Skip::RetryLimit { .. } => self.job_event(
-                job,
-                Notice::warning(
-                    reasons::RESTART_SKIPPED,
-                    "Restart",
-                    format!("{}: {why}", skip.name()),
-                ),
-            ),
-            Skip::DryRun | Skip::RestartPolicyNever => self.job_event(
-                job,
-                Notice::normal(
-                    reasons::RESTART_SKIPPED,
-                    "Restart",
-                    format!("{}: {why}", skip.name()),
-                ),
-            ),
-            _ => {}
+            _ => Fate::Skipped(skip.name()),
         }
-        Fate::Skipped(skip.name())
     }
 
     /// The pod to look at first: one on a node that carries a fault, else

@@ -215,7 +215,7 @@ impl Core {
         let ids: Vec<occurrence::OccurrenceId> = self
             .current
             .iter()
-            .filter(|(_, o)| matches!(o.scope, Scope::Node | Scope::NodeEvent))
+            .filter(|(_, o)| o.fault.trusted && matches!(o.scope, Scope::Node | Scope::NodeEvent))
             .map(|(id, _)| *id)
             .collect();
         for id in ids {

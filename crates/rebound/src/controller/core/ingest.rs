@@ -8,6 +8,7 @@ use super::input::{Change, PodSeen};
 use super::occurrence::{self, OccurrenceId};
 use super::store::{NodeInfo, Watched, job_key};
 use super::{Core, Now, Occurrence, Scope};
+use crate::classify::HistoryKey;
 use crate::fault::Fault;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -30,6 +31,7 @@ impl Core {
     /// and decided when the core acts; vanished ones are no longer pending.
     pub(super) fn set_carrier(&mut self, key: String, occs: Vec<Occurrence>, now: Now) {
         let new_ids: Vec<OccurrenceId> = occs.iter().map(|o| o.id).collect();
+        let clears = key.starts_with("node/") || key.starts_with("device/");
         let old = if new_ids.is_empty() {
             self.carriers.remove(&key).unwrap_or_default()
         } else {
@@ -37,14 +39,29 @@ impl Core {
                 .insert(key, new_ids.clone())
                 .unwrap_or_default()
         };
+        // A carrier that sends a clear signal (a Node's conditions, a
+        // device plugin's ConfigMap) no longer carrying a fault: its
+        // episode ends, unless the rewrite carries the same line on.
+        let mut ended: Vec<HistoryKey> = Vec::new();
         for id in old.iter().filter(|id| !new_ids.contains(id)) {
-            self.current.remove(id);
-            self.acted_for.remove(id);
+            if let Some(o) = self.current.remove(id)
+                && clears
+            {
+                ended.push(HistoryKey::of(&o.fault));
+            }
             if let Some(e) = self.ledger.get(*id)
                 && matches!(e.fate, occurrence::Fate::Pending { .. })
             {
                 self.ledger.forget(*id);
             }
+        }
+        let carried: HashSet<HistoryKey> = if ended.is_empty() {
+            HashSet::new()
+        } else {
+            occs.iter().map(|o| HistoryKey::of(&o.fault)).collect()
+        };
+        for k in ended.iter().filter(|k| !carried.contains(*k)) {
+            self.engine.classifier.end_episode(k);
         }
         for o in occs {
             let id = o.id;
@@ -55,7 +72,9 @@ impl Core {
                     .engine
                     .classifier
                     .classify(o.fault.clone(), view.as_ref(), now.wall);
-                if let Some(v) = &self.clusterd {
+                // The cluster fault view schedulers read is node state:
+                // trusted faults only.
+                if let Some(v) = self.clusterd.as_ref().filter(|_| c.fault.trusted) {
                     v.note_level(&c.fault, c.level);
                 }
             }

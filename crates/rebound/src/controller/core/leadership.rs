@@ -35,13 +35,15 @@ impl Core {
                 "leadership ended: dropping the recoveries of this term"
             );
         }
-        for (_, rec) in std::mem::take(&mut self.recoveries) {
+        for (key, rec) in std::mem::take(&mut self.recoveries) {
             if let Some(v) = &self.clusterd {
                 v.job_done(&rec.job);
             }
+            // A restart this term decided but never saw made is decided
+            // again by the next term, from the job's own records.
+            self.forget_unmade(&key, &rec);
         }
         self.releasing.clear();
-        self.acted_for.clear();
         self.inflight
             .retain(|_, (w, _)| matches!(w, Waiting::Status(..)));
         self.nodes.end_term();

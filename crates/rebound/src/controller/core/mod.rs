@@ -30,6 +30,7 @@ pub mod occurrence;
 pub mod plan;
 pub mod pods;
 pub mod restart_counts;
+mod skip_notices;
 pub mod status;
 pub mod store;
 mod tick;
@@ -128,11 +129,6 @@ pub struct Core {
     /// Occurrences whose carrier is present, and the carriers' occurrences.
     current: HashMap<OccurrenceId, Occurrence>,
     carriers: HashMap<String, Vec<OccurrenceId>>,
-    /// The jobs this term restarted for each current occurrence: when the
-    /// occurrence is decided again (another job it concerns was held for
-    /// its cooldown), these are handled, whatever the timestamps' second
-    /// resolution says.
-    acted_for: HashMap<OccurrenceId, BTreeSet<JobKey>>,
     /// Decisions waiting for a job object the watch has not shown yet.
     unseen: unseen_jobs::UnseenJobs,
     synced: HashSet<Watched>,
@@ -149,9 +145,14 @@ pub struct Core {
     /// Restart records this process wrote that the jobs' annotations do
     /// not show yet (and bare pods', which keep none), for cooldowns.
     recorded: HashMap<JobKey, Vec<crate::policy::RestartRecord>>,
+    /// Restarts recorded on a job (with their delete, at once) whose
+    /// delete never went through: by their `at`, not counted as restarts.
+    unmade: HashMap<JobKey, Vec<DateTime<Utc>>>,
     /// Generations this process wrote that the jobs do not show yet.
     written_gen: HashMap<JobKey, crate::inplace::Generation>,
     nodes: nodes::NodeBook,
+    /// Which jobs heard of which skip reason lately.
+    skip_notices: skip_notices::SkipNotices,
     hang: hang::HangBook,
     status: status::StatusBook,
     next_id: EffectId,
@@ -196,7 +197,6 @@ impl Core {
             ledger: Ledger::default(),
             current: HashMap::new(),
             carriers: HashMap::new(),
-            acted_for: HashMap::new(),
             unseen: unseen_jobs::UnseenJobs::default(),
             synced: HashSet::new(),
             kinds: None,
@@ -206,7 +206,9 @@ impl Core {
             releasing: HashMap::new(),
             recorded: HashMap::new(),
             written_gen: HashMap::new(),
+            unmade: HashMap::new(),
             nodes: nodes::NodeBook::default(),
+            skip_notices: skip_notices::SkipNotices::default(),
             hang: hang::HangBook::default(),
             status: status::StatusBook::default(),
             next_id: 1,

@@ -133,12 +133,12 @@ impl Core {
             (format!("node/{name}"), false),
             (format!("device/{name}"), false),
         ];
+        // Only trusted Events reach a node's state (an index, not a scan
+        // of every Event: a tenant's flood costs node reconcile nothing).
         keys.extend(
             self.store
-                .event_faults
-                .iter()
-                .filter(|(_, e)| e.fault.node.as_deref() == Some(name) && e.fault.pod.is_none())
-                .map(|(k, _)| (k.clone(), true)),
+                .trusted_node_events(name)
+                .map(|k| (k.to_string(), true)),
         );
         let faults: Vec<(crate::fault::Fault, bool)> = keys
             .iter()
@@ -148,6 +148,7 @@ impl Core {
                     .into_iter()
                     .flatten()
                     .filter_map(|id| self.current.get(id))
+                    .filter(|o| o.fault.trusted)
                     .map(move |o| (o.fault.clone(), *sticky))
             })
             .collect();
@@ -233,7 +234,7 @@ impl Core {
                 let received = self
                     .current
                     .values()
-                    .filter(|o| o.fault.node.as_deref() == Some(name))
+                    .filter(|o| o.fault.trusted && o.fault.node.as_deref() == Some(name))
                     .filter_map(|o| o.received)
                     .max();
                 self.effect_for(

@@ -8,6 +8,11 @@
 //! writes that time (`at=`) and its repeat count (`n=`) on every condition
 //! line and in every Event, so both channels name the same occurrences.
 //! The ledger remembers what became of each.
+//!
+//! The trust domain is part of the identity: a tenant who copies a
+//! trusted fault line (its `at=` included) into an Event of their own
+//! names another occurrence, which cannot replace, remove or absorb the
+//! trusted one (DESIGN.md §4, trust domains).
 
 use crate::fault::{Fault, FaultSource, Level};
 use chrono::{DateTime, Utc};
@@ -30,10 +35,11 @@ pub fn fingerprint<T: Hash>(parts: &T) -> OccurrenceId {
 }
 
 /// The identity of the `k`-th occurrence of a fault line (1-based):
-/// `(node, source, code, device, first time)` plus `k`.
+/// `(domain, node, source, code, device, first time)` plus `k`.
 pub fn line_occurrence(f: &Fault, k: u32) -> OccurrenceId {
     fingerprint(&(
         "line",
+        f.domain().key().as_ref(),
         f.node.as_deref().unwrap_or(""),
         f.source,
         f.code.as_str(),
@@ -267,6 +273,29 @@ mod tests {
         let mut other = xid(0, 1);
         other.device = Some("1".into());
         assert_ne!(line_occurrences(&other, t(5))[0].0, first[0].0);
+    }
+
+    #[test]
+    fn a_tenants_copy_of_a_trusted_line_is_another_occurrence() {
+        let mut real = xid(0, 1);
+        real.trusted = true;
+        let mut copy = real.clone();
+        copy.trusted = false;
+        copy.namespace = Some("evil".into());
+        let mut other = copy.clone();
+        other.namespace = Some("team-b".into());
+        let ids: std::collections::HashSet<OccurrenceId> = [&real, &copy, &other]
+            .iter()
+            .map(|f| line_occurrence(f, 1))
+            .collect();
+        assert_eq!(ids.len(), 3);
+        // The agent's Event in a trusted namespace names the condition's.
+        let mut trusted_event = real.clone();
+        trusted_event.namespace = Some("kube-system".into());
+        assert_eq!(
+            line_occurrence(&trusted_event, 1),
+            line_occurrence(&real, 1)
+        );
     }
 
     #[test]

@@ -151,6 +151,11 @@ pub struct Store {
     pub device_faults: HashMap<String, (Vec<Fault>, bool)>,
     /// Fault-carrying Events by `namespace/name`.
     pub event_faults: HashMap<String, EventFault>,
+    /// The trusted node-scope fault Events of each node (their keys in
+    /// `event_faults`): what node reconcile reads, never a tenant's.
+    pub node_events: HashMap<String, BTreeSet<String>>,
+    /// Fault Events tracked per tenant namespace (capped).
+    pub tenant_events: HashMap<String, usize>,
     pub relists: Relists,
     /// The `resourceVersion` of the last pod event the watch delivered (in
     /// the watch's own order, never compared: resource versions are
@@ -378,6 +383,59 @@ impl Store {
                     .unwrap_or(&[])
                     .iter(),
             )
+            .filter(|f| f.trusted)
+    }
+
+    /// File a fault Event under its node's trusted Events, if it is a
+    /// trusted node-scope fault; unfile what it was filed as before.
+    pub fn index_node_event(&mut self, key: &str, before: Option<&Fault>, now: Option<&Fault>) {
+        let node_of = |f: Option<&Fault>| {
+            f.filter(|f| f.trusted && f.pod.is_none())
+                .and_then(|f| f.node.clone())
+        };
+        if let Some(n) = node_of(before)
+            && let Some(keys) = self.node_events.get_mut(&n)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.node_events.remove(&n);
+            }
+        }
+        if let Some(n) = node_of(now) {
+            self.node_events
+                .entry(n)
+                .or_default()
+                .insert(key.to_string());
+        }
+    }
+
+    /// Count a tenant's fault Event in (`now`) or out (`before`).
+    pub fn count_tenant_event(&mut self, before: Option<&Fault>, now: Option<&Fault>) {
+        if let Some(ns) = before.and_then(|f| f.domain().tenant().map(str::to_string))
+            && let Some(n) = self.tenant_events.get_mut(&ns)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.tenant_events.remove(&ns);
+            }
+        }
+        if let Some(ns) = now.and_then(|f| f.domain().tenant().map(str::to_string)) {
+            *self.tenant_events.entry(ns).or_default() += 1;
+        }
+    }
+
+    /// Fault Events tracked for one tenant namespace.
+    pub fn tenant_events(&self, ns: &str) -> usize {
+        self.tenant_events.get(ns).copied().unwrap_or(0)
+    }
+
+    /// The keys of a node's trusted node-scope fault Events.
+    pub fn trusted_node_events(&self, node: &str) -> impl Iterator<Item = &str> {
+        self.node_events
+            .get(node)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
     }
 
     /// Whether a node carries any fault (conditions or device plugin).

@@ -24,6 +24,7 @@ impl Core {
                 now,
             );
         }
+        self.skip_notices.prune(now.wall);
         // Occurrences held for a cooldown whose time has come.
         if self.acting() {
             for id in self.ledger.due(now.wall) {

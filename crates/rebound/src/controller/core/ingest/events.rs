@@ -63,6 +63,20 @@ impl Core {
             }
             Some(Ok(f)) => f,
         };
+        // A tenant's Events are tracked up to a cap per namespace.
+        if let Some(ns) = f.domain().tenant()
+            && !self.store.event_faults.contains_key(&key)
+            && self.store.tenant_events(ns) >= crate::fault::event::MAX_TENANT_EVENTS
+        {
+            tracing::debug!(namespace = %ns, event = %ev.name_any(), "tenant's fault Events at their cap: not tracked");
+            self.metrics
+                .parse_errors
+                .get_or_create(&crate::metrics::KindLabels {
+                    kind: "TenantEventOverCap".into(),
+                })
+                .inc();
+            return;
+        }
         let seen = crate::fault::event::event_time(ev).unwrap_or(now.wall);
         let age = (now.wall - seen).to_std().unwrap_or_default();
         if age > self.cfg.fault_max_age {
@@ -86,6 +100,10 @@ impl Core {
             occurrence::materialized(count)
                 .map(|k| {
                     let mut g = f.clone();
+                    // The message once, on the newest count only.
+                    if k != count {
+                        g.message = None;
+                    }
                     g.count = k;
                     Occurrence {
                         id: occurrence::event_occurrence(&uid, k),
@@ -96,9 +114,18 @@ impl Core {
                 })
                 .collect()
         };
-        if let (Some(node), Scope::NodeEvent) = (&f.node, &scope) {
+        // Only a trusted Event reaches node state.
+        if let (Some(node), Scope::NodeEvent, true) = (&f.node, &scope, f.trusted) {
             self.dirty_nodes.insert(node.clone());
         }
+        let before = self.store.event_faults.get(&key).map(|e| e.fault.clone());
+        self.store.index_node_event(&key, before.as_ref(), Some(&f));
+        if let Some(b) = before.as_ref().filter(|b| b.trusted)
+            && let Some(n) = &b.node
+        {
+            self.dirty_nodes.insert(n.clone());
+        }
+        self.store.count_tenant_event(before.as_ref(), Some(&f));
         self.store.event_faults.insert(
             key.clone(),
             EventFault {
@@ -111,10 +138,14 @@ impl Core {
     }
 
     fn event_removed(&mut self, key: &str, now: Now) {
-        if let Some(e) = self.store.event_faults.remove(key)
-            && let Some(n) = e.fault.node
-        {
-            self.dirty_nodes.insert(n);
+        if let Some(e) = self.store.event_faults.remove(key) {
+            self.store.index_node_event(key, Some(&e.fault), None);
+            self.store.count_tenant_event(Some(&e.fault), None);
+            if e.fault.trusted
+                && let Some(n) = e.fault.node
+            {
+                self.dirty_nodes.insert(n);
+            }
         }
         self.set_carrier(key.to_string(), Vec::new(), now);
     }

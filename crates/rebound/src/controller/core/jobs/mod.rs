@@ -18,6 +18,8 @@ mod side_deletes;
 mod steps;
 mod tiers;
 
+pub use steps::occurrence_key;
+
 pub use release::Releasing;
 pub use side_deletes::SideDeletes;
 
@@ -170,6 +172,10 @@ impl Recovery {
 /// Retries of a failed request: 1 s doubling to 30 s, at most this many.
 pub(super) const MAX_ATTEMPTS: u32 = 12;
 
+/// How long the cause of a restart that was never made waits before it is
+/// decided again (after [`MAX_ATTEMPTS`] failed requests).
+pub const REQUEUE_AFTER: Duration = Duration::from_secs(60);
+
 pub(super) fn backoff(attempts: u32) -> chrono::Duration {
     chrono::Duration::seconds(1i64 << attempts.min(5)).min(chrono::Duration::seconds(30))
 }
@@ -269,6 +275,9 @@ impl Core {
                 rec.cause.fault.last_seen,
             );
         }
+        // Remembered from the decision on (the cooldown holds even if no
+        // record write ever succeeds).
+        self.remember_restart(&key, &rec);
         self.recoveries.insert(key.clone(), rec);
         self.advance(&key, now);
         generation

@@ -191,6 +191,7 @@ impl Core {
             .is_some_and(|old| old.uid.is_some() && info.uid.is_some() && old.uid != info.uid);
         if recreated {
             self.recorded.remove(key);
+            self.unmade.remove(key);
             self.written_gen.remove(key);
         }
         if let Some(r) = self.recorded.get_mut(key) {

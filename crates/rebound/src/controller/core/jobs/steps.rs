@@ -222,6 +222,7 @@ impl Core {
                 _ => None,
             },
             pods: u32::try_from(rec.expected).ok(),
+            occurrence: occurrence_key(rec.cause.occurrence),
         };
         let write = JobRecord {
             record,
@@ -358,9 +359,16 @@ impl Core {
             Outcome::Failed(why) => {
                 rec.attempts += 1;
                 if rec.attempts >= MAX_ATTEMPTS {
-                    let job = rec.job.clone();
+                    let rec = rec.clone();
+                    if !rec.made() && rec.cause.occurrence != 0 {
+                        // Nothing was restarted: the fault is not lost.
+                        // Its cause waits again and is decided anew after
+                        // a backoff (an API brownout, a run of 429s).
+                        self.requeue_cause(key, &rec, &why, now);
+                        return;
+                    }
                     self.job_event(
-                        &job,
+                        &rec.job,
                         Notice::warning(
                             reasons::RESTART_SKIPPED,
                             "Restart",
@@ -373,6 +381,41 @@ impl Core {
                     tracing::warn!(job = %rec.job.id(), attempt = rec.attempts, %why, "recovery step failed; retrying");
                 }
             }
+        }
+    }
+
+    /// A recovery whose restart was never made after [`MAX_ATTEMPTS`]:
+    /// its cause goes back to pending, decided again after
+    /// [`REQUEUE_AFTER`], with an Event and a metric.
+    fn requeue_cause(&mut self, key: &JobKey, rec: &Recovery, why: &str, now: Now) {
+        let until = later(now.wall, REQUEUE_AFTER);
+        tracing::warn!(job = %rec.job.id(), %why, %until, "restart failed {MAX_ATTEMPTS} times; its fault waits and is decided again");
+        self.metrics.decision("restart_job", "Requeued");
+        self.job_event(
+            &rec.job,
+            Notice::warning(
+                reasons::RESTART_SKIPPED,
+                "Restart",
+                format!(
+                    "restart failed {MAX_ATTEMPTS} times ({why}); the fault is decided again at {}",
+                    until.to_rfc3339()
+                ),
+            ),
+        );
+        self.finish(key, false, now);
+        self.forget_unmade(key, rec);
+        let unmade = self.unmade.entry(key.clone()).or_default();
+        unmade.push(rec.started);
+        if unmade.len() > crate::policy::KEPT_RESTARTS {
+            unmade.remove(0);
+        }
+        let id = rec.cause.occurrence;
+        if self.current.contains_key(&id) {
+            self.ledger.set(
+                id,
+                rec.cause.level,
+                super::super::occurrence::Fate::Pending { until: Some(until) },
+            );
         }
     }
 
@@ -462,17 +505,62 @@ impl Core {
             written.released = written.released.max(rec.generation);
         }
         if rec.append {
-            let r = self.recorded.entry(key.clone()).or_default();
-            if !r.iter().any(|x| x.at == rec.started) {
-                r.push(RestartRecord {
-                    at: rec.started,
-                    infrastructure: rec.cause.infrastructure,
-                    pod_only: matches!(rec.tier, Tier::PodFirst { .. }),
-                    generation: Some(rec.generation),
-                    tier: Some(rec.tier.name().to_string()),
-                    ..Default::default()
-                });
+            self.remember_restart(key, rec);
+        }
+    }
+
+    /// Remember a restart from the moment it is decided, until the job's
+    /// annotations show it: cooldowns, budgets and "handled" hold from the
+    /// decision, not from a record write that may never succeed.
+    pub(in crate::controller::core) fn remember_restart(&mut self, key: &JobKey, rec: &Recovery) {
+        let r = self.recorded.entry(key.clone()).or_default();
+        if !r.iter().any(|x| x.at == rec.started) {
+            r.push(RestartRecord {
+                at: rec.started,
+                infrastructure: rec.cause.infrastructure,
+                pod_only: matches!(rec.tier, Tier::PodFirst { .. }),
+                generation: Some(rec.generation),
+                tier: Some(rec.tier.name().to_string()),
+                occurrence: occurrence_key(rec.cause.occurrence),
+                ..Default::default()
+            });
+        }
+    }
+}
+
+impl Recovery {
+    /// Whether the restart it stands for was made, as far as this process
+    /// knows: its delete answered (or, in place, its record written: that
+    /// write is what restarts the pods).
+    pub fn made(&self) -> bool {
+        if self.tier == Tier::InPlace {
+            self.recorded
+        } else {
+            self.acted
+        }
+    }
+}
+
+impl Core {
+    /// A recovery ends without its restart made (its term ended, or its
+    /// requests kept failing): the restart remembered at its decision is
+    /// forgotten, so its fault is decided again, by this term or the next
+    /// one, from what the job's own records show.
+    pub(in crate::controller::core) fn forget_unmade(&mut self, key: &JobKey, rec: &Recovery) {
+        if rec.made() || !rec.append {
+            return;
+        }
+        if let Some(r) = self.recorded.get_mut(key) {
+            r.retain(|x| x.at != rec.started);
+            if r.is_empty() {
+                self.recorded.remove(key);
             }
         }
     }
+}
+
+/// How a restart record names its occurrence (none for a recovery resumed
+/// from a record, whose cause is that record).
+pub fn occurrence_key(id: super::super::occurrence::OccurrenceId) -> Option<String> {
+    (id != 0).then(|| format!("{id:032x}"))
 }

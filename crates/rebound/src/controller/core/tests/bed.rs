@@ -13,6 +13,8 @@ pub(super) struct Bed {
     pub(super) core: Core,
     pub(super) queue: Vec<Effect>,
     pub(super) log: Vec<Effect>,
+    /// Effects the API server refuses (answered 503) while this says so.
+    pub(super) refuse: fn(&EffectKind) -> bool,
 }
 
 impl Bed {
@@ -32,6 +34,7 @@ impl Bed {
             core: model::core(),
             queue: Vec::new(),
             log: Vec::new(),
+            refuse: |_| false,
         };
         let mut ins = b.m.startup();
         ins.push(Input::Leader(true, 1));
@@ -65,7 +68,11 @@ impl Bed {
             let effects = std::mem::take(&mut self.queue);
             moved |= !effects.is_empty();
             for e in effects {
-                let o = self.m.apply(&e);
+                let o = if (self.refuse)(&e.kind) {
+                    super::super::effect::Outcome::Failed("503".into())
+                } else {
+                    self.m.apply(&e)
+                };
                 self.feed(vec![Input::Done(e.id, o)]);
             }
             if !moved {

@@ -5,13 +5,18 @@
 //! real world produces (relists, dropped and duplicated events, failed
 //! actions, leadership changes, controller restarts) can be generated.
 
+mod adversary;
 mod bed;
 mod endings;
+mod episodes;
+mod exactly_once;
 mod model;
 mod node_faults;
 mod property;
 mod regressions;
+mod skips;
 mod startup;
 mod trainjob;
+mod trust;
 mod unseen_jobs;
 mod wiring;

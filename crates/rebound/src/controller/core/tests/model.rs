@@ -18,8 +18,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 mod apply;
+mod events;
 mod fixtures;
 mod watch;
+
+pub use events::FaultEvent;
 
 use fixtures::classifications;
 pub use fixtures::{core, default_policy_spec, jobset_resource, policy};
@@ -67,6 +70,8 @@ pub enum Applied {
         uid: String,
         at: i64,
         pod_only: bool,
+        /// The occurrence the restart was for.
+        occurrence: Option<String>,
     },
     /// A node taken out of scheduling.
     Cordon { node: String, at: i64 },
@@ -95,6 +100,8 @@ pub struct Model {
     pub policy: Value,
     /// Nodes whose kubelet is gone: deleted pods there stay Terminating.
     pub not_ready: std::collections::BTreeSet<String>,
+    /// When each node's Ready condition last changed.
+    pub ready_changed: BTreeMap<String, String>,
 }
 
 fn time(t: DateTime<Utc>) -> String {
@@ -121,6 +128,7 @@ impl Model {
             keys: ProgressKeys::default(),
             policy: default_policy_spec(),
             not_ready: Default::default(),
+            ready_changed: BTreeMap::new(),
         };
         for i in 0..nodes {
             let name = format!("n{i}");
@@ -243,8 +251,29 @@ impl Model {
     }
 
     /// A node's kubelet stops: the node goes NotReady.
+    /// (Its Ready condition keeps the model's old transition time, long
+    /// ago, unless [`Model::revive_node`] or [`Model::node_goes_down`]
+    /// moved it.)
     pub fn kill_node(&mut self, name: &str) {
         self.not_ready.insert(name.to_string());
+        self.write_node(name);
+    }
+
+    /// A node's kubelet stops now: NotReady since now.
+    pub fn node_goes_down(&mut self, name: &str) {
+        if self.not_ready.insert(name.to_string()) {
+            self.ready_changed
+                .insert(name.to_string(), time(self.wall()));
+        }
+        self.write_node(name);
+    }
+
+    /// A node's kubelet is back: the node is Ready again.
+    pub fn revive_node(&mut self, name: &str) {
+        if self.not_ready.remove(name) {
+            self.ready_changed
+                .insert(name.to_string(), time(self.wall()));
+        }
         self.write_node(name);
     }
 
@@ -351,6 +380,11 @@ impl Model {
         } else {
             "True"
         };
+        let ready_since = self
+            .ready_changed
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| "2030-01-01T00:00:00Z".into());
         let Some(n) = self.nodes.get_mut(name) else {
             return;
         };
@@ -364,7 +398,7 @@ impl Model {
         };
         n["metadata"]["resourceVersion"] = json!(rv);
         n["status"]["conditions"] = json!([
-            {"type": "Ready", "status": ready, "lastHeartbeatTime": now, "lastTransitionTime": "2030-01-01T00:00:00Z"},
+            {"type": "Ready", "status": ready, "lastHeartbeatTime": now, "lastTransitionTime": ready_since},
             {"type": wire::GPU_CONDITION, "status": if lines.is_empty() { "False" } else { "True" },
              "reason": "Xid", "message": wire::format_condition_message(&wire),
              "lastHeartbeatTime": now, "lastTransitionTime": transition}

@@ -83,6 +83,7 @@ impl Model {
                         uid,
                         at,
                         pod_only: write.record.pod_only,
+                        occurrence: write.record.occurrence.clone(),
                     });
                 }
                 Outcome::Ok("recorded".into())

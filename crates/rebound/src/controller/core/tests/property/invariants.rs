@@ -53,6 +53,7 @@ impl Run {
                 uid,
                 at,
                 pod_only: false,
+                ..
             } = a
             {
                 by_uid.entry(uid).or_default().push(*at);
