@@ -49,6 +49,7 @@ mod hang;
 mod install;
 mod jobs;
 mod nodes;
+mod operator_restarts;
 mod operators;
 mod policies;
 mod proxy;

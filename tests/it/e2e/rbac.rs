@@ -118,13 +118,37 @@ spec:
     c.create_pytorchjob(&team_a, "pp", 1, &[OPT_IN])
         .await
         .unwrap();
+    // A JobSet (restarted through its child Jobs) and a batch Job
+    // (restarted by its pods, recorded on itself).
+    c.create_jobset(&ml, "js", 1, 2, 3, &[OPT_IN])
+        .await
+        .unwrap();
+    c.create_batch_job(&ml, "bj", 1, &[OPT_IN]).await.unwrap();
+    let (js_sel, bj_sel) = (
+        "jobset.sigs.k8s.io/jobset-name=js",
+        "batch.kubernetes.io/job-name=bj",
+    );
     wait("running", T, || async {
         (running(&bed, &ml, &format!("{PT}=pt")).await.len() >= 2
             && running(&bed, &ml, "volcano.sh/job-name=vc").await.len() >= 2
-            && running(&bed, &team_a, &format!("{PT}=pp")).await.len() >= 2)
-            .then_some(())
+            && running(&bed, &team_a, &format!("{PT}=pp")).await.len() >= 2
+            && running(&bed, &ml, js_sel).await.len() >= 2
+            && !running(&bed, &ml, bj_sel).await.is_empty())
+        .then_some(())
     })
     .await;
+    for sel in [js_sel, bj_sel] {
+        let p = running(&bed, &ml, sel).await[0].clone();
+        c.fail_container(
+            &ml,
+            p.metadata.name.as_deref().unwrap(),
+            &p.spec.as_ref().unwrap().containers[0].name,
+            1,
+            "Error",
+        )
+        .await
+        .unwrap();
+    }
     c.fail_container(&ml, "pt-worker-0", "pytorch", 1, "Error")
         .await
         .unwrap();
@@ -144,7 +168,15 @@ spec:
     wait("restarts", T, || async {
         (restarts_in(&bed, &ml, PT, "pt") == 1
             && !requests(&bed, "create", "commands", "").is_empty()
-            && !requests(&bed, "delete", "pods", "").is_empty())
+            && !requests(&bed, "delete", "pods", "").is_empty()
+            && !requests(&bed, "delete", "jobs", "").is_empty()
+            && bed.requests().iter().any(|r| {
+                by_controller(r)
+                    && r.verb == "patch"
+                    && r.status < 300
+                    && r.path.starts_with("/apis/batch/v1/")
+                    && r.name.as_deref() == Some("bj")
+            }))
         .then_some(())
     })
     .await;

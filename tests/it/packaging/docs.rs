@@ -309,6 +309,7 @@ fn events_doc_says_which_event_each_skip_writes() {
             field: String::new(),
             remaining: 0,
         },
+        Skip::FinalExit { why: String::new() },
     ];
     assert_eq!(every.len(), Skip::NAMES.len());
     let events = read("docs/events.md");

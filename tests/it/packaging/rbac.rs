@@ -99,7 +99,11 @@ const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
         &["trainjobs"],
         &["get", "list", "watch", "patch"],
     ),
-    ("batch", &["jobs"], &["get", "list", "watch", "patch"]),
+    (
+        "batch",
+        &["jobs"],
+        &["get", "list", "watch", "patch", "delete"],
+    ),
     ("bus.volcano.sh", &["commands"], &["create"]),
     ("", &["configmaps"], &["list", "watch", "patch"]),
     ("apps", &["deployments"], &["list", "watch"]),

@@ -112,6 +112,15 @@ pub struct RestartSpec {
     /// `Proceed`. In-place restarts delete no pod and count against none.
     #[serde(default)]
     pub on_retry_limit: RetryLimitAction,
+    /// What to do when a pod exits with a code the job's operator treats
+    /// as final, so that it ends the job itself (a Kubeflow replica with
+    /// `restartPolicy: ExitCode` and a code of 1–127, a batch Job's
+    /// `podFailurePolicy` rule `FailJob`, a Volcano policy `AbortJob`,
+    /// `TerminateJob` or `CompleteJob` on the exit code): `Skip` (default:
+    /// leave the job, with a Warning Event saying why) or `Proceed`
+    /// (restart anyway, racing the operator).
+    #[serde(default)]
+    pub on_final_exit: RetryLimitAction,
 }
 
 /// A way to restart a job, from cheapest to most thorough.

@@ -54,7 +54,8 @@ pub const DEFAULT_CONDITION_TYPES: &str = concat!(
 /// Times name the occurrence, so they stay the same however often the
 /// condition is rewritten (a heartbeat, another line changing): `first_seen`
 /// and `last_seen` are the agent's `at=` of the line when it has one (when
-/// the agent first saw the fault; `count` its `n=`), else the condition's
+/// the agent first saw the fault; `count` its `n=`; `last_seen` its
+/// `last=`, the newest repeat's time, where given), else the condition's
 /// `lastTransitionTime` (when it went bad, stable while it stays bad; else
 /// the heartbeat, else `now`). A heartbeat is never an occurrence.
 pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<Fault> {
@@ -82,6 +83,7 @@ pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<F
                     }
                 };
                 let at = wf.at_time();
+                let last = wf.last_time();
                 let count = wf.count;
                 let mut f = match wf.source.parse::<FaultSource>() {
                     Ok(source) => {
@@ -90,7 +92,9 @@ pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<F
                         f.message = wf.message;
                         if let Some(t) = at {
                             f.first_seen = t;
-                            f.last_seen = t;
+                            // The newest repeat's time, when the reporter
+                            // gives it (never before the first).
+                            f.last_seen = last.map_or(t, |l| l.max(t));
                         }
                         if let Some(n) = count {
                             f.count = wire::clamp_count(n);
@@ -317,6 +321,30 @@ mod tests {
             ]
         );
         assert_eq!(fs[0].message.as_deref(), Some("contained ECC error"));
+    }
+
+    #[test]
+    fn a_line_gives_its_newest_repeat_time_and_keeps_its_identity() {
+        let at = "2026-01-01T11:00:00.250Z";
+        let last = "2026-01-01T11:07:00.500Z";
+        let msg = wire::format_condition_message(&[wire::WireFault {
+            source: "NvidiaXid".into(),
+            code: "13".into(),
+            device: Some("0".into()),
+            at: Some(at.into()),
+            count: Some(3),
+            last: Some(last.into()),
+            ..Default::default()
+        }]);
+        assert!(msg.contains(" last=2026-01-01T11:07:00.500Z"), "{msg}");
+        let n = node(json!([{"type": GPU_CONDITION, "status": "True", "message": msg}]));
+        let f = &node_faults(&n, &[], now())[0];
+        let t = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        assert_eq!((f.first_seen, f.last_seen, f.count), (t(at), t(last), 3));
+        // A `last` before `at` (a broken reporter) is never earlier than it.
+        let msg = msg.replace(last, "2025-01-01T00:00:00Z");
+        let n = node(json!([{"type": GPU_CONDITION, "status": "True", "message": msg}]));
+        assert_eq!(node_faults(&n, &[], now())[0].last_seen, t(at));
     }
 
     #[test]

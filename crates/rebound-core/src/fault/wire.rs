@@ -59,12 +59,28 @@ pub struct WireFault {
     /// [`MAX_COUNT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
+    /// When the reporter last saw it (RFC 3339, UTC, milliseconds), with
+    /// a count above 1: when its newest repeat happened. A repeat's own
+    /// time, the same for every reader, so that a controller that reads
+    /// the line late (a watch behind, a new leader, a restart) does not
+    /// date the repeat at its own first sight, which would make it concern
+    /// pods created after it happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<String>,
 }
 
 impl WireFault {
     /// `at`, parsed.
     pub fn at_time(&self) -> Option<chrono::DateTime<chrono::Utc>> {
         self.at
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc))
+    }
+
+    /// `last`, parsed.
+    pub fn last_time(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.last
             .as_deref()
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(|t| t.with_timezone(&chrono::Utc))
@@ -102,7 +118,7 @@ pub fn format_annotation(fault: &WireFault) -> String {
 }
 
 /// Render a Node condition message: one line per fault,
-/// `source=S code=C [device=D] [at=T] [n=N] | free text`, readable in
+/// `source=S code=C [device=D] [at=T] [n=N] [last=T] | free text`, readable in
 /// `kubectl describe`.
 pub fn format_condition_message(faults: &[WireFault]) -> String {
     let mut out = String::new();
@@ -124,6 +140,10 @@ pub fn format_condition_message(faults: &[WireFault]) -> String {
         }
         if let Some(n) = f.count {
             out.push_str(&format!(" n={n}"));
+        }
+        if let Some(t) = &f.last {
+            out.push_str(" last=");
+            out.push_str(&token(t));
         }
         if let Some(m) = &f.message {
             out.push_str(" | ");
@@ -162,6 +182,7 @@ fn parse_condition_line(line: &str) -> Result<WireFault, WireError> {
                 "device" => f.device = Some(v.to_string()),
                 "node" => f.node = Some(v.to_string()),
                 "at" => f.at = Some(v.to_string()),
+                "last" => f.last = Some(v.to_string()),
                 // Clamped at the parse: the agent restores its counts from
                 // these lines, and the controller names occurrences by them.
                 "n" => f.count = v.parse::<u64>().ok().map(|n| u64::from(clamp_count(n))),

@@ -55,9 +55,13 @@ impl Breaker {
         !self.allows(now)
     }
 
-    /// Record one separation made at `at`.
+    /// Record one separation made at `at`, which may lie up to one window
+    /// ahead of the times the breaker is asked about (a request whose
+    /// outcome is unknown counts from the latest moment it can land).
+    /// Only separations older than two windows before `at` are dropped:
+    /// one still in the window of an earlier `now` is kept.
     pub fn record(&mut self, at: DateTime<Utc>) {
-        let h = self.horizon(at);
+        let h = self.horizon(self.horizon(at));
         while self.recent.front().is_some_and(|t| *t <= h) {
             self.recent.pop_front();
         }
@@ -84,5 +88,24 @@ mod tests {
         assert_eq!(Limit::Percent(1).of(10), 1, "at least one node");
         assert_eq!(Limit::parse("7"), Ok(Limit::Count(7)));
         assert!(Limit::parse("150%").is_err());
+    }
+
+    #[test]
+    fn a_separation_recorded_ahead_of_now_hides_none_still_in_the_window() {
+        let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let s = chrono::Duration::seconds;
+        let mut b = Breaker::new(Limit::Count(2), Duration::from_secs(300), 50);
+        b.record(t0 + s(10));
+        // A cordon sent at 200 whose answer was lost may land until 320.
+        b.record(t0 + s(320));
+        assert_eq!(
+            b.used(t0 + s(305)),
+            2,
+            "the one made at 10 is still in the window"
+        );
+        assert!(b.is_open(t0 + s(305)));
+        assert!(b.allows(t0 + s(601)));
+        b.record(t0 + s(1000));
+        assert_eq!(b.recent.len(), 1, "old separations are dropped");
     }
 }

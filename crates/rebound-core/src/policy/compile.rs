@@ -120,6 +120,7 @@ pub struct RestartConfig {
     pub fallback_after: Duration,
     pub force_delete_after: Duration,
     pub on_retry_limit: RetryLimitAction,
+    pub on_final_exit: RetryLimitAction,
 }
 
 impl Default for RestartConfig {
@@ -129,6 +130,7 @@ impl Default for RestartConfig {
             fallback_after: DEFAULT_FALLBACK_AFTER,
             force_delete_after: DEFAULT_FORCE_DELETE_AFTER,
             on_retry_limit: RetryLimitAction::Skip,
+            on_final_exit: RetryLimitAction::Skip,
         }
     }
 }
@@ -308,6 +310,7 @@ impl CompiledPolicy {
                         .transpose()?
                         .unwrap_or(DEFAULT_FORCE_DELETE_AFTER),
                     on_retry_limit: r.on_retry_limit,
+                    on_final_exit: r.on_final_exit,
                 }
             }
         };

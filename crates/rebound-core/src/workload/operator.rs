@@ -5,7 +5,7 @@
 //! the e2e suite checks them on the real operators (docs/testing.md).
 
 use crate::api::WorkloadKind;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A job's own retry limit, as its spec and status stand.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +139,49 @@ pub fn ignores_disruption(kind: WorkloadKind, data: &Value) -> bool {
             !rjs.is_empty() && rjs.iter().all(|rj| job_ignores(&rj["template"]["spec"]))
         }
         _ => false,
+    }
+}
+
+/// The part of a job object that [`final_exit`] reads, in the object's
+/// own shape (so it is what `final_exit` takes), or `None` when nothing of
+/// the job makes an exit final: a Kubeflow job's replicas' restart
+/// policies, a batch Job's `podFailurePolicy`, a Volcano Job's policies.
+pub fn exit_rules(kind: WorkloadKind, data: &Value) -> Option<Value> {
+    let spec = &data["spec"];
+    match kind {
+        k if super::job_ref::is_kubeflow(k) => {
+            let (key, replicas) = spec
+                .as_object()?
+                .iter()
+                .find(|(k, _)| k.ends_with("ReplicaSpecs"))?;
+            let policies: serde_json::Map<String, Value> = replicas
+                .as_object()?
+                .iter()
+                .filter(|(_, r)| r["restartPolicy"] == "ExitCode")
+                .map(|(name, r)| (name.clone(), json!({"restartPolicy": r["restartPolicy"]})))
+                .collect();
+            (!policies.is_empty()).then(|| json!({"spec": {key: policies}}))
+        }
+        WorkloadKind::Job => {
+            let p = &spec["podFailurePolicy"];
+            (!p.is_null()).then(|| json!({"spec": {"podFailurePolicy": p}}))
+        }
+        WorkloadKind::VolcanoJob => {
+            let own = spec["policies"].clone();
+            let tasks: Vec<Value> = spec["tasks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| json!({"policies": t["policies"]}))
+                .collect();
+            let any = |v: &Value| {
+                v.as_array()
+                    .is_some_and(|a| a.iter().any(|p| !p["exitCode"].is_null()))
+            };
+            (any(&own) || tasks.iter().any(|t| any(&t["policies"])))
+                .then(|| json!({"spec": {"policies": own, "tasks": tasks}}))
+        }
+        _ => None,
     }
 }
 
@@ -279,7 +322,6 @@ pub fn operator_failed(kind: WorkloadKind, data: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn each_limit_says_how_much_a_restart_may_still_use() {
@@ -362,6 +404,31 @@ mod tests {
             "policies": [{"event": "PodFailed", "action": "RestartJob"}]}});
         assert!(final_exit(WorkloadKind::VolcanoJob, &vc, bexit("c", 3)).is_some());
         assert!(final_exit(WorkloadKind::VolcanoJob, &vc, bexit("c", 1)).is_none());
+        // What the core keeps of each job decides the same.
+        for (kind, data, e) in [
+            (
+                WorkloadKind::PyTorchJob,
+                pt("ExitCode"),
+                exit(1, Some("worker")),
+            ),
+            (WorkloadKind::Job, batch.clone(), bexit("main", 1)),
+            (WorkloadKind::VolcanoJob, vc.clone(), bexit("c", 3)),
+        ] {
+            let kept = exit_rules(kind, &data).expect("rules kept");
+            assert_eq!(
+                final_exit(kind, &kept, e),
+                final_exit(kind, &data, e),
+                "{kind:?}"
+            );
+        }
+        assert!(exit_rules(WorkloadKind::PyTorchJob, &pt("OnFailure")).is_none());
+        assert!(
+            exit_rules(
+                WorkloadKind::VolcanoJob,
+                &json!({"spec": {"policies": [{"event": "PodFailed", "action": "RestartJob"}]}})
+            )
+            .is_none()
+        );
     }
 
     #[test]

@@ -90,6 +90,7 @@ impl AgentFault {
             },
             at: None,
             count: None,
+            last: None,
         }
     }
 }

@@ -70,6 +70,9 @@ pub struct Folded {
     pub last_seen: SystemTime,
     /// Times seen while active.
     pub count: u64,
+    /// When the newest repeat counted happened (the line's `last=`), so
+    /// that a controller reading the line late dates that repeat by it.
+    pub repeat_at: Option<SystemTime>,
     /// Clears only at reboot.
     pub sticky: bool,
     /// Event progress.
@@ -86,6 +89,11 @@ impl Folded {
         let mut w = self.fault.to_wire(node);
         w.at = Some(crate::fault::wire::format_at(self.first_seen.into()));
         w.count = Some(self.count);
+        // A repeat's own time, for readers that see the count late.
+        w.last = self
+            .repeat_at
+            .filter(|_| self.count > 1)
+            .map(|t| crate::fault::wire::format_at(t.into()));
         w
     }
 }
@@ -235,6 +243,7 @@ impl FoldState {
             if new && fault.counts_repeats() {
                 // Capped where every reader clamps it anyway.
                 e.count = (e.count + 1).min(u64::from(crate::fault::wire::MAX_COUNT));
+                e.repeat_at = Some(e.repeat_at.map_or(at, |r| r.max(at)));
             }
             e.last_seen = e.last_seen.max(at);
             e.fault = fault;
@@ -249,6 +258,7 @@ impl FoldState {
                 first_seen: at,
                 last_seen: at,
                 count: 1,
+                repeat_at: None,
                 sticky,
                 event: EventState::Pending,
                 seq,
@@ -261,11 +271,13 @@ impl FoldState {
     /// restart: active again for one quiet period, without a new Event,
     /// with the first sighting and count the condition carried (so that
     /// its occurrences keep their identity for the controller).
+    #[allow(clippy::too_many_arguments)]
     pub fn restore(
         &mut self,
         fault: AgentFault,
         first_seen: SystemTime,
         count: u64,
+        repeat_at: Option<SystemTime>,
         last_written: Option<SystemTime>,
         now: SystemTime,
     ) {
@@ -287,6 +299,7 @@ impl FoldState {
                     .min(now)
                     .max(first_seen.min(now)),
                 count: u64::from(crate::fault::wire::clamp_count(count)),
+                repeat_at: repeat_at.map(|t| t.min(now)),
                 sticky,
                 event: EventState::Restored,
                 seq,

@@ -91,8 +91,11 @@ impl Executor {
                     | EffectKind::MarkBudgetExhausted { .. }
             );
             // A request that hangs must not hold its step forever: the
-            // core retries a failed step (idempotently).
-            let outcome = match tokio::time::timeout(EFFECT_TIMEOUT, ex.carry_out(e)).await {
+            // core retries a failed step (idempotently). One still under
+            // way when its term ends is dropped (fence.rs).
+            let term = e.term;
+            let work = super::fence::fenced(&ex.leader, term, ex.carry_out(e));
+            let outcome = match tokio::time::timeout(EFFECT_TIMEOUT, work).await {
                 Ok(o) => o,
                 Err(_) => Outcome::Failed(format!("no answer within {EFFECT_TIMEOUT:?}")),
             };
@@ -178,12 +181,30 @@ impl Executor {
                     return Outcome::NotLeader;
                 }
                 let sent = self.sent(path, "restart_job");
-                let generation = match &how {
-                    DeleteAll::VolcanoCommand { generation } => Some(*generation),
-                    DeleteAll::Selector(_) => None,
+                let r = match &how {
+                    DeleteAll::ChildJobs { selector, jobs } => {
+                        recover::restart_through_child_jobs(
+                            &self.client,
+                            &job,
+                            selector,
+                            jobs,
+                            pods_rv.as_deref(),
+                        )
+                        .await
+                    }
+                    DeleteAll::VolcanoCommand { generation } => {
+                        recover::restart_job(
+                            &self.client,
+                            &job,
+                            Some(*generation),
+                            pods_rv.as_deref(),
+                        )
+                        .await
+                    }
+                    DeleteAll::Selector(_) => {
+                        recover::restart_job(&self.client, &job, None, pods_rv.as_deref()).await
+                    }
                 };
-                let r =
-                    recover::restart_job(&self.client, &job, generation, pods_rv.as_deref()).await;
                 self.answered(sent);
                 self.metrics.request("delete", r.is_ok());
                 match r {
@@ -191,6 +212,10 @@ impl Executor {
                         (recover::RestartPath::VolcanoCommand { command }, _) => {
                             format!("Volcano Command {command} (RestartJob) created")
                         }
+                        (recover::RestartPath::DeletedChildJobs { jobs }, _) => format!(
+                            "{jobs} child Job(s) deleted for JobSet to make anew, {} pod(s) with them",
+                            o.pods_deleted
+                        ),
                         (recover::RestartPath::VolcanoFallbackDeletedPods, _) => format!(
                             "Volcano Command kind not installed: {} pod(s) deleted",
                             o.pods_deleted
@@ -297,7 +322,7 @@ impl Executor {
                 tail_lines,
                 max_bytes,
             } => {
-                if !self.leader.is_leader() {
+                if !self.leader.leads_in(term) {
                     return Outcome::NotLeader;
                 }
                 match recover::save_logs(
@@ -377,7 +402,7 @@ impl Executor {
             }
             EffectKind::Event { about, notice } => {
                 self.throttle.acquire_record().await;
-                if !self.leader.is_leader() {
+                if !self.leader.leads_in(term) {
                     return Outcome::NotLeader;
                 }
                 match about {
@@ -388,7 +413,7 @@ impl Executor {
                 Outcome::Ok(String::new())
             }
             EffectKind::Status { target, body } => {
-                if !self.leader.is_leader() {
+                if !self.leader.leads_in(term) {
                     return Outcome::NotLeader;
                 }
                 let r = match &target {

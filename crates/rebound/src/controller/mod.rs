@@ -11,6 +11,7 @@
 pub mod config;
 pub mod core;
 pub mod executor;
+pub mod fence;
 pub mod http;
 pub mod throttle;
 pub mod watchdog;

@@ -138,6 +138,42 @@ impl Leadership {
         self.is_leader() && self.term() == term
     }
 
+    /// Resolves once this replica no longer leads in `term` (its local
+    /// deadline passed without a renew, it was revoked, or a new term
+    /// began): a request of `term` still under way then is dropped, so it
+    /// cannot land after a standby may have taken the Lease over (the
+    /// deadline keeps `grace` before that moment).
+    pub async fn lost(&self, term: u64) {
+        let mut changes = self.subscribe();
+        loop {
+            if !self.leads_in(term) {
+                return;
+            }
+            if self.inner.always {
+                // Held for good: only a revoke (a change) ends it.
+                let _ = changes.changed().await;
+                continue;
+            }
+            let deadline = *self.inner.deadline.lock().await;
+            let Some(d) = deadline else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(d)) => {}
+                _ = changes.changed() => {}
+            }
+        }
+    }
+
+    /// Leadership held until `deadline` in term 1, renewed by nothing
+    /// (tests of what happens when a Lease lapses).
+    #[cfg(test)]
+    pub async fn leading_until(deadline: Instant) -> Leadership {
+        let l = Leadership::new();
+        l.set(Some(deadline)).await;
+        l
+    }
+
     async fn set(&self, deadline: Option<Instant>) {
         let deadline = deadline.filter(|_| !self.is_revoked());
         let mut held = self.inner.deadline.lock().await;

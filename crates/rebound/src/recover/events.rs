@@ -76,7 +76,7 @@ pub fn skip_event(skip: &crate::policy::Skip) -> Option<(&'static str, bool)> {
         | Skip::Cooldown { .. }
         | Skip::WaitingForPodRestart { .. }
         | Skip::DryRun => Some((reasons::RESTART_SKIPPED, false)),
-        Skip::RetryLimit { .. } => Some((reasons::RESTART_SKIPPED, true)),
+        Skip::RetryLimit { .. } | Skip::FinalExit { .. } => Some((reasons::RESTART_SKIPPED, true)),
         Skip::GateError { .. } | Skip::CooldownError { .. } => Some((reasons::CEL_ERROR, true)),
         Skip::BudgetExhausted { .. } => Some((reasons::RESTART_BUDGET_EXHAUSTED, true)),
         Skip::LevelIgnore

@@ -32,7 +32,8 @@ pub use node::{
     cordon_patch, cordoned_level, uncordon, uncordon_patch,
 };
 pub use restart::{
-    PodRestartOutcome, RestartOutcome, RestartPath, delete_pod, restart_job, restart_pod,
+    ChildJob, JOB_NAME_LABEL, JOB_UID_LABEL, PodRestartOutcome, RestartOutcome, RestartPath,
+    delete_pod, restart_job, restart_pod, restart_through_child_jobs,
 };
 
 /// The `app.kubernetes.io/managed-by` value on what rebound creates.

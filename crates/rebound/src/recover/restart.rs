@@ -26,6 +26,75 @@ pub enum RestartPath {
     VolcanoFallbackDeletedPods,
     /// A job that is a single pod: that pod was deleted.
     DeletedPod,
+    /// A JobSet's child Jobs were deleted (JobSet makes them anew) and
+    /// their pods with them.
+    DeletedChildJobs { jobs: usize },
+}
+
+/// A child Job of a JobSet, as its pods name it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ChildJob {
+    pub name: String,
+    pub uid: String,
+}
+
+/// The label the Job controller puts on its pods: their Job's uid.
+pub const JOB_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+/// The label the Job controller puts on its pods: their Job's name.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+
+/// Restart a JobSet as JobSet's own restart does: delete its child Jobs
+/// `jobs` (each by name, its uid as precondition, so a Job JobSet has
+/// already made anew is left alone), then their pods in one
+/// `deletecollection` selected by `selector` and the Jobs' uids (never a
+/// pod of a new Job). Deleting a Job before its pods keeps the Job
+/// controller from counting the pods as failed, and JobSet, finding a
+/// child missing, makes it again: nothing of `maxRestarts` or any
+/// `backoffLimit` is spent, and there is no failure backoff.
+/// Idempotent: a retry deletes only what is left of the old Jobs and
+/// pods. `1 + jobs` requests.
+pub async fn restart_through_child_jobs(
+    client: &Client,
+    job: &JobRef,
+    selector: &str,
+    jobs: &[ChildJob],
+    pods_rv: Option<&str>,
+) -> Result<RestartOutcome, RecoverError> {
+    use k8s_openapi::api::batch::v1::Job;
+    let api: Api<Job> = Api::namespaced(client.clone(), &job.namespace);
+    let mut requests = 0;
+    for j in jobs {
+        let dp = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(Preconditions {
+                uid: Some(j.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        requests += 1;
+        match api.delete(&j.name, &dp).await {
+            Ok(_) => {}
+            // Gone already, or a new Job of that name (JobSet made it
+            // anew after an earlier attempt): nothing to delete.
+            Err(e) if matches!(api_code(&e), Some(404 | 409)) => {}
+            Err(e) => {
+                return Err(api_error(
+                    &job.id(),
+                    format!("delete job {}/{}", job.namespace, j.name),
+                    requests,
+                )(e));
+            }
+        }
+    }
+    let uids: Vec<&str> = jobs.iter().map(|j| j.uid.as_str()).collect();
+    let pods_selector = format!("{selector},{JOB_UID_LABEL} in ({})", uids.join(","));
+    let pods_deleted = delete_pods_by(client, job, &pods_selector, pods_rv, &mut requests).await?;
+    Ok(RestartOutcome {
+        path: RestartPath::DeletedChildJobs { jobs: jobs.len() },
+        pods_deleted,
+        requests,
+    })
 }
 
 /// What `restart_job` did.
@@ -115,11 +184,23 @@ async fn delete_pods_of(
     requests: &mut u32,
 ) -> Result<usize, RecoverError> {
     let selector = pod_selector(job).unwrap_or_default();
+    delete_pods_by(client, job, &selector, pods_rv, requests).await
+}
+
+/// One `deletecollection` of the pods `selector` names (see
+/// [`delete_pods_of`]).
+async fn delete_pods_by(
+    client: &Client,
+    job: &JobRef,
+    selector: &str,
+    pods_rv: Option<&str>,
+    requests: &mut u32,
+) -> Result<usize, RecoverError> {
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
     };
-    let lp = ListParams::default().labels(&selector);
+    let lp = ListParams::default().labels(selector);
     let request = || {
         format!(
             "deletecollection pods in {} labelSelector={selector}",

@@ -66,12 +66,17 @@ pub enum Skip {
         field: String,
         remaining: i64,
     },
+    /// The pod exited with a code its job's operator treats as final (it
+    /// ends the job itself), and the policy says to leave the job then.
+    FinalExit {
+        why: String,
+    },
 }
 
 impl Skip {
     /// Every [`Skip::name`], in declaration order (metric label values
     /// known in advance; a test checks it against `name`).
-    pub const NAMES: [&'static str; 16] = [
+    pub const NAMES: [&'static str; 17] = [
         "LevelIgnore",
         "NoPolicy",
         "GateFalse",
@@ -88,6 +93,7 @@ impl Skip {
         "NodeActionsDisabled",
         "AlreadyApplied",
         "RetryLimit",
+        "FinalExit",
     ];
 
     /// Skips of a node's decision only, never of a job's.
@@ -113,6 +119,7 @@ impl Skip {
             Skip::NodeActionsDisabled => "NodeActionsDisabled",
             Skip::AlreadyApplied => "AlreadyApplied",
             Skip::RetryLimit { .. } => "RetryLimit",
+            Skip::FinalExit { .. } => "FinalExit",
         }
     }
 }

@@ -83,7 +83,8 @@ pub fn restore(
                     .last_heartbeat
                     .map(SystemTime::from)
                     .map(|t| t + std::time::Duration::from_secs(1));
-                state.restore(f, first, w.count.unwrap_or(1), written, now);
+                let repeat = w.last_time().map(SystemTime::from);
+                state.restore(f, first, w.count.unwrap_or(1), repeat, written, now);
             }
         }
     }

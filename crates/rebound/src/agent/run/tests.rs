@@ -50,6 +50,10 @@ fn restore_skips_conditions_from_before_boot() {
     let mut old = wire.clone();
     old.at = Some(crate::fault::wire::format_at(first.into()));
     old.count = Some(3);
+    // The newest repeat's time is kept too.
+    old.last = Some(crate::fault::wire::format_at(
+        (first + Duration::from_secs(60)).into(),
+    ));
     let cond = ExistingCondition {
         family: Accelerator::Gpu,
         status: true,

@@ -39,7 +39,7 @@ fn a_record_read_again_is_not_a_repeat_and_a_polled_state_never_is() {
     // A fault restored from our condition, seen again without a
     // record time (a file read again): the count stays.
     let mut r = state(600);
-    r.restore(xid("13", "0"), t(0), 2, Some(t(5)), t(10));
+    r.restore(xid("13", "0"), t(0), 2, None, Some(t(5)), t(10));
     r.observe_as(xid("13", "0"), t(11), t(11), false);
     assert_eq!(r.active(Accelerator::Gpu)[0].count, 2);
     // A polled health state seen on every poll is one occurrence.
@@ -66,13 +66,15 @@ fn repeats_fold_into_one_fault() {
     assert!(c.status);
     assert_eq!(c.reason, "GpuXid13");
     // Each line names its occurrence: first seen, and the count of the
-    // repeats folded into it.
+    // repeats folded into it; a repeated one also when its newest repeat
+    // happened (a controller that reads it late dates the repeat by it).
     let at = |s: u64| crate::fault::wire::format_at(t(s).into());
     assert_eq!(
         c.message,
         format!(
-            "source=NvidiaXid code=13 device=0 at={} n=2 | Xid 13\nsource=NvidiaXid code=13 device=1 at={} n=1 | Xid 13",
+            "source=NvidiaXid code=13 device=0 at={} n=2 last={} | Xid 13\nsource=NvidiaXid code=13 device=1 at={} n=1 | Xid 13",
             at(0),
+            at(1),
             at(2)
         )
     );
@@ -189,8 +191,8 @@ fn events_are_created_once_and_series_updated_per_interval() {
 #[test]
 fn same_time_faults_keep_their_arrival_order() {
     let mut s = state(600);
-    s.restore(xid("79", "3"), t(0), 1, None, t(0));
-    s.restore(xid("20034", "nvswitch1"), t(0), 1, None, t(0));
+    s.restore(xid("79", "3"), t(0), 1, None, None, t(0));
+    s.restore(xid("20034", "nvswitch1"), t(0), 1, None, None, t(0));
     let codes: Vec<_> = s
         .active(Accelerator::Gpu)
         .iter()
@@ -202,7 +204,7 @@ fn same_time_faults_keep_their_arrival_order() {
 #[test]
 fn restored_faults_make_no_event_and_clear_after_quiet() {
     let mut s = state(600);
-    s.restore(xid("13", "0"), t(0), 1, None, t(0));
+    s.restore(xid("13", "0"), t(0), 1, None, None, t(0));
     assert!(s.events_due(t(0), Duration::from_secs(60)).is_empty());
     assert!(s.condition(Accelerator::Gpu, "n").status);
     assert_eq!(s.expire(t(600)).len(), 1);

@@ -368,7 +368,10 @@ impl Core {
             }
             None => return Fate::Skipped("ActionNone"),
         };
-        if let Some(skip) = self.retry_limit_skip(&key, &tier, &cfg, &mut reasons) {
+        if let Some(skip) = self
+            .final_exit_skip(&key, &occ.fault, &cfg, &mut reasons)
+            .or_else(|| self.retry_limit_skip(&key, &tier, &cfg, &mut reasons))
+        {
             self.metrics.decision(action, skip.name());
             return self.skipped(&job, &skip, &reasons.join("; "), now);
         }

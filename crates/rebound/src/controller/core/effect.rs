@@ -56,6 +56,16 @@ pub enum DeleteAll {
     /// after the uid and the restart `generation` so that a retry of the
     /// same restart finds it (409) rather than restarting twice.
     VolcanoCommand { generation: u64 },
+    /// A JobSet (a TrainJob's JobSet) restarted as JobSet restarts itself:
+    /// its child Jobs that hold the job's pods are deleted (by name, uid
+    /// as precondition), so that JobSet makes them anew with fresh failure
+    /// counts, and their pods go in one `deletecollection` by this
+    /// selector and the Jobs' uids. Nothing of `maxRestarts` or any
+    /// `backoffLimit` is spent.
+    ChildJobs {
+        selector: String,
+        jobs: Vec<crate::recover::ChildJob>,
+    },
 }
 
 /// One pod to delete, with its uid as precondition.

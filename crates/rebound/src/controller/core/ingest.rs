@@ -19,7 +19,7 @@ mod device_info;
 mod events;
 mod job_info;
 
-pub use job_info::{job_info, retry_limit};
+pub use job_info::job_info;
 
 fn pod_carrier(ns: &str, name: &str) -> String {
     format!("pod/{ns}/{name}")
@@ -63,9 +63,19 @@ impl Core {
         for k in ended.iter().filter(|k| !carried.contains(*k)) {
             self.engine.classifier.end_episode(k);
         }
-        for o in occs {
+        for mut o in occs {
             let id = o.id;
             let fresh = !self.current.contains_key(&id);
+            // An occurrence keeps the time it was first dated: a rewrite of
+            // its carrier (a heartbeat, another line changing) is not a new
+            // sighting. A repeat a line's count only bounds is dated when
+            // it was first observed; re-dated at every rewrite, it would
+            // concern pods created long after it happened (a job restarted
+            // for it once would be restarted again: seed 1592590341).
+            if let Some(old) = self.current.get(&id) {
+                o.fault.last_seen = o.fault.last_seen.min(old.fault.last_seen);
+                o.received = old.received.or(o.received);
+            }
             if self.ledger.count_once(id) {
                 let view = self.node_view(o.fault.node.as_deref());
                 let c = self

@@ -180,6 +180,14 @@ pub struct Core {
 /// failed (the executor bounds each request well below this).
 pub const OUTCOME_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The latest an effect may still land on the API server after the core
+/// emitted it, its answer unknown: the executor gives a request up by
+/// [`OUTCOME_TIMEOUT`] (45 s in fact), and a server that took it before
+/// may still apply it within its own request timeout (kube-apiserver's
+/// `--request-timeout`, 60 s by default). The breaker counts a cordon it
+/// has no answer for at this bound, not at the moment it left.
+pub const LANDING_BOUND: Duration = Duration::from_secs(120);
+
 impl Core {
     /// A core with nothing observed yet.
     pub fn new(

@@ -9,7 +9,7 @@
 
 use super::effect::{EffectKind, Outcome, describe};
 use super::store::{CORDON_STICKY_ANNOTATION, SEPARATED_AT_ANNOTATION};
-use super::{Core, Now, Waiting};
+use super::{Core, LANDING_BOUND, Now, Waiting};
 use crate::fault::{Classified, Level};
 use crate::policy::{Breaker, NodeAction, NodeInput, Skip, decide_node};
 use crate::recover::{Notice, reasons};
@@ -44,9 +44,11 @@ pub struct NodeBook {
     /// When a failed node action may be tried again.
     retry_at: HashMap<String, (DateTime<Utc>, u32)>,
     /// When a cordon of each node was last sent, whatever became of it:
-    /// the breaker counts a separation from the moment its request leaves
-    /// (an answer lost or late, a watch behind, must not let one more
-    /// through).
+    /// until the cluster shows when it landed (an answer, or the node's
+    /// `separated-at` annotation as new as the request), the breaker
+    /// counts it at the latest moment it may land ([`LANDING_BOUND`] after
+    /// it left): an answer lost, a request applied late, a watch behind,
+    /// must not let one more through.
     sent: HashMap<String, DateTime<Utc>>,
 }
 
@@ -96,8 +98,9 @@ impl NodeBook {
 
 impl Core {
     /// The breaker as the cluster shows it: each node's last separation
-    /// (its annotation, or a cordon request sent since, whatever became of
-    /// it); those within the window count.
+    /// (its annotation, or a cordon request sent since whose landing is
+    /// not confirmed, counted at the latest it may land); those within
+    /// the window count.
     fn breaker(&self, _now: DateTime<Utc>) -> Breaker {
         let (cfg, _) = self.engine.policies.node_config(&self.engine.node_default);
         let mut b = Breaker::new(
@@ -111,9 +114,20 @@ impl Core {
             .values()
             .filter_map(|n| n.separated_at.map(|t| (n.name.as_str(), t)))
             .collect();
+        let landing = chrono::Duration::from_std(LANDING_BOUND).unwrap_or_default();
         for (n, t) in &self.nodes.sent {
-            let e = last.entry(n.as_str()).or_insert(*t);
-            *e = (*e).max(*t);
+            let confirmed = self
+                .store
+                .nodes
+                .get(n)
+                .and_then(|x| x.separated_at)
+                .is_some_and(|s| s >= *t);
+            if confirmed {
+                continue;
+            }
+            let t = t.checked_add_signed(landing).unwrap_or(*t);
+            let e = last.entry(n.as_str()).or_insert(t);
+            *e = (*e).max(t);
         }
         let mut times: Vec<DateTime<Utc>> = last.into_values().collect();
         times.sort();

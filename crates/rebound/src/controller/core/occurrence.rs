@@ -219,15 +219,21 @@ pub fn materialized(count: u32) -> std::ops::RangeInclusive<u32> {
 
 /// The occurrences a node fault line stands for: the newest
 /// [`MATERIALIZED`] of its `count`, the first at its own time, later ones
-/// at `seen` (when the count that includes them was first observed), each
-/// with its identity. `fault.count` of each is its own `k`.
+/// at the reporter's time of its newest repeat where the line gives it
+/// (`last=`, read into `f.last_seen`), else at `seen` (when the count that
+/// includes them was first observed: a bound only, later for a reader
+/// that is behind), each with its identity. `fault.count` of each is its
+/// own `k`.
 pub fn line_occurrences(f: &Fault, seen: DateTime<Utc>) -> Vec<(OccurrenceId, Fault)> {
+    let repeat_at = if f.last_seen > f.first_seen {
+        f.last_seen.min(seen.max(f.first_seen))
+    } else {
+        seen.max(f.first_seen)
+    };
     materialized(f.count)
         .map(|k| {
             let mut g = f.clone();
-            if k > 1 {
-                g.last_seen = seen.max(f.first_seen);
-            }
+            g.last_seen = if k > 1 { repeat_at } else { f.first_seen };
             g.count = k;
             (line_occurrence(f, k), g)
         })
@@ -254,6 +260,27 @@ mod tests {
         f.device = Some("0".into());
         f.count = n;
         f
+    }
+
+    #[test]
+    fn a_repeat_is_dated_by_the_reporter_where_it_says_when() {
+        // Count 3, the newest repeat at 40, read at 90: the repeats are
+        // dated 40 (the reporter's), not 90 (the reader's first sight),
+        // and keep their identities.
+        let mut f = xid(0, 3);
+        f.last_seen = t(40);
+        let read = line_occurrences(&f, t(90));
+        let plain = line_occurrences(&xid(0, 3), t(90));
+        let dates: Vec<_> = read.iter().map(|(_, g)| g.last_seen).collect();
+        assert_eq!(dates, [t(0), t(40), t(40)]);
+        let ids = |v: &[(OccurrenceId, Fault)]| v.iter().map(|(id, _)| *id).collect::<Vec<_>>();
+        assert_eq!(ids(&read), ids(&plain), "the same occurrences");
+        // Without it, the reader's first sight bounds them.
+        assert_eq!(plain[2].1.last_seen, t(90));
+        // A reporter's time after the reading (a clock ahead) is bounded
+        // by the reading.
+        f.last_seen = t(500);
+        assert_eq!(line_occurrences(&f, t(90))[2].1.last_seen, t(90));
     }
 
     #[test]

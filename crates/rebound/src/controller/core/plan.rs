@@ -6,7 +6,8 @@ use super::Core;
 use super::effect::PodTarget;
 use super::jobs::Tier;
 use super::store::JobKey;
-use crate::api::{RecoveryTier, RetryLimitAction};
+use super::store::RetryCost;
+use crate::api::{RecoveryTier, RetryLimitAction, WorkloadKind};
 use crate::fault::Level;
 use crate::policy::{RestartConfig, Skip};
 
@@ -109,6 +110,47 @@ impl Core {
         (Tier::Recreate, join(why))
     }
 
+    /// Whether the fault is a pod exit that the job's operator treats as
+    /// final (it ends the job itself, so a restart cannot bring it back),
+    /// and the policy says to leave the job then.
+    pub(super) fn final_exit_skip(
+        &self,
+        key: &JobKey,
+        fault: &crate::fault::Fault,
+        cfg: &RestartConfig,
+        reasons: &mut Vec<String>,
+    ) -> Option<Skip> {
+        let code = fault.exit_code?;
+        let rules = self.store.restart_info(key)?.exit_rules.clone()?;
+        let kind = key.1.parse::<WorkloadKind>().ok()?;
+        let pod = fault.pod.as_deref().and_then(|p| self.store.pod(&key.0, p));
+        let replica_type = pod.and_then(|p| {
+            p.labels
+                .get("training.kubeflow.org/replica-type")
+                .map(|v| v.to_string())
+        });
+        let exit = crate::workload::operator::Exit {
+            container: fault.container.as_deref(),
+            code,
+            replica_type: replica_type.as_deref(),
+        };
+        let why = crate::workload::operator::final_exit(kind, &rules, exit)?;
+        match cfg.on_final_exit {
+            RetryLimitAction::Proceed => {
+                reasons.push(format!(
+                    "{why}; restarting anyway (spec.restart.onFinalExit: Proceed)"
+                ));
+                None
+            }
+            RetryLimitAction::Skip => {
+                reasons.push(format!(
+                    "{why}; not restarting (spec.restart.onFinalExit: Skip)"
+                ));
+                Some(Skip::FinalExit { why })
+            }
+        }
+    }
+
     /// Whether the restart would exhaust the job's own retry limit, and
     /// the policy says to leave the job then.
     pub(super) fn retry_limit_skip(
@@ -120,6 +162,18 @@ impl Core {
     ) -> Option<Skip> {
         let info = self.store.restart_info(key)?;
         let limit = info.retry_limit.as_ref()?;
+        // A whole-job restart through a JobSet's child Jobs spends none of
+        // its limits (JobSet makes the Jobs anew); pods marked
+        // DisruptionTarget cost nothing under a podFailurePolicy that
+        // ignores them.
+        let through_children = matches!(tier, Tier::Recreate)
+            && key
+                .1
+                .parse::<WorkloadKind>()
+                .is_ok_and(|kind| !self.child_jobs(key, kind).is_empty());
+        if through_children || info.ignores_disruption {
+            return None;
+        }
         let deleted = match tier {
             Tier::InPlace => 0,
             Tier::PodFirst { .. } => 1,
@@ -131,12 +185,14 @@ impl Core {
                 .filter(|p| !p.deleting)
                 .count() as i64,
         };
-        let cost = match limit.per_restart {
-            None => deleted,
-            Some(c) if deleted > 0 => c,
-            Some(_) => 0,
+        let cost = match limit.cost {
+            RetryCost::PerPod => deleted,
+            RetryCost::Fixed(c) if deleted > 0 => c,
+            RetryCost::Fixed(_) => 0,
         };
-        if cost == 0 || limit.remaining > cost {
+        // The operator fails the job when a restart costs more than what
+        // is left (each operator's arithmetic: workload::operator).
+        if cost == 0 || cost <= limit.remaining {
             return None;
         }
         let what = format!(

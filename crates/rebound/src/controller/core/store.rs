@@ -87,19 +87,7 @@ impl NodeInfo {
     }
 }
 
-/// What a job object's own spec and status say about restarts it can take
-/// before its operator fails it (`backoffLimit`, `maxRetry`,
-/// `maxRestarts`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RetryLimit {
-    /// The field that limits, for the Event (`spec.maxRetry`).
-    pub field: &'static str,
-    /// What is left of it (0: the next counted restart exhausts it).
-    pub remaining: i64,
-    /// What one restart that deletes pods uses of it: one per deleted pod
-    /// (`None`, a batch Job counts each as failed), or a fixed amount.
-    pub per_restart: Option<i64>,
-}
+pub use crate::workload::operator::{RetryCost, RetryLimit};
 
 /// What the core keeps of a job object.
 #[derive(Clone, Debug, Default)]
@@ -116,6 +104,14 @@ pub struct JobInfo {
     pub generation: Generation,
     /// The job operator's own retry limit, where the kind has one.
     pub retry_limit: Option<RetryLimit>,
+    /// Its Jobs' `podFailurePolicy` ignores pods marked `DisruptionTarget`:
+    /// rebound marks the pods it deletes, which then cost no retry.
+    pub ignores_disruption: bool,
+    /// What of its spec says which exits its operator treats as final
+    /// (`workload::operator::exit_rules`), when anything does.
+    pub exit_rules: Option<Arc<serde_json::Value>>,
+    /// Why its operator gave up on it (a `Failed` condition or phase).
+    pub operator_failed: Option<String>,
     /// Its Jobs that count container restarts against their
     /// `backoffLimit` (what an in-place restart costs them).
     pub counted_restarts: Vec<super::restart_counts::CountedRestarts>,

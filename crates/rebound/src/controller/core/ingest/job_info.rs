@@ -2,11 +2,11 @@
 //! TrainJob it runs for, and its own operator's retry limit. Pure
 //! functions of the object, apart from the watch handling.
 
-use super::super::store::{JobInfo, RetryLimit};
+use super::super::store::JobInfo;
 use crate::api::WorkloadKind;
+use crate::workload::operator;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 /// What the core keeps of a job object.
@@ -28,7 +28,10 @@ pub fn job_info(kind: WorkloadKind, o: &DynamicObject) -> JobInfo {
         uid: o.uid(),
         history: crate::recover::read_history(&annotations),
         generation: crate::inplace::Generation::from_annotations(&annotations),
-        retry_limit: retry_limit(kind, &o.data),
+        retry_limit: operator::retry_limit(kind, &o.data),
+        ignores_disruption: operator::ignores_disruption(kind, &o.data),
+        exit_rules: operator::exit_rules(kind, &o.data).map(Arc::new),
+        operator_failed: operator::operator_failed(kind, &o.data),
         counted_restarts: super::super::restart_counts::counted_restarts(kind, &o.data),
         native_in_place: kind == WorkloadKind::JobSet
             && o.data["spec"]["failurePolicy"]["restartStrategy"].as_str()
@@ -61,52 +64,4 @@ fn trainjob_owner(o: &DynamicObject) -> Option<Arc<crate::workload::JobRef>> {
         name: owner.name.clone(),
         uid: Some(owner.uid.clone()).filter(|u| !u.is_empty()),
     }))
-}
-
-/// The retry limit of a job's own operator, as its spec and status stand.
-///
-/// - batch Job: `spec.backoffLimit` (default 6) minus `status.failed`:
-///   the Job controller counts every deleted, unfinished pod as failed.
-/// - Volcano Job: `spec.maxRetry` (default 3) minus `status.retryCount`:
-///   a restart counts one retry.
-/// - JobSet: `spec.failurePolicy.maxRestarts` (default 0) minus
-///   `status.restarts`: a restart that fails a child Job (one whose
-///   `backoffLimit` is 0) restarts the JobSet once.
-/// - Kubeflow: none (the training operator recreates deleted pods without
-///   counting them against `runPolicy.backoffLimit`, which counts container
-///   restarts).
-pub fn retry_limit(kind: WorkloadKind, data: &Value) -> Option<RetryLimit> {
-    let int = |v: &Value, d: i64| v.as_i64().unwrap_or(d);
-    match kind {
-        WorkloadKind::Job => Some(RetryLimit {
-            field: "spec.backoffLimit",
-            remaining: int(&data["spec"]["backoffLimit"], 6) - int(&data["status"]["failed"], 0),
-            per_restart: None,
-        }),
-        WorkloadKind::VolcanoJob => Some(RetryLimit {
-            field: "spec.maxRetry",
-            remaining: int(&data["spec"]["maxRetry"], 3) - int(&data["status"]["retryCount"], 0),
-            per_restart: Some(1),
-        }),
-        WorkloadKind::JobSet => {
-            // A deleted pod fails its child Job only when that Job allows
-            // no failure; then the JobSet restarts once.
-            let fails_child = data["spec"]["replicatedJobs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|rj| {
-                    let s = &rj["template"]["spec"];
-                    s["backoffLimit"].as_i64() == Some(0)
-                        || s["backoffLimitPerIndex"].as_i64() == Some(0)
-                });
-            Some(RetryLimit {
-                field: "spec.failurePolicy.maxRestarts",
-                remaining: int(&data["spec"]["failurePolicy"]["maxRestarts"], 0)
-                    - int(&data["status"]["restarts"], 0),
-                per_restart: Some(i64::from(fails_child)),
-            })
-        }
-        _ => None,
-    }
 }

@@ -196,6 +196,55 @@ pub fn delete_all(job: &JobRef, generation: u64) -> DeleteAll {
 }
 
 impl Core {
+    /// How the job's pods go at once: [`delete_all`], except for a JobSet
+    /// (a TrainJob's JobSet), which restarts through the child Jobs its
+    /// pods name (their Job's name and uid labels), as JobSet restarts
+    /// itself: its Job controller then counts no failure and JobSet spends
+    /// no restart (a deleted pod of a Job that allows failures would be
+    /// counted, and with `backoffLimit` reached, the Job, then the JobSet
+    /// and TrainJob fail). A JobSet whose pods name no Job (none left)
+    /// falls back to the selector.
+    pub(in crate::controller::core) fn delete_all_for(
+        &self,
+        key: &JobKey,
+        target: &JobRef,
+        generation: u64,
+    ) -> DeleteAll {
+        let jobs = self.child_jobs(key, target.kind);
+        if !jobs.is_empty() {
+            return DeleteAll::ChildJobs {
+                selector: crate::workload::pod_selector(target).unwrap_or_default(),
+                jobs,
+            };
+        }
+        delete_all(target, generation)
+    }
+
+    /// The child Jobs a whole-job restart of `key` goes through: for a
+    /// JobSet (a TrainJob's JobSet), the Jobs its pods name; none for
+    /// other kinds, or when no pod names its Job.
+    pub(in crate::controller::core) fn child_jobs(
+        &self,
+        key: &JobKey,
+        kind: WorkloadKind,
+    ) -> Vec<crate::recover::ChildJob> {
+        if !crate::workload::operator::restarts_through_child_jobs(kind) {
+            return Vec::new();
+        }
+        let jobs: std::collections::BTreeSet<crate::recover::ChildJob> = self
+            .store
+            .job_pods(key)
+            .iter()
+            .filter_map(|p| {
+                Some(crate::recover::ChildJob {
+                    name: p.labels.get(crate::recover::JOB_NAME_LABEL)?.to_string(),
+                    uid: p.labels.get(crate::recover::JOB_UID_LABEL)?.to_string(),
+                })
+            })
+            .collect();
+        jobs.into_iter().collect()
+    }
+
     /// Start a recovery and take its first step at once (the hot path:
     /// the first request leaves in this step).
     #[allow(clippy::too_many_arguments)]

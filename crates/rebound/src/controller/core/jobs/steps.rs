@@ -159,7 +159,7 @@ impl Core {
                 // A TrainJob restarts through its JobSet.
                 let target = self.store.restart_target(&job);
                 EffectKind::RestartJob {
-                    how: delete_all(&target, generation),
+                    how: self.delete_all_for(key, &target, generation),
                     job: target,
                     pods_rv: self.store.pods_rv.clone(),
                 }

@@ -7,6 +7,7 @@
 
 mod adversary;
 mod bed;
+mod breaker;
 mod endings;
 mod episodes;
 mod exactly_once;
@@ -14,6 +15,7 @@ mod model;
 mod node_faults;
 mod property;
 mod regressions;
+mod repeats;
 mod skips;
 mod startup;
 mod trainjob;

@@ -88,6 +88,13 @@ pub struct Model {
     pub jobs: BTreeMap<String, Value>,
     /// Fault lines per node: (code, device, first seen ms, count).
     pub lines: BTreeMap<String, Vec<(String, String, i64, u32)>>,
+    /// When each occurrence of a line truly happened (model seconds, the
+    /// `k`-th at index `k - 1`), by (node, code, device, first seen ms):
+    /// the ground truth a line's count only bounds.
+    pub line_times: BTreeMap<(String, String, String, i64), Vec<i64>>,
+    /// The agent writes its newest repeat's time (`last=`) on each line
+    /// (an older reporter does not).
+    pub write_last: bool,
     pub queues: BTreeMap<Kind, VecDeque<Pending>>,
     /// Last change delivered per kind (to deliver it again).
     pub last: BTreeMap<Kind, Pending>,
@@ -120,6 +127,8 @@ impl Model {
             nodes: BTreeMap::new(),
             jobs: BTreeMap::new(),
             lines: BTreeMap::new(),
+            line_times: BTreeMap::new(),
+            write_last: true,
             queues: BTreeMap::new(),
             last: BTreeMap::new(),
             size,
@@ -315,7 +324,8 @@ impl Model {
                         "creationTimestamp": now,
                         "labels": {JOBSET_NAME: name, JOBSET_UID: juid, OPT_IN: "true",
                             "jobset.sigs.k8s.io/replicatedjob-name": "w",
-                            "batch.kubernetes.io/job-name": format!("{name}-w-0")},
+                            "batch.kubernetes.io/job-name": format!("{name}-w-0"),
+                            "batch.kubernetes.io/controller-uid": format!("{juid}-w")},
                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": format!("{name}-w-0"),
                             "uid": format!("{juid}-w"), "controller": true}]},
                     "spec": {"nodeName": node, "restartPolicy": "Never",
@@ -366,13 +376,24 @@ impl Model {
         let rv = self.bump();
         let wire: Vec<WireFault> = lines
             .iter()
-            .map(|(code, device, at, n)| WireFault {
-                source: "NvidiaXid".into(),
-                code: code.clone(),
-                device: Some(device.clone()),
-                at: DateTime::from_timestamp_millis(*at).map(wire::format_at),
-                count: Some(u64::from(*n)),
-                ..Default::default()
+            .map(|(code, device, at, n)| {
+                // The agent's time of the newest repeat.
+                let key = (name.to_string(), code.clone(), device.clone(), *at);
+                let last = self
+                    .line_times
+                    .get(&key)
+                    .and_then(|ts| ts.last())
+                    .filter(|_| *n > 1 && self.write_last)
+                    .map(|t| wire::format_at(self.t0 + chrono::Duration::seconds(*t)));
+                WireFault {
+                    source: "NvidiaXid".into(),
+                    code: code.clone(),
+                    device: Some(device.clone()),
+                    at: DateTime::from_timestamp_millis(*at).map(wire::format_at),
+                    count: Some(u64::from(*n)),
+                    last,
+                    ..Default::default()
+                }
             })
             .collect();
         let ready = if self.not_ready.contains(name) {
@@ -416,13 +437,26 @@ impl Model {
     pub fn node_fault_on(&mut self, name: &str, code: &str, device: &str) {
         let at = self.wall().timestamp_millis();
         let lines = self.lines.entry(name.to_string()).or_default();
-        match lines
+        let first = match lines
             .iter_mut()
             .find(|(c, d, _, _)| c == code && d == device)
         {
-            Some(l) => l.3 += 1,
-            None => lines.push((code.to_string(), device.to_string(), at, 1)),
-        }
+            Some(l) => {
+                l.3 += 1;
+                l.2
+            }
+            None => {
+                lines.push((code.to_string(), device.to_string(), at, 1));
+                at
+            }
+        };
+        let key = (
+            name.to_string(),
+            code.to_string(),
+            device.to_string(),
+            first,
+        );
+        self.line_times.entry(key).or_default().push(self.t);
         self.write_node(name);
     }
 

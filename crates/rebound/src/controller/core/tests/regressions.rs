@@ -2,7 +2,7 @@
 //! each driven through the core's inputs against the model cluster, with
 //! the success path and the way back.
 
-use super::super::effect::{Effect, EffectKind, Outcome};
+use super::super::effect::{DeleteAll, Effect, EffectKind, Outcome};
 use super::super::input::{Change, Input};
 use super::bed::Bed;
 use super::model::{self, KINDS, Kind};
@@ -253,11 +253,49 @@ fn pods_stuck_terminating_on_a_dead_node_are_force_deleted_after_the_bound() {
         EffectKind::DeletePods { pods, .. } if pods.iter().any(|p| p.name == stuck && p.grace_seconds == Some(0)))));
 }
 
+/// Issue 32: a JobSet at its `maxRestarts` (and its child Jobs at their
+/// `backoffLimit`) is recreated through its child Jobs, which JobSet makes
+/// anew: nothing of either limit is spent, so the restart is made.
+#[test]
+fn a_jobset_at_its_limits_is_recreated_through_its_child_jobs() {
+    let mut b = Bed::new(None);
+    if let Some(j) = b.m.jobs.get_mut("j0") {
+        j["spec"]["failurePolicy"]["maxRestarts"] = json!(0);
+        j["metadata"]["resourceVersion"] = json!("9999");
+        let j = j.clone();
+        b.feed(vec![Input::Job(
+            crate::api::WorkloadKind::JobSet,
+            Change::Apply(serde_json::from_value(j).expect("jobset")),
+        )]);
+    }
+    let i = b.pod_index("j0");
+    b.m.fail_pod(i);
+    b.pump();
+    assert_eq!(b.restarts(), 1);
+    let how: Vec<&DeleteAll> = b
+        .log
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EffectKind::RestartJob { how, job, .. } if job.name == "j0" => Some(how),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(how.as_slice(), [DeleteAll::ChildJobs { jobs, selector }]
+            if jobs.len() == 1 && jobs[0].name == "j0-w-0" && selector.contains("jobset-name=j0")),
+        "{how:?}"
+    );
+}
+
+/// A pod-first restart deletes one pod of a child Job that allows no
+/// failure: the child fails and JobSet restarts, which a JobSet at its
+/// `maxRestarts` cannot take. The policy decides.
 #[test]
 fn a_restart_that_would_exhaust_the_jobs_own_retry_limit_follows_the_policy() {
-    for (action, restarts) in [("Skip", 0), ("Proceed", 1)] {
+    for (action, deletes) in [("Skip", 0), ("Proceed", 1)] {
         let mut spec = model::default_policy_spec();
         spec["restart"] = json!({"onRetryLimit": action});
+        spec["action"] = json!("RestartPod");
         let mut b = Bed::new(Some(spec));
         // j0 allows no more JobSet restarts: maxRestarts 0.
         if let Some(j) = b.m.jobs.get_mut("j0") {
@@ -273,7 +311,8 @@ fn a_restart_that_would_exhaust_the_jobs_own_retry_limit_follows_the_policy() {
         let i = b.pod_index("j0");
         b.m.fail_pod(i);
         b.pump();
-        assert_eq!(b.restarts(), restarts, "onRetryLimit: {action}");
+        let pod_deletes = b.count(|k| matches!(k, EffectKind::DeletePods { .. }));
+        assert_eq!(pod_deletes, deletes, "onRetryLimit: {action}");
         if action == "Skip" {
             assert!(b.log.iter().any(|e| matches!(&e.kind,
                 EffectKind::Event { notice, .. } if notice.note.contains("RetryLimit"))));

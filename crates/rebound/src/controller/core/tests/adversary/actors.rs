@@ -9,6 +9,7 @@ const CODES: [&str; 3] = ["79", "13", "48"];
 impl Sim {
     /// One step: an actor chosen by the seed does one thing.
     pub fn act(&mut self) {
+        self.expire();
         let roll = self.pick(100);
         let what = match roll {
             0..=13 => {
@@ -86,7 +87,7 @@ impl Sim {
                 // Applied, its answer lost: the core times it out.
                 if !self.inflight.is_empty() {
                     let i = self.pick(self.inflight.len() as u64) as usize;
-                    let (r, e) = self.inflight.remove(i);
+                    let (r, e, _) = self.inflight.remove(i);
                     let _ = self.apply(r, &e);
                 }
                 "lose answer"
@@ -169,7 +170,7 @@ impl Sim {
             return;
         }
         let i = self.pick(self.inflight.len() as u64) as usize;
-        let (r, e) = self.inflight.remove(i);
+        let (r, e, _) = self.inflight.remove(i);
         let browned = self.brownout.is_some_and(|(what, until)| {
             self.m.t < until
                 && match what {
@@ -216,10 +217,10 @@ impl Sim {
         let sent = self.rng.next_u64();
         let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.inflight)
             .into_iter()
-            .partition(|(r, _)| *r == dead);
+            .partition(|(r, _, _)| *r == dead);
         self.inflight = others;
         let mut partial = false;
-        for (k, (r, e)) in mine.into_iter().enumerate() {
+        for (k, (r, e, _)) in mine.into_iter().enumerate() {
             if sent >> (k % 64) & 1 == 1 {
                 let _ = self.apply(r, &e);
             } else {
@@ -229,6 +230,8 @@ impl Sim {
         if partial {
             self.partial_deaths.push(self.m.t);
         }
+        // The new process numbers its effects anew.
+        self.restarts.owners.retain(|(r, _), _| *r != dead);
         for k in KINDS {
             let ins = self.m.deliver(k, 10_000);
             self.feed_to(1 - dead, ins);
@@ -346,8 +349,9 @@ impl Sim {
         }
         for round in 0..80 {
             self.deliver_all();
+            self.expire();
             while !self.inflight.is_empty() {
-                let (r, e) = self.inflight.remove(0);
+                let (r, e, _) = self.inflight.remove(0);
                 let o = self.apply(r, &e);
                 self.feed_to(r, vec![Input::Done(e.id, o)]);
             }

@@ -88,7 +88,13 @@ impl Sim {
     pub fn check(&self) {
         assert!(
             self.m.separations_in_window() <= model::MAX_SEPARATED,
-            "breaker exceeded\n{}",
+            "breaker exceeded: {:?} at t={}\n{}",
+            self.m
+                .applied
+                .iter()
+                .filter(|a| matches!(a, model::Applied::Cordon { .. }))
+                .collect::<Vec<_>>(),
+            self.m.t,
             self.tail()
         );
         // No occurrence restarts a job twice.
@@ -108,6 +114,7 @@ impl Sim {
                 );
             }
         }
+        self.check_cooldowns();
         // Every raised in-place generation is followed (released, or
         // falling back) by the leader once it acts.
         if let Some(l) = self.leader {
@@ -231,8 +238,13 @@ impl Sim {
     }
 
     /// The last steps of the schedule, for a failure's report.
-    fn tail(&self) -> String {
-        let from = self.trace.len().saturating_sub(15);
+    pub(super) fn tail(&self) -> String {
+        let from = self.trace.len().saturating_sub(
+            std::env::var("REBOUND_SIM_TAIL")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(15),
+        );
         self.trace[from..].join("\n")
     }
 }

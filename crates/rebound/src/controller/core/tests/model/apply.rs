@@ -10,8 +10,18 @@ impl Model {
     pub fn apply(&mut self, e: &Effect) -> Outcome {
         match &e.kind {
             EffectKind::RestartJob { job, how, .. } => {
-                let DeleteAll::Selector(sel) = how else {
-                    return Outcome::Failed("no Volcano here".into());
+                // A JobSet's child Jobs: their pods (this model keeps no
+                // Job objects; JobSet making them anew is its pods coming
+                // back, as for any operator).
+                let (sel, uids) = match how {
+                    DeleteAll::Selector(sel) => (sel, None),
+                    DeleteAll::ChildJobs { selector, jobs } => (
+                        selector,
+                        Some(jobs.iter().map(|j| j.uid.as_str()).collect::<Vec<_>>()),
+                    ),
+                    DeleteAll::VolcanoCommand { .. } => {
+                        return Outcome::Failed("no Volcano here".into());
+                    }
                 };
                 let want: Vec<(&str, &str)> =
                     sel.split(',').filter_map(|kv| kv.split_once('=')).collect();
@@ -21,6 +31,11 @@ impl Model {
                     .filter(|(_, p)| {
                         want.iter()
                             .all(|(k, v)| p["metadata"]["labels"][*k].as_str() == Some(*v))
+                            && uids.as_ref().is_none_or(|u| {
+                                p["metadata"]["labels"][crate::recover::JOB_UID_LABEL]
+                                    .as_str()
+                                    .is_some_and(|x| u.contains(&x))
+                            })
                     })
                     .map(|(n, p)| {
                         (
