@@ -122,9 +122,12 @@ impl std::fmt::Debug for Kwok {
     }
 }
 
+/// The delay a stage gets from the pod times.
+type StageDelay = fn(&PodTimes) -> Duration;
+
 /// The stages' files under KWOK's `kustomize` tree, and the pod times'
 /// delay each gets (`None`: the file's own).
-const STAGES: [(&str, Option<fn(&PodTimes) -> Duration>); 4] = [
+const STAGES: [(&str, Option<StageDelay>); 4] = [
     ("stage/node/fast/node-initialize.yaml", None),
     (
         "stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
