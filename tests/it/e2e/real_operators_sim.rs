@@ -10,9 +10,10 @@
 //! for the test, is read here too.
 //!
 //! The Job-backed kinds run 2 pods: the real Job controller counts every
-//! deleted pod as failed and waits 10 s × 2^(n−1) before it creates
-//! replacements (8 pods would wait its 10-minute cap); 2 pods show the
-//! doubling in 20 s.
+//! pod rebound deletes from a batch Job as failed and waits 10 s × 2^(n−1)
+//! before it creates replacements (8 pods would wait its 10-minute cap); 2
+//! pods show the doubling in 20 s. (A JobSet's and a TrainJob's child Job
+//! is deleted before its pods, so they wait no backoff.)
 //!
 //! Skips as the other real-server tests do: a printed reason, or a
 //! failure under `REBOUND_REQUIRE_REAL_SERVER=1`.
@@ -155,9 +156,11 @@ async fn every_kind_is_recreated_by_its_real_operator_on_kwok_nodes() {
             BTreeMap::from([((*scheduler).to_owned(), 2 * pods)]),
             "{kind:?}"
         );
-        if *creator == "kube-controller-manager" {
+        if *kind == JobKind::Job {
             // The real Job controller's failure backoff: 2 deleted pods,
-            // 20 s (its failure time rounded down to the second).
+            // 20 s (its failure time rounded down to the second). A
+            // JobSet's and a TrainJob's child Job is deleted before its
+            // pods (rebound restarts them as JobSet does): no backoff.
             let (first_create, _) = t.writes.creates_s.expect("creates");
             assert!(first_create >= 19.0, "{kind:?}: {:?}", t.writes);
         }

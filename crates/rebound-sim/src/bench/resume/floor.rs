@@ -150,8 +150,16 @@ pub fn recreate(
         // last failure (rebound's delete: a deleted pod's failure time is
         // its deletion's); then the replacements under new names, through
         // its client; kube-scheduler binds them.
-        JobKind::Job | JobKind::JobSet | JobKind::TrainJob => {
+        JobKind::Job => {
             secs(job_backoff(l, n)) + secs(l.job_controller.time_for(n).max(sched_time(c, n)))
+        }
+        // rebound deletes the child Job before its pods (as JobSet's own
+        // restart does: `rebound::recover::restart_through_child_jobs`), so
+        // no pod is counted as failed and there is no backoff: JobSet
+        // makes the Job anew and the Job controller creates its pods
+        // under new names at once.
+        JobKind::JobSet | JobKind::TrainJob => {
+            secs(l.job_controller.time_for(n).max(sched_time(c, n)))
         }
     };
     Floor {
@@ -228,7 +236,12 @@ pub fn floor_notes(
             l.training_operator,
             per(l.training_operator.time_for(pods as u64))
         ),
-        _ => format!(
+        JobKind::JobSet | JobKind::TrainJob => format!(
+            "rebound deletes the child Job, then its pods: no pod counts as failed, so no failure backoff; JobSet makes the Job anew and the Job controller creates {pods} pods at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
+            l.job_controller,
+            per(l.job_controller.time_for(pods as u64))
+        ),
+        JobKind::Job => format!(
             "the Job controller counts the {pods} deleted pods as failed and waits its pod failure backoff ({} doubled per failure, at most {}; from the last failure, rounded down to the second) → at least {:.2} s, then creates {pods} replacements at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
             humantime::format_duration(l.job_failure_backoff),
             humantime::format_duration(l.job_failure_backoff_max),
@@ -250,9 +263,9 @@ pub fn floor_notes(
             rc.floor.control_plane_s, 1000.0 * rc.floor.control_plane_s / n
         ));
     }
-    if matches!(kind, JobKind::Job | JobKind::JobSet | JobKind::TrainJob) {
+    if kind == JobKind::Job {
         out.push(format!(
-            "not modelled, and paid by a real Job controller: removing the job-tracking finalizer of each of the {pods} deleted pods, one patch each through the same client ({:.2} s at {} if alone; during the failure backoff, so it delays no create unless the backoff is shorter), and a JobSet/TrainJob's restart of its child Job when a deleted pod fails it; leaving them out favours recreate",
+            "not modelled, and paid by a real Job controller: removing the job-tracking finalizer of each of the {pods} deleted pods, one patch each through the same client ({:.2} s at {} if alone; during the failure backoff, so it delays no create unless the backoff is shorter); leaving it out favours recreate",
             per(l.job_controller.time_for(pods as u64)), l.job_controller
         ));
     }
@@ -338,8 +351,14 @@ mod tests {
         let j = recreate(JobKind::Job, 1024, &m, &l, &s);
         assert!((j.control_plane_s - (599.0 + 49.7)).abs() < 1e-9, "{j:?}");
         // 2 deleted pods: 20 s of backoff, 2 creates within the burst.
-        let two = recreate(JobKind::JobSet, 2, &m, &l, &s);
+        let two = recreate(JobKind::Job, 2, &m, &l, &s);
         assert!((two.control_plane_s - 19.0).abs() < 1e-9, "{two:?}");
+        // A JobSet's (and a TrainJob's) child Job is deleted before its
+        // pods: no failure, no backoff; (1,024 - 30) / 20 of creates.
+        for k in [JobKind::JobSet, JobKind::TrainJob] {
+            let js = recreate(k, 1024, &m, &l, &s);
+            assert!((js.control_plane_s - 49.7).abs() < 1e-9, "{k:?}: {js:?}");
+        }
         // Without limits only the stop and kube-scheduler's rate remain.
         let free = recreate(JobKind::Job, 1024, &m, &OperatorLimits::none(), &s);
         assert!((free.control_plane_s - (1024.0 - 100.0) / 50.0).abs() < 1e-9);
