@@ -30,7 +30,7 @@ enum Command {
     Demo(rebound_sim::demo::DemoArgs),
     /// The embedded cluster at scale: reaction times, API calls, memory.
     #[cfg(feature = "sim")]
-    Sim(rebound_sim::bench::SimArgs),
+    Sim(Box<rebound_sim::bench::SimArgs>),
     /// The embedded API server alone (no nodes, actors or controller), for
     /// the end-to-end suite's REBOUND_E2E_KUBECONFIG mode.
     #[cfg(feature = "sim")]
@@ -161,7 +161,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "sim")]
         Command::Demo(a) => runtime()?.block_on(rebound_sim::demo::run(a)),
         #[cfg(feature = "sim")]
-        Command::Sim(a) => runtime()?.block_on(rebound_sim::bench::run(a)),
+        Command::Sim(a) => runtime()?.block_on(rebound_sim::bench::run(*a)),
         #[cfg(feature = "sim")]
         Command::SimServer(a) => Ok(runtime()?.block_on(rebound_sim::bare::run(a))?),
         #[cfg(not(feature = "sim"))]

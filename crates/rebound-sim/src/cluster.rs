@@ -230,6 +230,7 @@ impl SimCluster {
                 client.clone(),
                 limits.job_controller,
                 limits.job_max_per_sync,
+                (limits.job_failure_backoff, limits.job_failure_backoff_max),
             )));
         }
         Self {

@@ -23,6 +23,7 @@ mod components;
 mod pki;
 mod process;
 use process::{die_with_parent, free_port, sweep_stale, tail};
+pub mod kwok;
 pub mod node;
 pub mod oci;
 pub mod operators;

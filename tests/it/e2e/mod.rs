@@ -62,6 +62,7 @@ mod real_node_costs;
 mod real_node_faults;
 mod real_node_setup;
 mod real_node_sim;
+mod real_operators_sim;
 mod recovery_core;
 mod resilience;
 mod tiers;

@@ -8,7 +8,12 @@
 //! the `Complete`/`Failed` conditions (with `SuccessCriteriaMet` and
 //! `FailureTarget` first, as since Kubernetes 1.31).
 //!
-//! Not simulated: pod failure policies, success policies, backoff delays,
+//! With the published limits it also waits its pod failure backoff
+//! (`failures`): a pod deleted before it finished counts as failed, as on
+//! the real controller, and no pod is created until 10 s × 2^(n−1) (at
+//! most 10 min) passed since the last failure.
+//!
+//! Not simulated: pod failure policies, success policies,
 //! `activeDeadlineSeconds`, tracking finalizers; the Job's own selector
 //! defaulting is left to the API server.
 
@@ -29,7 +34,9 @@ use super::ratelimit::{ClientLimit, slow_start_batches};
 use super::runtime::{Writer, next_batch, ticks, watch_stream};
 use super::util::{is_not_found, key};
 
+mod failures;
 mod plan;
+use failures::FailureBackoff;
 use plan::plan;
 
 /// Label: uid of the Job that owns the pod.
@@ -79,7 +86,13 @@ enum Input {
 
 /// Runs the Job controller until aborted.
 pub async fn run(client: Client) {
-    run_limited(client, ClientLimit::NONE, 0).await;
+    run_limited(
+        client,
+        ClientLimit::NONE,
+        0,
+        (Duration::ZERO, Duration::ZERO),
+    )
+    .await;
 }
 
 /// Runs the Job controller until aborted, every request of its client waiting on
@@ -89,7 +102,14 @@ pub async fn run(client: Client) {
 /// `MaxPodCreateDeletePerSync` = 500 there), in slow-start batches of 1, 2,
 /// 4, … (each waits for the previous one's answers), and no new creates
 /// while the job's earlier ones are not yet seen (its expectations).
-pub async fn run_limited(client: Client, limit: ClientLimit, max_per_sync: usize) {
+/// `failure_backoff` is the pod failure backoff's base and cap
+/// (`failures`; zero for none).
+pub async fn run_limited(
+    client: Client,
+    limit: ClientLimit,
+    max_per_sync: usize,
+    failure_backoff: (Duration, Duration),
+) {
     let jobs_api: Api<Job> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
     let (writer, results) = Writer::new(32);
@@ -118,6 +138,7 @@ pub async fn run_limited(client: Client, limit: ClientLimit, max_per_sync: usize
         InFlight::default()
     };
     let mut backoff = CreateBackoff::default();
+    let mut failures = FailureBackoff::new(failure_backoff.0, failure_backoff.1);
     let mut snapshot: Option<HashSet<String>> = None;
     while let Some(batch) = next_batch(&mut input, 2048).await {
         let mut dirty: HashSet<String> = HashSet::new();
@@ -186,6 +207,7 @@ pub async fn run_limited(client: Client, limit: ClientLimit, max_per_sync: usize
                 Input::Tick => {
                     in_flight.expire();
                     dirty.extend(backoff.due(Instant::now()));
+                    dirty.extend(failures.due(Instant::now()));
                     // Retries creations that were lost.
                     dirty.extend(
                         creating
@@ -199,6 +221,7 @@ pub async fn run_limited(client: Client, limit: ClientLimit, max_per_sync: usize
         }
         for (k, uid) in gone {
             backoff.forget(&k);
+            failures.forget(&k);
             uid_key.remove(&uid);
             creating.by_job.remove(&uid);
             failed_seen.remove(&uid);
@@ -232,7 +255,8 @@ pub async fn run_limited(client: Client, limit: ClientLimit, max_per_sync: usize
                 failed_seen.entry(uid.clone()).or_default(),
                 &in_flight,
             );
-            let creates = if backoff.waiting(&jk, Instant::now()) {
+            let held = failures.holds(&jk, &pods, Instant::now());
+            let creates = if held || backoff.waiting(&jk, Instant::now()) {
                 Vec::new()
             } else {
                 p.creates

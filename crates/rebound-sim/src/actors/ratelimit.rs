@@ -14,6 +14,7 @@
 //! | vc-scheduler | 2000 qps, burst 2000, a session every 1 s | volcano-sh/volcano `cmd/scheduler/app/options/options.go`: `defaultQPS = 2000.0`, `defaultBurst = 2000`, `defaultSchedulerPeriod = time.Second` |
 //! | Kubeflow training-operator v1 | 20 qps, burst 30, 1 controller thread | kubeflow/training-operator `cmd/training-operator.v1/main.go`: `--kube-api-qps` 20, `--kube-api-burst` 30, `--controller-threads` 1 |
 //! | kube-controller-manager (Job controller) | 20 qps, burst 30; slow-start batches 1, 2, 4, … at most 500 per sync | kubernetes `pkg/controller/apis/config/v1alpha1/defaults.go` (`ClientConnection.QPS = 20`, `Burst = 30`); `pkg/controller/job/job_controller.go` (`MaxPodCreateDeletePerSync = 500`), `pkg/controller/controller_utils.go` (`SlowStartInitialBatchSize = 1`) |
+//! | kube-controller-manager (Job controller), pod failure backoff | 10 s, doubling per failed pod, at most 10 min, from the last failure | kubernetes v1.36.3 `pkg/controller/job/job_controller.go` (`DefaultJobPodFailureBackOff = 10 * time.Second`, `MaxJobPodFailureBackOff = 10 * time.Minute`; `manageJob` creates no pod while it lasts), `backoff_utils.go` (`getRemainingTimeForFailuresCount`; a deleted pod that had not finished counts as failed, `isPodFailed`) |
 //! | JobSet controller | 500 qps, burst 500 | kubernetes-sigs/jobset `main.go`: `--kube-api-qps` 500, `--kube-api-burst` 500 |
 //! | Kubeflow Trainer v2 controller | 50 qps, burst 100 | kubeflow/trainer `pkg/config` defaults: `clientConnection.qps` 50, `burst` 100 |
 
@@ -135,6 +136,24 @@ pub fn slow_start_batches(n: usize, initial: usize) -> Vec<usize> {
     out
 }
 
+/// How long the Job controller creates no pod after `failures` failed
+/// pods (kubernetes `pkg/controller/job/backoff_utils.go`,
+/// `getRemainingTimeForFailuresCount`): `base` doubled for each failure
+/// after the first, at most `max`; 0 without failures or without a base.
+pub fn job_failure_backoff(failures: u64, base: Duration, max: Duration) -> Duration {
+    if failures == 0 || base.is_zero() {
+        return Duration::ZERO;
+    }
+    let mut d = base;
+    for _ in 1..failures {
+        d = d.saturating_mul(2);
+        if d >= max {
+            return max;
+        }
+    }
+    d
+}
+
 /// Why an `--operator-limits` value was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum LimitsError {
@@ -156,7 +175,7 @@ pub enum LimitsError {
     },
 }
 
-const LIMIT_KEYS: &str = "volcano-qps, volcano-burst, vc-scheduler-qps, vc-scheduler-burst, vc-scheduler-period, training-operator-qps, training-operator-burst, job-controller-qps, job-controller-burst, job-max-per-sync, jobset-qps, jobset-burst, trainer-qps, trainer-burst; bases: defaults, none";
+const LIMIT_KEYS: &str = "volcano-qps, volcano-burst, vc-scheduler-qps, vc-scheduler-burst, vc-scheduler-period, training-operator-qps, training-operator-burst, job-controller-qps, job-controller-burst, job-max-per-sync, job-failure-backoff, job-failure-backoff-max, jobset-qps, jobset-burst, trainer-qps, trainer-burst; bases: defaults, none";
 
 /// The client limits of every simulated operator and of Volcano's
 /// scheduler (see the module documentation for each figure's source).
@@ -175,6 +194,13 @@ pub struct OperatorLimits {
     pub job_controller: ClientLimit,
     /// The Job controller's `MaxPodCreateDeletePerSync`; 0 for no cap.
     pub job_max_per_sync: usize,
+    /// The Job controller's pod failure backoff: after `n` failed pods
+    /// (a pod deleted before it finished counts) it creates none for
+    /// `job_failure_backoff × 2^(n−1)`, at most [`Self::job_failure_backoff_max`],
+    /// from the last failure; 0 for none.
+    pub job_failure_backoff: Duration,
+    /// The most that backoff waits.
+    pub job_failure_backoff_max: Duration,
     /// The JobSet controller's client.
     pub jobset: ClientLimit,
     /// The Trainer v2 controller's client.
@@ -198,6 +224,8 @@ impl OperatorLimits {
             training_operator: ClientLimit::NONE,
             job_controller: ClientLimit::NONE,
             job_max_per_sync: 0,
+            job_failure_backoff: Duration::ZERO,
+            job_failure_backoff_max: Duration::ZERO,
             jobset: ClientLimit::NONE,
             trainer: ClientLimit::NONE,
         }
@@ -212,6 +240,8 @@ impl OperatorLimits {
             training_operator: ClientLimit::new(20.0, 30),
             job_controller: ClientLimit::new(20.0, 30),
             job_max_per_sync: 500,
+            job_failure_backoff: Duration::from_secs(10),
+            job_failure_backoff_max: Duration::from_secs(600),
             jobset: ClientLimit::new(500.0, 500),
             trainer: ClientLimit::new(50.0, 100),
         }
@@ -271,6 +301,14 @@ impl OperatorLimits {
                 "job-max-per-sync" => {
                     l.job_max_per_sync = v.parse().map_err(|_| bad("a whole number"))?
                 }
+                "job-failure-backoff" => {
+                    l.job_failure_backoff =
+                        humantime::parse_duration(v).map_err(|e| bad(&e.to_string()))?
+                }
+                "job-failure-backoff-max" => {
+                    l.job_failure_backoff_max =
+                        humantime::parse_duration(v).map_err(|e| bad(&e.to_string()))?
+                }
                 "jobset-qps" => l.jobset.qps = qps()?,
                 "jobset-burst" => l.jobset.burst = burst()?,
                 "trainer-qps" => l.trainer.qps = qps()?,
@@ -286,7 +324,7 @@ impl fmt::Display for OperatorLimits {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "volcano-qps={},volcano-burst={},vc-scheduler-qps={},vc-scheduler-burst={},vc-scheduler-period={},training-operator-qps={},training-operator-burst={},job-controller-qps={},job-controller-burst={},job-max-per-sync={},jobset-qps={},jobset-burst={},trainer-qps={},trainer-burst={}",
+            "volcano-qps={},volcano-burst={},vc-scheduler-qps={},vc-scheduler-burst={},vc-scheduler-period={},training-operator-qps={},training-operator-burst={},job-controller-qps={},job-controller-burst={},job-max-per-sync={},job-failure-backoff={},job-failure-backoff-max={},jobset-qps={},jobset-burst={},trainer-qps={},trainer-burst={}",
             self.volcano.qps,
             self.volcano.burst,
             self.vc_scheduler.qps,
@@ -297,6 +335,8 @@ impl fmt::Display for OperatorLimits {
             self.job_controller.qps,
             self.job_controller.burst,
             self.job_max_per_sync,
+            humantime::format_duration(self.job_failure_backoff),
+            humantime::format_duration(self.job_failure_backoff_max),
             self.jobset.qps,
             self.jobset.burst,
             self.trainer.qps,
@@ -365,6 +405,21 @@ mod tests {
     }
 
     #[test]
+    fn the_job_failure_backoff_doubles_per_failure_up_to_its_cap() {
+        let (b, m) = (Duration::from_secs(10), Duration::from_secs(600));
+        assert_eq!(job_failure_backoff(0, b, m), Duration::ZERO);
+        assert_eq!(job_failure_backoff(1, b, m), Duration::from_secs(10));
+        assert_eq!(job_failure_backoff(2, b, m), Duration::from_secs(20));
+        // 4 pods deleted: 80 s (issue 32's 4-node TrainJob).
+        assert_eq!(job_failure_backoff(4, b, m), Duration::from_secs(80));
+        assert_eq!(job_failure_backoff(6, b, m), Duration::from_secs(320));
+        // 10 × 2^6 = 640 s ≥ 600: the cap from the 7th failure on.
+        assert_eq!(job_failure_backoff(7, b, m), m);
+        assert_eq!(job_failure_backoff(1024, b, m), m);
+        assert_eq!(job_failure_backoff(5, Duration::ZERO, m), Duration::ZERO);
+    }
+
+    #[test]
     fn limits_parse_over_the_defaults_or_over_none() {
         let d = OperatorLimits::parse("").expect("empty");
         assert_eq!(d, OperatorLimits::published());
@@ -375,6 +430,10 @@ mod tests {
         assert_eq!(l.volcano.qps, 100.0);
         assert_eq!(l.vc_schedule_period, Duration::from_millis(500));
         assert_eq!(l.trainer, OperatorLimits::published().trainer);
+        assert_eq!(d.job_failure_backoff, Duration::from_secs(10));
+        assert_eq!(d.job_failure_backoff_max, Duration::from_secs(600));
+        let nb = OperatorLimits::parse("job-failure-backoff=0s").expect("nb");
+        assert!(nb.job_failure_backoff.is_zero());
         let n = OperatorLimits::parse("none,job-controller-qps=5").expect("n");
         assert_eq!(n.job_controller.qps, 5.0);
         assert!(!n.volcano.is_limited());

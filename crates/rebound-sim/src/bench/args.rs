@@ -49,7 +49,9 @@ pub struct SimArgs {
     pub assets: Option<PathBuf>,
     /// With --assets: copy the API server's audit log here before the
     /// control plane stops (to look at what the figures were computed from).
-    #[arg(long, requires = "assets")]
+    /// With --real-operators, that control plane's goes beside it
+    /// (`<name>.real-operators.log`).
+    #[arg(long)]
     pub keep_audit_log: Option<PathBuf>,
     /// Run against the cluster of this kubeconfig (cluster-admin; no
     /// Kubeflow operator installed): fake nodes, per-run namespaces and the
@@ -118,6 +120,21 @@ pub struct SimArgs {
     /// says which scheduler bound them, from the audit log.
     #[arg(long, requires = "assets")]
     pub real_scheduler: bool,
+    /// resume: after the tiers, run the Recreate tier once more on the
+    /// real components, on a control plane of its own from this directory
+    /// (without one: as `--assets` without one): kube-scheduler, the job
+    /// kind's real operator from tools/real-components (training-operator,
+    /// Volcano, JobSet, Trainer; batch Jobs by kube-controller-manager),
+    /// nodes and pods played by KWOK at the pod costs of --pod-costs. The
+    /// report puts its time-to-resume beside the model's and divides it by
+    /// this run's in-place time (which stays on the simulated kubelets:
+    /// KWOK runs no container to restart in place).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_parser = any_path)]
+    pub real_operators: Option<PathBuf>,
+    /// With --real-operators: the nodes registered for KWOK (default: one
+    /// per 8 pods of the job, an 8-GPU node's worth).
+    #[arg(long, requires = "real_operators")]
+    pub kwok_nodes: Option<usize>,
 }
 
 fn parse_operator_limits(s: &str) -> Result<crate::actors::ratelimit::OperatorLimits, String> {
@@ -146,6 +163,22 @@ impl SimArgs {
     pub fn job_size(&self) -> usize {
         self.job_size_flag
             .unwrap_or(if self.scenario == "resume" { 1024 } else { 8 })
+    }
+
+    /// Refuses combinations clap cannot express: `--keep-audit-log`
+    /// needs a control plane this process starts.
+    pub fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.keep_audit_log.is_none()
+                || self.assets.is_some()
+                || (self.real_operators.is_some() && self.scenario == "resume"),
+            "--keep-audit-log needs --assets (or --real-operators with --scenario resume): only a control plane this process starts has an audit log to keep"
+        );
+        anyhow::ensure!(
+            self.real_operators.is_none() || self.scenario == "resume",
+            "--real-operators is for --scenario resume"
+        );
+        Ok(())
     }
 
     /// The flags of `rebound sim` as given on its command line (after

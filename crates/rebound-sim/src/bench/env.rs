@@ -8,6 +8,7 @@
 //! [`crate::testbed::Testbed::connect`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -19,6 +20,11 @@ use super::serverlog::{AuditCursor, AuditError, SIM_AUDIT_POLICY, ServerRequest}
 use crate::cluster::{JobOptions, SimConfig, pod_running};
 use crate::envtest::{ControlPlane, ControlPlaneConfig, EnvtestError};
 use crate::testbed::{Testbed, TestbedError};
+
+mod keeper;
+mod operators;
+pub use keeper::Keeper;
+pub use operators::RealOperatorsSetup;
 
 /// Why the set-up failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +61,9 @@ pub enum EnvError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The real job operators or KWOK did not start.
+    #[error("the real operators' environment: {0}")]
+    RealOperators(String),
     /// The pods did not all run in time.
     #[error("only {running} of {want} pods running after {after:?}")]
     NotRunning {
@@ -87,8 +96,9 @@ const NODE_GRACE: &str = "10m";
 pub enum Server {
     /// The embedded one, in this process.
     Embedded,
-    /// A real control plane this process started (it stops when dropped).
-    ControlPlane(ControlPlane),
+    /// A real control plane this process started (it stops when the last
+    /// handle is dropped: the run's, and its keeper's if it has one).
+    ControlPlane(Arc<ControlPlane>),
     /// A cluster named by a kubeconfig.
     Kubeconfig,
 }
@@ -110,6 +120,9 @@ pub struct SimEnv {
     /// kube-scheduler runs (`--real-scheduler`): the jobs' pods ask for its
     /// default profile instead of the simulated scheduler.
     pub real_scheduler: bool,
+    /// Processes of the run beside the control plane (the real job
+    /// operators, KWOK), stopped before it.
+    keeper: Option<Keeper>,
 }
 
 /// Starts a control plane on a thread that lives as long as the process:
@@ -146,28 +159,47 @@ fn start_control_plane(cfg: ControlPlaneConfig) -> Result<ControlPlane, EnvError
     }
 }
 
+/// The control plane `--assets` names (the resolved one when empty), with
+/// the audit log the figures are read from and kube-scheduler if asked.
+fn control_plane_config(assets: &Path, scheduler: bool) -> Result<ControlPlaneConfig, EnvError> {
+    let mut cp_cfg = if assets.as_os_str().is_empty() {
+        ControlPlaneConfig::resolve().map_err(|e| EnvError::NoAssets(Box::new(e)))?
+    } else {
+        ControlPlaneConfig::new(assets.to_owned())
+    };
+    cp_cfg.audit_policy = Some(SIM_AUDIT_POLICY.to_owned());
+    if scheduler {
+        cp_cfg.scheduler = Some(cp_cfg.assets.join("kube-scheduler"));
+    }
+    // One process renews every fake node's Lease, one after another
+    // (a real cluster's kubelets renew their own, in parallel): at
+    // 2,000 nodes on a loaded server a round outlasts the 40 s
+    // lease, and the node lifecycle controller would mark nodes
+    // NotReady and evict their pods in the middle of the set-up.
+    cp_cfg.controller_manager_flags.extend([
+        format!("--node-monitor-grace-period={NODE_GRACE}"),
+        format!("--node-startup-grace-period={NODE_GRACE}"),
+    ]);
+    Ok(cp_cfg)
+}
+
+/// [`start_control_plane`] off the runtime's threads (it blocks for
+/// seconds).
+async fn start_control_plane_async(cfg: ControlPlaneConfig) -> Result<Arc<ControlPlane>, EnvError> {
+    tokio::task::spawn_blocking(move || start_control_plane(cfg))
+        .await
+        .map_err(|e| EnvError::Io {
+            what: "start the control plane".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .map(Arc::new)
+}
+
 impl SimEnv {
     /// Starts or connects to the server `args` names and sets up the bed.
     pub async fn start(args: &SimArgs, cfg: SimConfig) -> Result<SimEnv, EnvError> {
         if let Some(assets) = &args.assets {
-            let mut cp_cfg = if assets.as_os_str().is_empty() {
-                ControlPlaneConfig::resolve().map_err(|e| EnvError::NoAssets(Box::new(e)))?
-            } else {
-                ControlPlaneConfig::new(assets.clone())
-            };
-            cp_cfg.audit_policy = Some(SIM_AUDIT_POLICY.to_owned());
-            if args.real_scheduler {
-                cp_cfg.scheduler = Some(cp_cfg.assets.join("kube-scheduler"));
-            }
-            // One process renews every fake node's Lease, one after another
-            // (a real cluster's kubelets renew their own, in parallel): at
-            // 2,000 nodes on a loaded server a round outlasts the 40 s
-            // lease, and the node lifecycle controller would mark nodes
-            // NotReady and evict their pods in the middle of the set-up.
-            cp_cfg.controller_manager_flags.extend([
-                format!("--node-monitor-grace-period={NODE_GRACE}"),
-                format!("--node-startup-grace-period={NODE_GRACE}"),
-            ]);
+            let cp_cfg = control_plane_config(assets, args.real_scheduler)?;
             eprintln!(
                 "sim: starting etcd, kube-apiserver, kube-controller-manager{} from {}...",
                 if args.real_scheduler {
@@ -177,12 +209,7 @@ impl SimEnv {
                 },
                 cp_cfg.assets.display()
             );
-            let cp = tokio::task::spawn_blocking(move || start_control_plane(cp_cfg))
-                .await
-                .map_err(|e| EnvError::Io {
-                    what: "start the control plane".into(),
-                    source: std::io::Error::other(e.to_string()),
-                })??;
+            let cp = start_control_plane_async(cp_cfg).await?;
             let kubeconfig = cp.kubeconfig_path().to_owned();
             let bed = Testbed::connect(&kubeconfig, cfg).await?;
             let version = bed.client().apiserver_version().await?;
@@ -257,6 +284,7 @@ impl SimEnv {
             ns,
             notes: Vec::new(),
             real_scheduler: false,
+            keeper: None,
         })
     }
 
@@ -402,6 +430,11 @@ impl SimEnv {
                     && let Err(e) = std::fs::copy(from, to)
                 {
                     eprintln!("sim: copying the audit log to {}: {e}", to.display());
+                }
+                // The operators and KWOK first (the keeper holds a handle
+                // of the control plane too), then the control plane.
+                if let Some(k) = self.keeper {
+                    tokio::task::spawn_blocking(move || k.stop()).await.ok();
                 }
                 drop(cp);
                 self.bed.abandon().await;

@@ -62,6 +62,7 @@ enum Ctl {
 
 /// Run a scenario and print the report.
 pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
+    args.check()?;
     if args.scenario == "resume" {
         let report = resume::measure(&args).await?;
         if args.output == "json" {

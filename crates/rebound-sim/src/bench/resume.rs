@@ -27,15 +27,19 @@
 mod floor;
 mod kinds;
 mod real;
+mod real_operators;
 mod report;
 mod tier;
 mod track;
+mod writes;
 
 pub use floor::{Floor, PodShape};
 pub use kinds::{JobKind, KIND_NAMES, TIER_LABEL};
 pub use real::{DEFAULT_SCHEDULER, RealPod, RealTier};
+pub use real_operators::{RealOperatorsReport, measure_kinds as measure_on_real_operators};
 pub use report::{GoalCheck, ResumeReport, TierResult, goals, print_text};
 pub use track::{PodTracker, PodView, Resumed};
+pub use writes::{RecoveryWrites, create_rate};
 
 use std::time::Instant;
 
@@ -65,6 +69,7 @@ spec:
 
 /// Run the scenario and return its report. Progress goes to stderr.
 pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
+    args.check()?;
     let setup = Instant::now();
     let (nodes, size) = (args.nodes(), args.job_size());
     anyhow::ensure!(size > 0, "--job-size must be at least 1");
@@ -185,7 +190,7 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         // --tiers left some out: no goal fails for a tier not asked for.
         goals.retain(|g| !g.detail.ends_with("not run"));
     }
-    let report = ResumeReport {
+    let mut report = ResumeReport {
         scenario: "resume".into(),
         nodes,
         job_size: size,
@@ -228,11 +233,17 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<ResumeReport> {
         tiers,
         goals,
         notes,
+        real_operators: None,
     };
     if let Some(r) = real {
         r.stop();
     }
     env.finish_run(args.keep_audit_log.as_deref()).await;
+    if args.real_operators.is_some() {
+        let ro = real_operators::measure(args, kind, size, &report.tiers).await?;
+        report.goals.push(real_operators::goal(&ro));
+        report.real_operators = Some(ro);
+    }
     Ok(report)
 }
 

@@ -25,7 +25,7 @@
 mod launch;
 mod manifests;
 mod pki;
-mod probe;
+pub(crate) mod probe;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -145,9 +145,20 @@ pub fn recreate(
         JobKind::PyTorchJob => {
             secs(c.stop) + secs(l.training_operator.time_for(n).max(sched_time(c, n)))
         }
-        // The Job controller creates the replacements under new names at
-        // once, through its client; kube-scheduler binds them.
-        JobKind::Job | JobKind::JobSet | JobKind::TrainJob => {
+        // The Job controller counts every deleted pod as failed and creates
+        // no replacement until its pod failure backoff has passed since the
+        // last failure (rebound's delete: a deleted pod's failure time is
+        // its deletion's); then the replacements under new names, through
+        // its client; kube-scheduler binds them.
+        JobKind::Job => {
+            secs(job_backoff(l, n)) + secs(l.job_controller.time_for(n).max(sched_time(c, n)))
+        }
+        // rebound deletes the child Job before its pods (as JobSet's own
+        // restart does: `rebound::recover::restart_through_child_jobs`), so
+        // no pod is counted as failed and there is no backoff: JobSet
+        // makes the Job anew and the Job controller creates its pods
+        // under new names at once.
+        JobKind::JobSet | JobKind::TrainJob => {
             secs(l.job_controller.time_for(n).max(sched_time(c, n)))
         }
     };
@@ -155,6 +166,21 @@ pub fn recreate(
         control_plane_s: control,
         per_pod_s: secs(c.devices + c.sandbox + shape.containers_start(c)),
     }
+}
+
+/// The least the Job controller's pod failure backoff after `n` deleted
+/// pods can hold the creates: the backoff counts from a deleted pod's
+/// `deletionTimestamp` less its grace period, and a `metav1.Time` has
+/// whole seconds, so the failure time is rounded down and the wait ends up
+/// to 1 s early (measured: 2 deleted pods, 20 s of backoff, creates
+/// 19.6 s after the delete).
+fn job_backoff(l: &OperatorLimits, n: u64) -> Duration {
+    crate::actors::ratelimit::job_failure_backoff(
+        n,
+        l.job_failure_backoff,
+        l.job_failure_backoff_max,
+    )
+    .saturating_sub(Duration::from_secs(1))
 }
 
 /// kube-scheduler binding `n` pods at its rate after its burst.
@@ -210,8 +236,16 @@ pub fn floor_notes(
             l.training_operator,
             per(l.training_operator.time_for(pods as u64))
         ),
-        _ => format!(
-            "the Job controller creates {pods} replacements at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
+        JobKind::JobSet | JobKind::TrainJob => format!(
+            "rebound deletes the child Job, then its pods: no pod counts as failed, so no failure backoff; JobSet makes the Job anew and the Job controller creates {pods} pods at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
+            l.job_controller,
+            per(l.job_controller.time_for(pods as u64))
+        ),
+        JobKind::Job => format!(
+            "the Job controller counts the {pods} deleted pods as failed and waits its pod failure backoff ({} doubled per failure, at most {}; from the last failure, rounded down to the second) → at least {:.2} s, then creates {pods} replacements at {} → {:.2} s (slow start and its 500-per-sync cap cost round trips, not rate)",
+            humantime::format_duration(l.job_failure_backoff),
+            humantime::format_duration(l.job_failure_backoff_max),
+            per(job_backoff(l, pods as u64)),
             l.job_controller,
             per(l.job_controller.time_for(pods as u64))
         ),
@@ -229,9 +263,9 @@ pub fn floor_notes(
             rc.floor.control_plane_s, 1000.0 * rc.floor.control_plane_s / n
         ));
     }
-    if matches!(kind, JobKind::Job | JobKind::JobSet | JobKind::TrainJob) {
+    if kind == JobKind::Job {
         out.push(format!(
-            "not modelled, and paid by a real Job controller: removing the job-tracking finalizer of each of the {pods} deleted pods, one patch each through the same client ({:.2} s more at {} if alone), and a JobSet/TrainJob's restart of its child Job when a deleted pod fails it; leaving them out favours recreate",
+            "not modelled, and paid by a real Job controller: removing the job-tracking finalizer of each of the {pods} deleted pods, one patch each through the same client ({:.2} s at {} if alone; during the failure backoff, so it delays no create unless the backoff is shorter); leaving it out favours recreate",
             per(l.job_controller.time_for(pods as u64)), l.job_controller
         ));
     }
@@ -312,8 +346,19 @@ mod tests {
         // stop 5 + (1,024 - 30) / 20
         let p = recreate(JobKind::PyTorchJob, 1024, &m, &l, &s);
         assert!((p.control_plane_s - (5.0 + 49.7)).abs() < 1e-9, "{p:?}");
+        // The failure backoff's cap, 600 s (less its rounding to the
+        // second), then (1,024 - 30) / 20.
         let j = recreate(JobKind::Job, 1024, &m, &l, &s);
-        assert!((j.control_plane_s - 49.7).abs() < 1e-9, "{j:?}");
+        assert!((j.control_plane_s - (599.0 + 49.7)).abs() < 1e-9, "{j:?}");
+        // 2 deleted pods: 20 s of backoff, 2 creates within the burst.
+        let two = recreate(JobKind::Job, 2, &m, &l, &s);
+        assert!((two.control_plane_s - 19.0).abs() < 1e-9, "{two:?}");
+        // A JobSet's (and a TrainJob's) child Job is deleted before its
+        // pods: no failure, no backoff; (1,024 - 30) / 20 of creates.
+        for k in [JobKind::JobSet, JobKind::TrainJob] {
+            let js = recreate(k, 1024, &m, &l, &s);
+            assert!((js.control_plane_s - 49.7).abs() < 1e-9, "{k:?}: {js:?}");
+        }
         // Without limits only the stop and kube-scheduler's rate remain.
         let free = recreate(JobKind::Job, 1024, &m, &OperatorLimits::none(), &s);
         assert!((free.control_plane_s - (1024.0 - 100.0) / 50.0).abs() < 1e-9);

@@ -8,6 +8,7 @@ use kube::api::ApiResource;
 use serde_json::{Value, json};
 
 use super::super::env::SimEnv;
+use super::PodShape;
 use crate::actors::{jobset, kubeflow, trainer, volcano};
 use rebound::inplace::inject::{
     BATCH_JOB_NAME_LABEL, InjectOptions, JOBSET_NAME_LABEL, KUBEFLOW_JOB_NAME_LABEL,
@@ -134,7 +135,7 @@ impl JobKind {
 
     /// The objects to create for the tier's job `name` of `pods` pods, in
     /// order, each with its resource; every pod template wired as
-    /// `rebound inject` wires it.
+    /// `rebound inject` wires it, placed as `env` places pods.
     pub fn manifests(
         self,
         env: &SimEnv,
@@ -142,7 +143,44 @@ impl JobKind {
         tier: &str,
         pods: usize,
     ) -> anyhow::Result<Vec<(ApiResource, Value)>> {
-        let ns = &env.ns;
+        let placement = if env.bed.runs_real_operators() {
+            Placement::RealOperators
+        } else if let Some(sh) = &env.bed.cluster.config().shared {
+            Placement::Shared {
+                // kube-scheduler's default profile with --real-scheduler;
+                // the simulated one's name otherwise (it serves only that
+                // name).
+                scheduler: if env.real_scheduler {
+                    super::DEFAULT_SCHEDULER.to_owned()
+                } else {
+                    sh.scheduler_name.clone()
+                },
+                taint_key: sh.taint_key.clone(),
+            }
+        } else {
+            Placement::Embedded
+        };
+        self.manifests_in(&env.ns, &placement, name, tier, pods)
+    }
+
+    /// What a pod of this kind's job runs (the floors and KWOK's pod times
+    /// are computed from it): the wired template of [`Self::manifests`].
+    pub fn pod_shape(self) -> anyhow::Result<PodShape> {
+        let docs = self.manifests_in("shape", &Placement::Embedded, "shape", "InPlace", 2)?;
+        docs.iter()
+            .find_map(|(_, d)| PodShape::of_manifest(d))
+            .ok_or_else(|| anyhow::anyhow!("the {self:?} manifests have no pod template"))
+    }
+
+    /// [`Self::manifests`] in namespace `ns`, pods placed by `placement`.
+    fn manifests_in(
+        self,
+        ns: &str,
+        placement: &Placement,
+        name: &str,
+        tier: &str,
+        pods: usize,
+    ) -> anyhow::Result<Vec<(ApiResource, Value)>> {
         let labels = json!({TIER_LABEL: tier});
         let (policy, container) = match self {
             Self::Volcano => ("OnFailure", "worker"),
@@ -161,15 +199,24 @@ impl JobKind {
         if self != Self::PyTorchJob {
             spec["restartPolicy"] = json!(policy);
         }
-        if let Some(sh) = &env.bed.cluster.config().shared {
-            // kube-scheduler's default profile with --real-scheduler; the
-            // simulated one's name otherwise (it serves only that name).
-            spec["schedulerName"] = if env.real_scheduler {
-                json!(super::DEFAULT_SCHEDULER)
-            } else {
-                json!(sh.scheduler_name)
-            };
-            spec["tolerations"] = json!([{"key": sh.taint_key, "operator": "Exists"}]);
+        match placement {
+            Placement::Embedded => {}
+            // On the real operators (`--real-operators`) the nodes are
+            // KWOK's, untainted: kube-scheduler's default profile places
+            // the pods, and Volcano's keep the job's `schedulerName`
+            // (vc-scheduler), which its controller copies into each pod.
+            Placement::RealOperators => {
+                if self != Self::Volcano {
+                    spec["schedulerName"] = json!(super::DEFAULT_SCHEDULER);
+                }
+            }
+            Placement::Shared {
+                scheduler,
+                taint_key,
+            } => {
+                spec["schedulerName"] = json!(scheduler);
+                spec["tolerations"] = json!([{"key": taint_key, "operator": "Exists"}]);
+            }
         }
         let template = json!({"metadata": {"labels": labels}, "spec": spec});
         let n = i64::try_from(pods)?;
@@ -239,6 +286,23 @@ impl JobKind {
     }
 }
 
+/// Where a job's pods go, as its template says.
+#[derive(Debug, Clone)]
+enum Placement {
+    /// The embedded server: the simulated scheduler binds every pod.
+    Embedded,
+    /// A shared cluster: the scheduler named, the simulated nodes' taint
+    /// tolerated.
+    Shared {
+        /// `spec.schedulerName`.
+        scheduler: String,
+        /// The simulated nodes' `NoSchedule` taint.
+        taint_key: String,
+    },
+    /// The real operators on KWOK's nodes.
+    RealOperators,
+}
+
 fn wire(doc: &mut Value, name: &str) -> anyhow::Result<()> {
     let report = inject_document(doc, &InjectOptions::default(), name)
         .map_err(|e| anyhow::anyhow!("rebound inject refused the job: {e}"))?;
@@ -266,5 +330,21 @@ mod tests {
             JobKind::TrainJob.selector("t"),
             "jobset.sigs.k8s.io/jobset-name=t"
         );
+    }
+
+    #[test]
+    fn every_kind_runs_the_same_wired_pod() {
+        // KWOK gives every pod of a --real-operators run one start, and
+        // the floors of the kinds compare: the same pod for every kind.
+        let want = PodShape {
+            regular_inits: 1,
+            sidecars: 1,
+            containers: 1,
+            probed: true,
+        };
+        for n in KIND_NAMES {
+            let k = JobKind::parse(n).expect(n);
+            assert_eq!(k.pod_shape().expect(n), want, "{n}");
+        }
     }
 }

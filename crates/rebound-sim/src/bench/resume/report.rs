@@ -80,6 +80,9 @@ pub struct TierResult {
     /// first `/`: which scheduler placed them. Empty without a server log
     /// or when every pod was bound by its template.
     pub bound_by: BTreeMap<String, usize>,
+    /// Who wrote what from the fault on: the new pods by their creator,
+    /// the span of the creates and deletes (server clock).
+    pub writes: super::writes::RecoveryWrites,
     /// With `--real-node`: the real kubelet's pods of the job, measured
     /// apart from the simulated ones.
     pub real_kubelet: Option<super::real::RealTier>,
@@ -144,6 +147,8 @@ pub struct ResumeReport {
     pub goals: Vec<GoalCheck>,
     /// Remarks on the run.
     pub notes: Vec<String>,
+    /// With `--real-operators`: the Recreate tier on the real components.
+    pub real_operators: Option<super::RealOperatorsReport>,
 }
 
 fn tier<'a>(tiers: &'a [TierResult], name: &str) -> Option<&'a TierResult> {
@@ -275,7 +280,7 @@ pub fn goals(tiers: &[TierResult]) -> Vec<GoalCheck> {
     out
 }
 
-fn by_verb(m: &BTreeMap<String, usize>) -> String {
+pub(super) fn by_verb(m: &BTreeMap<String, usize>) -> String {
     if m.is_empty() {
         return "none".into();
     }
@@ -285,7 +290,7 @@ fn by_verb(m: &BTreeMap<String, usize>) -> String {
         .join(", ")
 }
 
-fn secs(v: Option<f64>) -> String {
+pub(super) fn secs(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |s| format!("{s:.2} s"))
 }
 
@@ -450,6 +455,9 @@ pub fn print_text(r: &ResumeReport) {
                 ttr + r.app_start_s
             );
         }
+    }
+    if let Some(ro) = &r.real_operators {
+        super::real_operators::print_text(ro);
     }
     for g in &r.goals {
         println!(

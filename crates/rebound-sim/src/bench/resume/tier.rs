@@ -13,6 +13,7 @@ use super::super::env::SimEnv;
 use super::super::scenario_faults::set_xid;
 use super::super::serverlog::ServerRequest;
 use super::real::{RealPod, RealSide, RealTier, last_back};
+use super::writes::{self, RecoveryWrites};
 use super::{Floor, JobKind, PodTracker, PodView, TIER_LABEL, TierResult};
 
 /// The longest wait for a job's pods to run, or to be gone.
@@ -209,8 +210,12 @@ pub(super) async fn run_tier(
     let (mut rebound_writes, mut recovery_writes, mut total, mut ttr) = (0, 0, None, None);
     let mut released = None;
     let mut last_bound = None;
+    let mut writes = RecoveryWrites::default();
     if let Some(reqs) = &reqs {
         count_binds(reqs, &mut bound_by);
+        if let Some(c) = inj.committed(reqs) {
+            writes = writes::recovery_writes(reqs, c);
+        }
         // The control plane's part: the last pod of the new generation
         // bound (recreated pods; in place, none is).
         let names: HashSet<&str> = after.iter().map(|p| p.name.as_str()).collect();
@@ -326,6 +331,7 @@ pub(super) async fn run_tier(
         floor,
         last_bound_s: last_bound,
         bound_by,
+        writes,
         real_kubelet,
     };
     eprintln!(
