@@ -82,17 +82,18 @@ pub const ANNOTATION_VALUE_MAX: u64 = 256 * 1024;
 pub const NAME_MAX: u64 = 253;
 
 /// Largest compiled size of a literal `matches` pattern (bytes, the regex
-/// crate's `size_limit`): cel-rust compiles the pattern on every
-/// evaluation, and a short pattern with counted repetitions
+/// crate's `size_limit`): a short pattern with counted repetitions
 /// (`((a{100}){100}){100}`) compiles to megabytes, so literal patterns are
-/// compiled once when the expression is, against this limit (about a
-/// millisecond of compiling at most).
+/// checked against this limit when the expression is compiled (about a
+/// millisecond of compiling at most), and evaluations compile each pattern
+/// once under the same limit ([`super::regex_cache`]), not on every call
+/// as cel's own `matches` does.
 pub const REGEX_SIZE_MAX: usize = 64 * 1024;
 
-/// What a `matches` pattern computed at run time costs: it is compiled on
-/// every evaluation up to the regex crate's default limit (10 MiB of
-/// program), which no estimate can bound more tightly, so such an
-/// expression is refused; write the pattern as a literal.
+/// What a `matches` pattern computed at run time costs: a new pattern each
+/// evaluation is compiled each evaluation, which no estimate can bound
+/// tightly, so such an expression is refused; write the pattern as a
+/// literal.
 pub const DYNAMIC_PATTERN_COST: u64 = 1_000_000;
 
 /// Cut `s` to at most [`FAULT_STRING_MAX`] bytes at a character boundary:

@@ -12,6 +12,7 @@
 
 pub mod cost;
 mod free_vars;
+pub mod regex_cache;
 mod values;
 mod views;
 
@@ -26,7 +27,8 @@ pub const MAX_EXPRESSION_LEN: usize = 4096;
 /// Longest list bound into an evaluation context (e.g. `node.faults`).
 pub const MAX_LIST: usize = 64;
 
-static ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| Arc::new(cel::Env::stdlib()));
+static ENV: LazyLock<Arc<cel::Env>> =
+    LazyLock::new(|| Arc::new(regex_cache::with_matches(cel::Env::stdlib())));
 
 /// Why an expression was not accepted; shown in `Ready=False` conditions.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

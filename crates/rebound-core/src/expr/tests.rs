@@ -426,3 +426,35 @@ fn matches_patterns_are_checked_when_compiled() {
         Expr::compile(ok, POLICY_VARS).unwrap_or_else(|e| panic!("`{ok}`: {e}"));
     }
 }
+
+/// Issue 27: cel 0.15 compiled a `matches` pattern on every evaluation, so
+/// `'x'.matches('(a{40}){40}')` under two nested `all` of 53 compiled it
+/// 2,809 times an evaluation (about a second). rebound's `matches` compiles
+/// each pattern once: evaluated twice, the pattern is compiled at most
+/// once, and the answers stay CEL's.
+#[test]
+fn a_matches_pattern_is_compiled_once_however_often_it_is_evaluated() {
+    let src =
+        "[0,1,2,3,4,5,6,7,8,9].all(a, [0,1,2,3,4,5,6,7,8,9].all(b, !'x'.matches('(q{40}){41}')))";
+    let e = Expr::compile(src, POLICY_VARS).expect("accepted");
+    let before = super::regex_cache::compiles();
+    let vars = vars(0);
+    assert!(e.eval_bool(&vars).expect("evaluates"));
+    assert!(e.eval_bool(&vars).expect("evaluates"));
+    let compiled = super::regex_cache::compiles() - before;
+    // Other tests compile their own patterns meanwhile; this one's 200
+    // evaluations add at most its one compile to theirs.
+    assert!(
+        compiled < 50,
+        "{compiled} compiles for 200 evaluations of one pattern"
+    );
+    // Both spellings, and a match and a miss.
+    for (src, want) in [
+        ("matches('abc', '^a.c$')", true),
+        ("'abc'.matches('^b')", false),
+        ("'Xid 79'.matches('[0-9]+$')", true),
+    ] {
+        let e = Expr::compile(src, POLICY_VARS).expect(src);
+        assert_eq!(e.eval_bool(&vars).expect(src), want, "{src}");
+    }
+}
