@@ -402,7 +402,15 @@ async fn on_takeover_what_exists_is_reconciled(server: Server) {
         "{}",
         "not the view's: untouched"
     );
-    let writes = view_writes(&bed, VIEW_NS);
+    // The request log is written as answers pass back through it: the
+    // server may show the delete done a moment before its record is in.
+    let writes = wait("the delete in the request log", T, || async {
+        let w = view_writes(&bed, VIEW_NS);
+        w.iter()
+            .any(|r| r.verb == "delete" && r.path.ends_with("/configmaps/cluster-info-device-5"))
+            .then_some(w)
+    })
+    .await;
     let verbs_on = |name: &str| -> Vec<&str> {
         writes
             .iter()
