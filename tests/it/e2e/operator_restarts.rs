@@ -12,7 +12,7 @@ use rebound_sim::actors::trainer;
 use serde_json::{Value, json};
 
 /// Restarts at once, as often as faults come.
-const NO_COOLDOWN: &str = r#"
+pub(super) const NO_COOLDOWN: &str = r#"
 apiVersion: rebound.dev/v1alpha1
 kind: RecoveryPolicy
 metadata: {name: at-once, namespace: ml}

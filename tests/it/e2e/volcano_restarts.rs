@@ -7,20 +7,12 @@
 //! third skipped with RetryLimit, the job not failed). On the real server
 //! this is the real Volcano controller, webhooks and vc-scheduler.
 
+use super::operator_restarts::NO_COOLDOWN;
 use super::*;
 use futures::StreamExt;
 use kube::runtime::watcher;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-
-const NO_COOLDOWN: &str = r#"
-apiVersion: rebound.dev/v1alpha1
-kind: RecoveryPolicy
-metadata: {name: at-once, namespace: ml}
-spec:
-  selector: {matchLabels: {kcover.io/cascading-recovery: "true"}}
-  cooldown: 0s
-"#;
 
 const PODS: usize = 16;
 const SEL: &str = "volcano.sh/job-name=vc";

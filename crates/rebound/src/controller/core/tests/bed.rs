@@ -109,6 +109,20 @@ impl Bed {
         self.log.iter().filter(|e| f(&e.kind)).count()
     }
 
+    /// The notes of the Events with `reason` written about job `job`.
+    pub(super) fn job_notes(&self, job: &str, reason: &str) -> Vec<String> {
+        self.log
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EffectKind::Event {
+                    about: super::super::effect::About::Job(j),
+                    notice,
+                } if j.name == job && notice.reason == reason => Some(notice.note.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub(super) fn restarts(&self) -> usize {
         self.count(|k| matches!(k, EffectKind::RestartJob { .. }))
     }

@@ -4,7 +4,7 @@
 //! every job still on the node is restarted, also one that landed there
 //! after the fault.
 
-use super::super::effect::{About, EffectKind};
+use super::super::effect::EffectKind;
 use super::bed::Bed;
 use super::model::{self, Model};
 use crate::recover::reasons;
@@ -35,18 +35,7 @@ fn restarts_of(b: &Bed, job: &str) -> usize {
 }
 
 fn skipped_notes(b: &Bed, job: &str) -> Vec<String> {
-    b.log
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EffectKind::Event {
-                about: About::Job(j),
-                notice,
-            } if j.name == job && notice.reason == reasons::RESTART_SKIPPED => {
-                Some(notice.note.clone())
-            }
-            _ => None,
-        })
-        .collect()
+    b.job_notes(job, reasons::RESTART_SKIPPED)
 }
 
 #[test]

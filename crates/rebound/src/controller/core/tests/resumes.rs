@@ -4,7 +4,7 @@
 //! are not back within the bound; the histogram by kind and tier, the
 //! counter, the policy's status. A restart never made ends in neither.
 
-use super::super::effect::{About, EffectKind};
+use super::super::effect::EffectKind;
 use super::super::input::{Change, Input};
 use super::bed::Bed;
 use crate::api::WorkloadKind;
@@ -12,16 +12,7 @@ use crate::recover::reasons;
 use serde_json::json;
 
 fn notes(b: &Bed, reason: &str) -> Vec<String> {
-    b.log
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EffectKind::Event {
-                about: About::Job(j),
-                notice,
-            } if notice.reason == reason && j.name == "j0" => Some(notice.note.clone()),
-            _ => None,
-        })
-        .collect()
+    b.job_notes("j0", reason)
 }
 
 /// The metrics as Prometheus text.
