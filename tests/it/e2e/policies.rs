@@ -220,6 +220,62 @@ spec:
     ctl.shutdown().await;
 }
 
+/// A team's budget of 1,000 restarts in 30 days is accepted by the API
+/// server and compiled by rebound (Ready=True); one above the largest
+/// budget rebound can count is refused by the server's schema on the real
+/// API server, and by rebound's own compile (Ready=False InvalidBudget)
+/// wherever the schema did not stop it.
+async fn a_thousand_restarts_in_thirty_days_is_a_valid_budget(server: Server) {
+    let big = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: big, namespace: team-a}
+spec:
+  restartBudget: {maxRestarts: 1000, window: 720h}
+"#;
+    let (bed, ctl) = bed_with(server, 2, big, None).await;
+    let team_a = bed.ns("team-a");
+    let rps: Api<rebound::api::RecoveryPolicy> = Api::namespaced(bed.client(), &team_a);
+    let ready = |name: &'static str| {
+        let rps = rps.clone();
+        async move {
+            let p = rps.get(name).await.ok()?;
+            p.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")
+        }
+    };
+    let cond = wait("Ready of the 1,000-restart budget", T, || ready("big")).await;
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_str()),
+        ("True", "Compiled"),
+        "{cond:?}"
+    );
+    let too_big = big
+        .replace("name: big", "name: too-big")
+        .replace("1000", &(rebound::policy::MAX_BUDGET + 1).to_string());
+    match bed.apply_yaml(&too_big).await {
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("2000"), "refused naming the bound: {e}");
+        }
+        Ok(_) => {
+            assert!(
+                !bed.is_real(),
+                "the real API server checks the CRD's maximum"
+            );
+            let cond = wait("Ready of the too-large budget", T, || ready("too-big")).await;
+            assert_eq!(
+                (cond.status.as_str(), cond.reason.as_str()),
+                ("False", "InvalidBudget")
+            );
+        }
+    }
+    ctl.shutdown().await;
+}
+
 e2e!(root_default_vs_namespace_override_and_dry_run);
+e2e!(a_thousand_restarts_in_thirty_days_is_a_valid_budget);
 e2e!(invalid_cel_sets_ready_false_and_the_policy_is_not_used);
 e2e!(exponential_cel_is_refused_and_recovery_goes_on);

@@ -271,9 +271,10 @@ pub struct GradedEscalation {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RestartBudget {
-    /// Restarts allowed within `window`: at most 20, the restarts rebound
-    /// keeps on a job (a larger budget could never be used up).
-    #[schemars(range(min = 0, max = 20))]
+    /// Restarts allowed within `window`: at most 2,000, the restarts
+    /// rebound keeps on a job in 32 KiB of annotations (a larger budget
+    /// could never be used up).
+    #[schemars(range(min = 0, max = 2000))]
     pub max_restarts: u32,
     /// The sliding window, a humantime duration (`1h`). Default 1h.
     #[serde(default, skip_serializing_if = "Option::is_none")]

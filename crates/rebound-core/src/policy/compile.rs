@@ -212,14 +212,14 @@ impl CompiledPolicy {
             .map(|b| -> Result<Budget, InvalidObject> {
                 // The budget counts the restarts kept on the job: one above
                 // what is kept could never be used up.
-                if b.max_restarts as usize > super::KEPT_RESTARTS {
+                if b.max_restarts > super::MAX_BUDGET {
                     return Err(InvalidObject {
                         field: "spec.restartBudget.maxRestarts".into(),
                         reason: "InvalidBudget",
                         message: format!(
-                            "{} is more than the {} restarts rebound keeps on a job (its restart-history annotation): such a budget could never be used up",
+                            "{} is more than the {} restarts rebound keeps on a job (its restart-history and restart-tally annotations): such a budget could never be used up",
                             b.max_restarts,
-                            super::KEPT_RESTARTS
+                            super::MAX_BUDGET
                         ),
                     });
                 }

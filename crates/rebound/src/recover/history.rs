@@ -2,6 +2,7 @@
 //! budgets survive an operator restart or fail-over (DESIGN.md §5).
 
 use super::error::{RecoverError, api_code, api_error};
+use super::tally::RESTART_TALLY_ANNOTATION;
 use crate::policy::RestartRecord;
 use crate::workload::JobRef;
 use chrono::SecondsFormat;
@@ -15,7 +16,9 @@ use std::collections::BTreeMap;
 pub const RESTART_COUNT_ANNOTATION: &str = "rebound.dev/restart-count";
 /// The last restart's time, RFC 3339.
 pub const LAST_RESTART_ANNOTATION: &str = "rebound.dev/last-restart";
-/// JSON list of the last `HISTORY_LEN` restarts, oldest first.
+/// JSON list of the last `HISTORY_LEN` restarts, oldest first; older ones
+/// are kept, as far as a restart budget may count them, in the compact
+/// [`RESTART_TALLY_ANNOTATION`].
 pub const RESTART_HISTORY_ANNOTATION: &str = "rebound.dev/restart-history";
 /// The pod named as root cause of the last restart (absent when unknown).
 pub const ROOT_CAUSE_ANNOTATION: &str = "rebound.dev/root-cause";
@@ -27,20 +30,25 @@ pub const HISTORY_LEN: usize = crate::policy::KEPT_RESTARTS;
 /// operator rewriting the job's status during its restart conflicts often).
 const ATTEMPTS: u32 = 6;
 
-/// The restart history in the job's annotations, oldest first. Anyone can
+/// The restart history in the job's annotations, oldest first: the tally's
+/// older restarts (time and cause only), then the full records. Anyone can
 /// edit annotations: garbage (not JSON, not a list, bad entries) is
 /// ignored entry by entry, never an error.
 pub fn read_history(annotations: &BTreeMap<String, String>) -> Vec<RestartRecord> {
-    let Some(raw) = annotations.get(RESTART_HISTORY_ANNOTATION) else {
-        return Vec::new();
-    };
-    let Ok(Value::Array(items)) = serde_json::from_str::<Value>(raw) else {
-        return Vec::new();
-    };
-    let mut history: Vec<RestartRecord> = items
-        .into_iter()
-        .filter_map(|v| serde_json::from_value(v).ok())
-        .collect();
+    let mut history = annotations
+        .get(RESTART_TALLY_ANNOTATION)
+        .map(|raw| super::tally::read(raw))
+        .unwrap_or_default();
+    if let Some(Ok(Value::Array(items))) = annotations
+        .get(RESTART_HISTORY_ANNOTATION)
+        .map(|raw| serde_json::from_str::<Value>(raw))
+    {
+        history.extend(
+            items
+                .into_iter()
+                .filter_map(|v| serde_json::from_value(v).ok()),
+        );
+    }
     history.sort_by_key(|r| r.at);
     history
 }
@@ -255,8 +263,11 @@ fn records_patch(
         return (json!({ "metadata": metadata }), previous);
     }
     history.push(record.clone());
+    history.sort_by_key(|r| r.at);
+    let newest = history.last().map_or(record.at, |r| r.at);
     let excess = history.len().saturating_sub(HISTORY_LEN);
-    history.drain(..excess);
+    let older: Vec<RestartRecord> = history.drain(..excess).collect();
+    let tally = super::tally::write(&older, newest);
     let count = previous.saturating_add(1);
     let history = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
     let mut metadata = json!({
@@ -264,6 +275,7 @@ fn records_patch(
             RESTART_COUNT_ANNOTATION: count.to_string(),
             LAST_RESTART_ANNOTATION: record.at.to_rfc3339_opts(SecondsFormat::Secs, true),
             RESTART_HISTORY_ANNOTATION: history,
+            RESTART_TALLY_ANNOTATION: tally,
             ROOT_CAUSE_ANNOTATION: root_cause,
         }
     });
@@ -462,5 +474,55 @@ mod tests {
         assert_eq!(count, 1);
         assert!(patch["metadata"]["annotations"][ROOT_CAUSE_ANNOTATION].is_null());
         assert!(patch["metadata"].get("resourceVersion").is_none());
+    }
+
+    /// A budget of 1,000 restarts in 30 days is enforced from what the job
+    /// carries: 1,200 restarts written one by one, each on the job as the
+    /// previous write left it; the annotations stay within their bound and
+    /// the last 30 days' count is exact.
+    #[test]
+    fn a_thousand_restarts_in_thirty_days_stay_countable_within_the_bound() {
+        let mut annotations = BTreeMap::new();
+        let base = 1_800_000_000;
+        // Every 30 min for 25 days: 1,200 restarts, every third caused by
+        // hardware.
+        for i in 0..1200i64 {
+            let mut r = at(base + 1800 * i);
+            r.infrastructure = i % 3 == 0;
+            r.occurrence = Some(format!("{i:032x}"));
+            let meta = ObjectMeta {
+                annotations: Some(annotations.clone()),
+                ..ObjectMeta::default()
+            };
+            let (patch, count) = records_patch(&meta, &r, None);
+            assert_eq!(count, i as u64 + 1);
+            for (k, v) in patch["metadata"]["annotations"].as_object().expect("map") {
+                match v.as_str() {
+                    Some(v) => annotations.insert(k.clone(), v.to_string()),
+                    None => annotations.remove(k),
+                };
+            }
+        }
+        let bytes: usize = [RESTART_HISTORY_ANNOTATION, RESTART_TALLY_ANNOTATION]
+            .iter()
+            .filter_map(|k| annotations.get(*k))
+            .map(String::len)
+            .sum();
+        assert!(
+            bytes <= crate::policy::TALLY_BYTES + 20 * 200,
+            "{bytes} bytes"
+        );
+        let h = read_history(&annotations);
+        assert_eq!(h.len(), 1200, "all within the horizon and the bound");
+        assert_eq!(h.iter().filter(|r| r.infrastructure).count(), 400);
+        assert_eq!(
+            h.last().and_then(|r| r.occurrence.clone()),
+            Some(format!("{:032x}", 1199))
+        );
+        // The newest 20 in full, the older ones by time and cause only.
+        assert_eq!(
+            h.iter().filter(|r| r.occurrence.is_some()).count(),
+            HISTORY_LEN
+        );
     }
 }

@@ -15,6 +15,7 @@ mod history;
 mod logs;
 mod node;
 mod restart;
+mod tally;
 
 pub use error::RecoverError;
 pub use events::{Events, Notice, reasons, skip_event};
@@ -36,6 +37,7 @@ pub use restart::{
     ChildJob, JOB_NAME_LABEL, JOB_UID_LABEL, PodRestartOutcome, RestartOutcome, RestartPath,
     delete_pod, restart_job, restart_pod, restart_through_child_jobs,
 };
+pub use tally::RESTART_TALLY_ANNOTATION;
 
 /// The `app.kubernetes.io/managed-by` value on what rebound creates.
 pub const MANAGED_BY: &str = "rebound";

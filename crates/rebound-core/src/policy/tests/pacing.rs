@@ -66,6 +66,52 @@ fn cooldown_by_cel_grows_with_restarts() {
     assert!(matches!(d.skip, Some(Skip::Cooldown { .. })), "{d:?}");
 }
 
+/// A team's budget of 1,000 restarts in 30 days: the 1,000th restart in
+/// the window is allowed, the 1,001st is not, and a restart just outside
+/// the window no longer counts.
+#[test]
+fn a_budget_of_a_thousand_in_thirty_days_holds_at_its_boundary() {
+    let spec = RecoveryPolicySpec {
+        cooldown: Some("0s".into()),
+        restart_budget: Some(RestartBudget {
+            max_restarts: 1000,
+            window: Some("720h".into()),
+            count_infrastructure: false,
+        }),
+        ..Default::default()
+    };
+    let s = set(&[policy("team-a", "p", spec)]);
+    let window = 720 * 3600;
+    // 999 restarts within the window, 40 min apart.
+    let mut h: Vec<_> = (0..999).rev().map(|i| ago(60 + 2400 * i, false)).collect();
+    assert!(h[0].at > now() - chrono::Duration::seconds(window));
+    let decide = |h: &Vec<_>| {
+        decide_job(
+            &classified(Level::RestartJob, false),
+            None,
+            &job("team-a", &[], h.clone()),
+            &s,
+            false,
+            now(),
+        )
+    };
+    assert!(
+        decide(&h).acts(),
+        "the 1,000th restart is within the budget"
+    );
+    h.insert(0, ago(window - 1, false));
+    assert_eq!(
+        decide(&h).skip,
+        Some(Skip::BudgetExhausted {
+            used: 1000,
+            max: 1000
+        })
+    );
+    // The oldest leaves the window: one restart free again.
+    h[0] = ago(window, false);
+    assert!(decide(&h).acts());
+}
+
 #[test]
 fn budget_counts_job_faults_but_not_hardware_by_default() {
     let spec = |infra| RecoveryPolicySpec {
@@ -208,9 +254,9 @@ fn a_budget_larger_than_the_kept_history_is_refused() {
     };
     let mut s = PolicySet::new(ROOT);
     // The most the history can show is accepted...
-    assert!(s.upsert(&budget(KEPT_RESTARTS as u32)).is_ok());
+    assert!(s.upsert(&budget(MAX_BUDGET)).is_ok());
     // ...one more could never be used up: refused with the reason.
-    let e = s.upsert(&budget(KEPT_RESTARTS as u32 + 1)).unwrap_err();
+    let e = s.upsert(&budget(MAX_BUDGET + 1)).unwrap_err();
     assert_eq!(
         (e.field.as_str(), e.reason),
         ("spec.restartBudget.maxRestarts", "InvalidBudget")
@@ -220,6 +266,6 @@ fn a_budget_larger_than_the_kept_history_is_refused() {
     let schema = serde_json::to_value(schemars::schema_for!(RestartBudget)).unwrap_or_default();
     assert_eq!(
         schema["properties"]["maxRestarts"]["maximum"],
-        serde_json::json!(KEPT_RESTARTS)
+        serde_json::json!(MAX_BUDGET)
     );
 }
