@@ -100,6 +100,9 @@ pub struct Metrics {
     pub not_resumed: Family<KindLabels, Counter>,
     /// Steps of the recovery core that ran past `--step-timeout`.
     pub steps_stuck: Counter,
+    /// Namespaces whose restart agents rebound could not grant read access
+    /// to their jobs (docs/in-place.md).
+    pub agent_access_failed: Gauge,
 }
 
 /// Metric names, for the docs check.
@@ -124,6 +127,7 @@ pub const NAMES: &[&str] = &[
     "rebound_time_to_resume_seconds",
     "rebound_jobs_not_resumed_total",
     "rebound_core_steps_stuck_total",
+    "rebound_agent_access_failed_namespaces",
 ];
 
 /// Families whose series appear with their first sample, not at zero from
@@ -314,9 +318,16 @@ impl Metrics {
             "Steps of the recovery core that ran past --step-timeout (the replica gave its Lease up and failed /healthz while stuck)",
             steps_stuck.clone(),
         );
+        let agent_access_failed = Gauge::default();
+        r.register(
+            "rebound_agent_access_failed_namespaces",
+            "Namespaces whose restart agents rebound could not grant read access to their jobs (their RoleBinding was refused; in-place restarts there fall back to recreating pods)",
+            agent_access_failed.clone(),
+        );
         let m = Metrics {
             registry: Arc::new(r),
             steps_stuck,
+            agent_access_failed,
             time_to_resume,
             not_resumed,
             faults,

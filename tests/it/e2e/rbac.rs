@@ -98,6 +98,33 @@ spec:
     }
     bed.apply_yaml(BASE).await.expect("base objects");
     bed.apply_yaml(logs).await.expect("policies");
+    // The agent's ClusterRole, and a binding of it that rebound applied
+    // long ago in a namespace with no wired pod: the take-over's sweep
+    // deletes it (list, delete).
+    rebound_sim::testbed::install_restart_agent_role(
+        &bed.client(),
+        &bed.controller_args().restart_agent_role,
+        "rebound-e2e",
+    )
+    .await
+    .expect("the agent's ClusterRole");
+    let team_b = bed.ns("team-b");
+    let mut stale = rebound::inplace::agent_binding::binding(
+        &team_b,
+        &bed.controller_args().restart_agent_role,
+        &["default".into()],
+        chrono::Utc::now() - chrono::Duration::hours(1),
+    );
+    stale["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "rebound-e2e".into();
+    let bindings =
+        |ns: &str| Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(bed.client(), ns);
+    bindings(&team_b)
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(stale).expect("binding"),
+        )
+        .await
+        .expect("the stale binding");
     // On a real server: a ServiceAccount with exactly config/rbac's roles.
     let client = if bed.is_real() {
         bed.controller_client_with_rbac("rebound-controller", &rbac_files())
@@ -180,6 +207,44 @@ spec:
         .then_some(())
     })
     .await;
+    // A wired job: the controller binds the agent's role in its namespace
+    // (patch: server-side apply creates it); the stale one is gone.
+    super::tiers_jobs::running_job(&bed, &team_a, super::tiers_jobs::Kind::Batch, 1, true).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for r in bed.requests() {
+        if r.resource == "rolebindings" || r.resource == "clusterroles" {
+            eprintln!(
+                "DEBUG {} {} {} {}",
+                r.verb,
+                r.path,
+                r.status,
+                by_controller(&r)
+            );
+        }
+    }
+    let rb = wait("the agents' binding in team-a", T, || async {
+        bindings(&team_a)
+            .get(rebound::inplace::agent_binding::BINDING_NAME)
+            .await
+            .ok()
+    })
+    .await;
+    assert_eq!(
+        rb.subjects
+            .iter()
+            .flatten()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>(),
+        ["default"]
+    );
+    wait("the stale binding swept", T, || async {
+        bindings(&team_b)
+            .get_opt(rebound::inplace::agent_binding::BINDING_NAME)
+            .await
+            .ok()
+            .and_then(|b| b.is_none().then_some(()))
+    })
+    .await;
     let n = bed.cluster.node_names()[3].clone();
     xid_condition(&bed, &n, "48").await;
     wait("cordoned", T, || async {
@@ -259,8 +324,11 @@ spec:
     );
     // No more than used: for every resource the scenario wrote to, each
     // granted verb was used. Not judged: `get` (used only to re-read after
-    // a 409 and to look up a Volcano job's uid), and `patch` of Events
-    // (the Recorder's series updates, for repeats this scenario avoids).
+    // a 409 and to look up a Volcano job's uid), `patch` of Events
+    // (the Recorder's series updates, for repeats this scenario avoids),
+    // and `create` of RoleBindings (never a request of its own: the API
+    // server authorizes the server-side apply that makes the agents'
+    // binding as a create too, which the real server checked above).
     let written: BTreeSet<(String, String)> = used
         .iter()
         .filter(|(_, _, v)| {
@@ -275,9 +343,10 @@ spec:
         .iter()
         .filter(|(_, g, r, _)| written.contains(&(g.clone(), r.clone())))
         .filter(|(_, g, r, v)| {
-            v != "get"
-                && !(g == "events.k8s.io" && v == "patch")
-                && !used.contains(&(g.clone(), r.clone(), v.clone()))
+            let exempt = v == "get"
+                || (g == "events.k8s.io" && v == "patch")
+                || (r == "rolebindings" && v == "create");
+            !exempt && !used.contains(&(g.clone(), r.clone(), v.clone()))
         })
         .collect();
     assert!(unused.is_empty(), "granted but never used: {unused:?}");

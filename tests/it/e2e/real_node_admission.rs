@@ -18,7 +18,7 @@
 use super::admission::bed_with_real_crds;
 use super::admission_policy::{PolicyCopy, agents, env_of, install_policy_copy, uninstall};
 use super::real_node::{Fault, api_port, free_port, restarts_in_place_on, running_on, template};
-use super::real_node_setup::agent_rbac;
+use super::real_node_setup::agent_role;
 use super::tiers::{JOB, Kind};
 use super::*;
 use kube::ResourceExt;
@@ -119,6 +119,19 @@ async fn wired_at_admission_restarts_in_place(
         notes.iter().any(|n| n.contains("wired at admission")),
         "{notes:?}"
     );
+    // The agents read their job through the binding the controller made
+    // for the namespace's ServiceAccount.
+    let rb = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(bed.client(), &ml)
+        .get(rebound::inplace::agent_binding::BINDING_NAME)
+        .await
+        .expect("the controller's binding");
+    let subjects: Vec<String> = rb
+        .subjects
+        .iter()
+        .flatten()
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(subjects, ["default"]);
     ctl.shutdown().await;
     for p in &policies {
         uninstall(&bed, p).await;
@@ -134,7 +147,9 @@ async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
     )
     .await;
     let ml = bed.ns("ml");
-    agent_rbac(&bed, &ml).await;
+    // The agent's ClusterRole only: the controller binds it (no
+    // RoleBinding made here).
+    agent_role(&bed).await;
     let policies = install_copies(&bed, &ml, REPLICA_TYPE_LABEL, &["master", "worker"]).await;
     // Not wired: the template is the job's own, as its user wrote it, its
     // container named `pytorch` as the real training-operator requires.
@@ -165,7 +180,9 @@ async fn a_volcano_job_wired_at_admission_restarts_in_place_on_a_real_kubelet(
 ) {
     let (bed, ctl) = bed_with_real_crds(Server::Real, &[]).await;
     let ml = bed.ns("ml");
-    agent_rbac(&bed, &ml).await;
+    // The agent's ClusterRole only: the controller binds it (no
+    // RoleBinding made here).
+    agent_role(&bed).await;
     let policies = install_copies(&bed, &ml, "volcano.sh/task-spec", &["w0", "w1"]).await;
     let tasks: Vec<serde_json::Value> = ["w0", "w1"]
         .iter()

@@ -105,6 +105,12 @@ const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
         &["get", "list", "watch", "patch", "delete"],
     ),
     ("bus.volcano.sh", &["commands"], &["create"]),
+    (
+        "rbac.authorization.k8s.io",
+        &["rolebindings"],
+        &["list", "create", "patch", "delete"],
+    ),
+    ("rbac.authorization.k8s.io", &["clusterroles"], &["bind"]),
     ("", &["configmaps"], &["list", "watch", "patch"]),
     ("apps", &["deployments"], &["list", "watch"]),
 ];

@@ -254,6 +254,25 @@ pub fn builtins() -> Vec<ResourceInfo> {
         B::new("coordination.k8s.io", "v1", "leases", "Lease", true)
             .conditional()
             .0,
+        // The controller keeps the restart agents' RoleBindings (issue
+        // 28): stored, never enforced (the embedded server authorizes
+        // nothing; docs/embedded-cluster.md).
+        B::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+        )
+        .0,
+        B::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+        )
+        .0,
         B::new("batch", "v1", "jobs", "Job", true)
             .all()
             .status(Drop)

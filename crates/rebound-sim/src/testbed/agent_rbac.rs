@@ -51,3 +51,31 @@ pub async fn grant_restart_agent(
     }
     Ok(())
 }
+
+/// The restart agent's ClusterRole `name` with the chart's rules (the
+/// chart's is aggregated; this one carries the rules itself, so that it
+/// works on a control plane without kube-controller-manager): what the
+/// controller binds in each namespace with wired pods. Applied
+/// server-side as `manager` (idempotent on a shared server).
+pub async fn install_restart_agent_role(
+    client: &kube::Client,
+    name: &str,
+    manager: &str,
+) -> Result<(), TestbedError> {
+    let rules: Value = serde_saphyr::from_str(AGENT_RULES)
+        .map_err(|e| TestbedError::Other(format!("the chart's agent rules: {e}")))?;
+    let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": rules,
+    }))
+    .map_err(|e| TestbedError::Other(format!("the agent's ClusterRole: {e}")))?;
+    Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(&role),
+        )
+        .await?;
+    Ok(())
+}

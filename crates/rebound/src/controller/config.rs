@@ -77,6 +77,17 @@ pub struct ControllerArgs {
         default_value = crate::fault::node::DEFAULT_CONDITION_TYPES
     )]
     pub condition_types: Vec<String>,
+    /// The restart agent's ClusterRole: in each namespace with pods wired
+    /// for in-place restarts, rebound binds it to the ServiceAccounts those
+    /// pods run as (RoleBinding `rebound-restart-agent-access`), so their
+    /// agents can read their jobs. Empty: bindings are made by hand
+    /// (docs/in-place.md).
+    #[arg(
+        long,
+        env = "REBOUND_RESTART_AGENT_ROLE",
+        default_value = "rebound-restart-agent"
+    )]
+    pub restart_agent_role: String,
     /// Decide and record everything, act on nothing.
     #[arg(long, env = "REBOUND_DRY_RUN")]
     pub dry_run: bool,

@@ -437,6 +437,44 @@ impl Executor {
                     }
                 }
             }
+            EffectKind::AgentAccess {
+                namespace,
+                role,
+                accounts,
+            } => {
+                if !self.leader.leads_in(term) {
+                    return Outcome::NotLeader;
+                }
+                let r = crate::inplace::agent_binding::apply(
+                    &self.client,
+                    &namespace,
+                    &role,
+                    &accounts,
+                )
+                .await;
+                self.metrics.request("apply", r.is_ok());
+                match r {
+                    Ok(()) => Outcome::Ok(String::new()),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            }
+            EffectKind::AgentAccessSweep { keep } => {
+                if !self.leader.leads_in(term) {
+                    return Outcome::NotLeader;
+                }
+                match crate::inplace::agent_binding::sweep(&self.client, &keep).await {
+                    Ok(n) => {
+                        if n > 0 {
+                            tracing::info!(
+                                deleted = n,
+                                "restart agents' RoleBindings of namespaces without wired pods deleted"
+                            );
+                        }
+                        Outcome::Ok(String::new())
+                    }
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            }
             EffectKind::Decision(_) => Outcome::Ok(String::new()),
             EffectKind::ReadRecords { term: t, kinds } => {
                 // A consistent list of each kind's metadata (no

@@ -202,6 +202,8 @@ pub async fn start(
             node_default: args.node_config(),
             status_interval: args.status_interval,
             resync_interval: Duration::from_secs(30),
+            restart_agent_role: Some(args.restart_agent_role.clone())
+                .filter(|r| !r.is_empty() && !args.dry_run),
         },
         metrics.clone(),
         clusterd,

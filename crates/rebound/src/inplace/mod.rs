@@ -15,6 +15,7 @@
 //! restart-agent` command around it.
 
 pub mod agent;
+pub mod agent_binding;
 pub mod restart_agent;
 
 pub mod admission;

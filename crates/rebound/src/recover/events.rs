@@ -50,9 +50,13 @@ pub mod reasons {
     /// A restarted job did not run again: its operator gave up on it, or
     /// its pods were not back within the bound (the note says which).
     pub const JOB_NOT_RESUMED: &str = "JobNotResumed";
+    /// rebound could not let the restart agents of a namespace read their
+    /// jobs (their RoleBinding was refused): in-place restarts of the job
+    /// will fall back to recreating its pods.
+    pub const AGENT_ACCESS_FAILED: &str = "AgentAccessFailed";
 
     /// Every reason, for docs and tests.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         JOB_RESTARTED,
         POD_RESTARTED,
         RESTART_SKIPPED,
@@ -68,6 +72,7 @@ pub mod reasons {
         POD_FORCE_DELETED,
         JOB_RESUMED,
         JOB_NOT_RESUMED,
+        AGENT_ACCESS_FAILED,
     ];
 }
 

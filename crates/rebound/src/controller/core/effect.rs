@@ -156,6 +156,16 @@ pub enum EffectKind {
     },
     /// A decision for in-process observers (demo, tests); no request.
     Decision(std::sync::Arc<crate::policy::Decision>),
+    /// Let the restart agents of `namespace`'s wired pods read their jobs:
+    /// server-side apply of rebound's RoleBinding of the ClusterRole
+    /// `role` to these ServiceAccounts (agent_access.rs).
+    AgentAccess {
+        namespace: String,
+        role: String,
+        accounts: Vec<String>,
+    },
+    /// Delete rebound's agent RoleBindings outside these namespaces.
+    AgentAccessSweep { keep: Vec<String> },
     /// Read the restart records of every job of these kinds afresh (a
     /// consistent list of their metadata, not the watch cache), for the
     /// take-over of `term`: answered by [`super::input::Input::Records`]

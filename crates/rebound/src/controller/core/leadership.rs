@@ -15,6 +15,7 @@ impl Core {
         // Restarts of jobs wait for this term's fresh read of their
         // records (fresh.rs); node actions do not.
         self.start_fresh_read(now);
+        self.store.access.new_term();
         self.resume_recoveries(now);
         self.dirty_nodes.extend(self.store.nodes.keys().cloned());
         self.dirty_jobs
@@ -31,7 +32,7 @@ impl Core {
     /// between. Outcomes of its effects are ignored; the occurrences its
     /// recoveries acted on or absorbed are decided again then (a restart
     /// in the job's history after them makes them handled).
-    pub(super) fn end_term(&mut self, now: Now) {
+    pub(super) fn end_term(&mut self, _now: Now) {
         if !self.recoveries.is_empty() {
             tracing::info!(
                 recoveries = self.recoveries.len(),
@@ -49,6 +50,7 @@ impl Core {
         self.releasing.clear();
         self.inflight
             .retain(|_, (w, _)| matches!(w, Waiting::Status(..)));
+        self.store.access.new_term();
         self.nodes.end_term();
         let ids: Vec<OccurrenceId> = self.current.keys().copied().collect();
         for id in ids {
@@ -63,6 +65,5 @@ impl Core {
                     .set(id, level, occurrence::Fate::Pending { until: None });
             }
         }
-        let _ = now;
     }
 }

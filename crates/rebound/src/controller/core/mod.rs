@@ -17,6 +17,7 @@
 //! [`status`]; the step's leadership changes and periodic tick in
 //! `leadership` and `tick`.
 
+mod agent_access;
 pub mod decide;
 pub mod effect;
 mod fresh;
@@ -85,6 +86,9 @@ pub struct CoreConfig {
     pub status_interval: Duration,
     /// How often every node and job is reconciled even without a change.
     pub resync_interval: Duration,
+    /// The restart agent's ClusterRole, bound in each namespace with wired
+    /// pods to their ServiceAccounts; `None`: bindings are made by hand.
+    pub restart_agent_role: Option<String>,
 }
 
 /// A fault occurrence whose carrier is present now.
@@ -119,6 +123,8 @@ enum Waiting {
     SideDelete(JobKey, Vec<effect::PodTarget>),
     Node(String),
     Status(effect::StatusTarget, String),
+    AgentAccess(Arc<str>),
+    AgentAccessSweep,
 }
 
 /// The core.
@@ -403,6 +409,8 @@ impl Core {
             Waiting::SideDelete(key, pods) => self.side_delete_done(&key, pods, id, outcome, now),
             Waiting::Node(name) => self.node_done(&name, id, outcome, now),
             Waiting::Status(target, text) => self.status.written(&target, text, outcome.is_ok()),
+            Waiting::AgentAccess(ns) => self.agent_access_done(ns, outcome, now),
+            Waiting::AgentAccessSweep => self.agent_access_swept(),
         }
     }
 }

@@ -92,6 +92,9 @@ pub struct PodInfo {
     pub container_count: u16,
     /// The in-place restart agent of the pod, if it is wired for it.
     pub agent: Option<AgentStatus>,
+    /// The ServiceAccount a wired pod runs as (its agent reads the job as
+    /// it): `None` for pods not wired.
+    pub agent_account: Option<Arc<str>>,
     /// When the pod's last in-place restart (`AllContainersRestarting`
     /// back to `False`) ended, in seconds; `Some(i64::MAX)` while one runs.
     pub restarted_in_place: Option<i64>,
@@ -210,6 +213,13 @@ impl PodInfo {
                 .map(|s| s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len))
                 .and_then(|n| u16::try_from(n).ok())
                 .unwrap_or(u16::MAX),
+            agent_account: agent.map(|_| {
+                pool.str(
+                    spec.and_then(|s| s.service_account_name.as_deref())
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or("default"),
+                )
+            }),
             agent,
             restarted_in_place,
             uid: m.uid.as_deref().unwrap_or_default().into(),

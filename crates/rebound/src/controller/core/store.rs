@@ -159,6 +159,8 @@ pub struct Store {
     /// every pod this store knows, so a `deletecollection` listed from
     /// that cache no older than it misses none of them.
     pub pods_rv: Option<Arc<str>>,
+    /// The ServiceAccounts of wired pods, for the agents' RoleBindings.
+    pub access: super::agent_access::AgentAccess,
 }
 
 impl Store {
@@ -294,6 +296,9 @@ impl Store {
                 .or_default()
                 .insert((p.namespace.clone(), p.name.clone()));
         }
+        if let Some(sa) = &p.agent_account {
+            self.access.count(&p.namespace, sa, 1);
+        }
         self.pods
             .entry(p.namespace.clone())
             .or_default()
@@ -306,6 +311,9 @@ impl Store {
         let old = in_ns.remove(name)?;
         if in_ns.is_empty() {
             self.pods.remove(ns);
+        }
+        if let Some(sa) = &old.agent_account {
+            self.access.count(&old.namespace, sa, -1);
         }
         let jk = job_key(&old.job);
         if let Some(s) = self.pods_by_job.get_mut(&jk) {

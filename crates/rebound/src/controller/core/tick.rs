@@ -83,6 +83,7 @@ impl Core {
         for key in std::mem::take(&mut self.dirty_jobs) {
             self.advance(&key, now);
         }
+        self.reconcile_agent_access(now);
         self.metrics
             .breaker_held
             .set(self.nodes.held_count() as i64);

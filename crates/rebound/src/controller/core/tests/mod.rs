@@ -6,6 +6,7 @@
 //! actions, leadership changes, controller restarts) can be generated.
 
 mod adversary;
+mod agent_access;
 mod bed;
 mod breaker;
 mod endings;

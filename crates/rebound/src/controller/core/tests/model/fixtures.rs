@@ -52,6 +52,7 @@ pub(super) fn classifications() -> Vec<crate::api::FaultClassification> {
 pub fn core() -> Core {
     Core::new(
         CoreConfig {
+            restart_agent_role: None,
             root: ROOT.into(),
             condition_types: Vec::new(),
             fault_max_age: Duration::from_secs(600),

@@ -1,0 +1,326 @@
+//! The restart agents' read access to their jobs, kept by the controller
+//! (issue 28, docs/in-place.md "The agent's permissions"): in every
+//! namespace with wired pods, one RoleBinding of the restart agent's
+//! ClusterRole to the ServiceAccounts those pods run as. Users label a
+//! job and it restarts in place; nobody writes a RoleBinding by hand.
+//!
+//! The binding is applied (server-side apply, idempotent) when a wired pod
+//! of a new ServiceAccount appears, and again by every new leadership
+//! term; a periodic sweep deletes the bindings of namespaces whose wired
+//! pods have been gone for [`EMPTY_GRACE`] (a job being recreated keeps
+//! its binding), including those a controller before a restart left. A
+//! namespace whose binding cannot be made is said at once: a Warning
+//! `AgentAccessFailed` Event on each of its wired jobs and the
+//! `rebound_agent_access_failed` gauge, never found out by a fallback.
+
+use super::effect::{About, EffectKind, Outcome};
+use super::{Core, Now, Waiting};
+use crate::recover::{Notice, reasons};
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a namespace keeps its binding after its last wired pod went.
+pub const EMPTY_GRACE: Duration = Duration::from_secs(600);
+/// How often the bindings of namespaces without wired pods are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// Pause before a failed apply is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// What the core keeps about the agents' bindings.
+#[derive(Debug, Default)]
+pub struct AgentAccess {
+    /// Wired pods per namespace and ServiceAccount.
+    wired: BTreeMap<Arc<str>, BTreeMap<Arc<str>, u32>>,
+    /// Namespaces whose wired pods all went, and when.
+    emptied: BTreeMap<Arc<str>, DateTime<Utc>>,
+    /// Namespaces whose wired pods all went in this step (the store has no
+    /// clock: the core dates them).
+    just_emptied: BTreeSet<Arc<str>>,
+    /// Namespaces whose accounts changed since they were last looked at.
+    changed: BTreeSet<Arc<str>>,
+    /// What the last successful apply in each namespace granted (this
+    /// term; a new term applies again).
+    applied: BTreeMap<Arc<str>, Vec<String>>,
+    /// Applies in flight and what they grant.
+    pending: BTreeMap<Arc<str>, Vec<String>>,
+    /// Namespaces whose apply failed: when to try again, and whether their
+    /// jobs were told.
+    failed: BTreeMap<Arc<str>, DateTime<Utc>>,
+    /// The namespaces the sweep in flight keeps (`None`: no sweep).
+    sweeping: Option<BTreeSet<String>>,
+    last_sweep: Option<DateTime<Utc>>,
+}
+
+impl AgentAccess {
+    /// A wired pod of `account` in `ns` appeared (`+1`) or went (`-1`).
+    pub fn count(&mut self, ns: &Arc<str>, account: &Arc<str>, delta: i32) {
+        let accounts = self.wired.entry(ns.clone()).or_default();
+        let n = accounts.entry(account.clone()).or_default();
+        let before = *n;
+        *n = if delta >= 0 {
+            n.saturating_add(1)
+        } else {
+            n.saturating_sub(1)
+        };
+        let after = *n;
+        if after == 0 {
+            accounts.remove(account);
+        }
+        // The set of accounts changed: the binding must follow.
+        if (before == 0) != (after == 0) {
+            self.changed.insert(ns.clone());
+        }
+        if accounts.is_empty() {
+            self.wired.remove(ns);
+            self.just_emptied.insert(ns.clone());
+        } else {
+            self.emptied.remove(ns);
+            self.just_emptied.remove(ns);
+        }
+    }
+
+    /// Date the namespaces emptied since the last call.
+    fn stamp(&mut self, now: DateTime<Utc>) {
+        for ns in std::mem::take(&mut self.just_emptied) {
+            if !self.wired.contains_key(&ns) {
+                self.emptied.insert(ns, now);
+            }
+        }
+    }
+
+    /// The ServiceAccounts of wired pods in `ns`, sorted.
+    fn accounts(&self, ns: &str) -> Vec<String> {
+        self.wired
+            .get(ns)
+            .into_iter()
+            .flat_map(|a| a.keys().map(|k| k.to_string()))
+            .collect()
+    }
+
+    /// Namespaces whose binding must stay: wired pods now, or lately.
+    fn keep(&self, now: DateTime<Utc>) -> Vec<String> {
+        let grace = chrono::Duration::from_std(EMPTY_GRACE).unwrap_or_default();
+        self.wired
+            .keys()
+            .map(|k| k.to_string())
+            .chain(
+                self.emptied
+                    .iter()
+                    .filter(|(_, at)| now - **at < grace)
+                    .map(|(k, _)| k.to_string()),
+            )
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// A new term: everything is applied again (idempotent) and swept at
+    /// once (a take-over comes after every initial list: the store knows
+    /// every wired pod; a binding applied lately is never swept anyway).
+    pub fn new_term(&mut self) {
+        self.applied.clear();
+        self.pending.clear();
+        self.failed.clear();
+        self.sweeping = None;
+        self.last_sweep = None;
+        self.changed.extend(self.wired.keys().cloned());
+    }
+
+    /// Namespaces that failed (the gauge).
+    pub fn failed_count(&self) -> usize {
+        self.failed.len()
+    }
+}
+
+impl Core {
+    /// Apply the bindings that changed, retry failed ones, sweep when due.
+    pub(super) fn reconcile_agent_access(&mut self, now: Now) {
+        let Some(role) = self.cfg.restart_agent_role.clone() else {
+            return;
+        };
+        self.store.access.stamp(now.wall);
+        if !self.acting() {
+            return;
+        }
+        let retry: Vec<Arc<str>> = self
+            .store
+            .access
+            .failed
+            .iter()
+            .filter(|(_, at)| now.wall >= **at)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut todo = std::mem::take(&mut self.store.access.changed);
+        todo.extend(retry);
+        for ns in todo {
+            let accounts = self.store.access.accounts(&ns);
+            if accounts.is_empty()
+                || self.store.access.applied.get(&ns) == Some(&accounts)
+                || self.store.access.pending.get(&ns) == Some(&accounts)
+            {
+                continue;
+            }
+            if self.store.access.pending.contains_key(&ns) {
+                // Another apply is under way: look again when it ends.
+                self.store.access.changed.insert(ns);
+                continue;
+            }
+            self.store
+                .access
+                .pending
+                .insert(ns.clone(), accounts.clone());
+            self.effect_for(
+                Waiting::AgentAccess(ns.clone()),
+                EffectKind::AgentAccess {
+                    namespace: ns.to_string(),
+                    role: role.clone(),
+                    accounts,
+                },
+                None,
+            );
+        }
+        let due = self
+            .store
+            .access
+            .last_sweep
+            .is_none_or(|l| (now.wall - l).to_std().unwrap_or(Duration::ZERO) >= SWEEP_EVERY);
+        if due && self.store.access.sweeping.is_none() {
+            self.store.access.last_sweep = Some(now.wall);
+            let keep = self.store.access.keep(now.wall);
+            self.store.access.sweeping = Some(keep.iter().cloned().collect());
+            let grace = chrono::Duration::from_std(EMPTY_GRACE).unwrap_or_default();
+            self.store
+                .access
+                .emptied
+                .retain(|_, at| now.wall - *at < grace);
+            self.effect_for(
+                Waiting::AgentAccessSweep,
+                EffectKind::AgentAccessSweep { keep },
+                None,
+            );
+        }
+        self.metrics
+            .agent_access_failed
+            .set(self.store.access.failed_count() as i64);
+    }
+
+    /// The outcome of an apply in `ns`.
+    pub(super) fn agent_access_done(&mut self, ns: Arc<str>, outcome: Outcome, now: Now) {
+        let Some(accounts) = self.store.access.pending.remove(&ns) else {
+            return;
+        };
+        match outcome {
+            Outcome::Ok(_) => {
+                self.store.access.failed.remove(&ns);
+                self.store.access.applied.insert(ns.clone(), accounts);
+                // Changed while the apply was under way: looked at again.
+                self.store.access.changed.insert(ns);
+            }
+            Outcome::NotLeader => {}
+            Outcome::Gone(why) | Outcome::Failed(why) => {
+                let first = !self.store.access.failed.contains_key(&ns);
+                let retry = chrono::Duration::from_std(RETRY_AFTER).unwrap_or_default();
+                self.store
+                    .access
+                    .failed
+                    .insert(ns.clone(), now.wall + retry);
+                if first {
+                    self.tell_agent_access_failed(&ns, &accounts, &why);
+                }
+            }
+        }
+        self.metrics
+            .agent_access_failed
+            .set(self.store.access.failed_count() as i64);
+    }
+
+    /// The sweep ended: a namespace it did not keep may have had its
+    /// binding deleted though wired pods appeared there meanwhile: such
+    /// bindings are applied again.
+    pub(super) fn agent_access_swept(&mut self) {
+        let a = &mut self.store.access;
+        let Some(kept) = a.sweeping.take() else {
+            return;
+        };
+        a.applied.retain(|ns, _| kept.contains(&**ns));
+        let again: Vec<Arc<str>> = a
+            .wired
+            .keys()
+            .filter(|ns| !kept.contains(&***ns))
+            .cloned()
+            .collect();
+        a.changed.extend(again);
+    }
+
+    /// A Warning Event on each wired job of `ns`: its agents cannot read it
+    /// and its in-place restarts will fall back to recreating its pods.
+    fn tell_agent_access_failed(&mut self, ns: &str, accounts: &[String], why: &str) {
+        let jobs: BTreeMap<super::store::JobKey, crate::workload::JobRef> = self
+            .store
+            .pods
+            .get(ns)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter(|p| p.agent.is_some())
+            .map(|p| (super::store::job_key(&p.job), (*p.job).clone()))
+            .collect();
+        tracing::warn!(namespace = ns, %why, "cannot grant the restart agents read access");
+        let note = format!(
+            "rebound could not bind the restart agent's role to {} in this namespace ({why}): the agents cannot read the job, so its in-place restarts fall back to recreating its pods; tried again every {}s",
+            accounts.join(", "),
+            RETRY_AFTER.as_secs()
+        );
+        for job in jobs.into_values() {
+            self.effect(
+                EffectKind::Event {
+                    about: About::Job(job),
+                    notice: Notice::warning(reasons::AGENT_ACCESS_FAILED, "Grant", note.clone()),
+                },
+                None,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::<Utc>::from_timestamp(s, 0).unwrap_or_default()
+    }
+
+    #[test]
+    fn counts_mark_changes_and_keep_lately_emptied_namespaces() {
+        let mut a = AgentAccess::default();
+        let (ns, sa, other) = (
+            Arc::from("team-a"),
+            Arc::from("default"),
+            Arc::from("trainer"),
+        );
+        a.count(&ns, &sa, 1);
+        a.count(&ns, &sa, 1);
+        assert_eq!(a.accounts("team-a"), vec!["default"]);
+        assert!(a.changed.contains("team-a"));
+        a.changed.clear();
+        // A second pod of the same account changes nothing to apply.
+        a.count(&ns, &sa, 1);
+        a.count(&ns, &other, 1);
+        assert_eq!(a.accounts("team-a"), vec!["default", "trainer"]);
+        a.changed.clear();
+        for _ in 0..3 {
+            a.count(&ns, &sa, -1);
+        }
+        a.count(&ns, &other, -1);
+        a.stamp(t(2));
+        assert!(a.accounts("team-a").is_empty());
+        // Gone at t=2: kept within the grace, not after it.
+        assert_eq!(a.keep(t(2 + 599)), vec!["team-a"]);
+        assert!(a.keep(t(2 + 600)).is_empty());
+        // Back before the sweep: no longer emptied.
+        a.count(&ns, &sa, 1);
+        assert_eq!(a.keep(t(10_000)), vec!["team-a"]);
+    }
+}
