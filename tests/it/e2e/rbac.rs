@@ -101,13 +101,7 @@ spec:
     // The agent's ClusterRole, and a binding of it that rebound applied
     // long ago in a namespace with no wired pod: the take-over's sweep
     // deletes it (list, delete).
-    rebound_sim::testbed::install_restart_agent_role(
-        &bed.client(),
-        &bed.controller_args().restart_agent_role,
-        "rebound-e2e",
-    )
-    .await
-    .expect("the agent's ClusterRole");
+    super::real_node_setup::agent_role(&bed).await;
     let team_b = bed.ns("team-b");
     let mut stale = rebound::inplace::agent_binding::binding(
         &team_b,
