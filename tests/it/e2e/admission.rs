@@ -421,10 +421,22 @@ async fn the_policy_adds_the_agent_rebound_inject_adds(server: Server) {
         ..PostParams::default()
     };
     let labels = json!({OPT_IN.0: OPT_IN.1, "batch.kubernetes.io/job-name": "j"});
-    for resources in [json!({}), json!({"limits": {"cpu": "1", "memory": "1Gi"}})] {
-        let spec = json!({"restartPolicy": "Never",
+    let pod_level = json!({"requests": {"cpu": "4", "memory": "4Gi"}});
+    for (resources, pod_resources) in [
+        (json!({}), None),
+        (json!({"requests": {"cpu": "1"}}), None),
+        (json!({"limits": {"cpu": "1", "memory": "1Gi"}}), None),
+        (
+            json!({"requests": {"cpu": "1", "memory": "1Gi"}}),
+            Some(pod_level.clone()),
+        ),
+    ] {
+        let mut spec = json!({"restartPolicy": "Never",
             "initContainers": [{"name": "setup", "image": "s", "resources": resources}],
             "containers": [{"name": "w", "image": "i", "resources": resources}]});
+        if let Some(p) = &pod_resources {
+            spec["resources"] = p.clone();
+        }
         let mut job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
             "spec": {"template": {"metadata": {"labels": labels}, "spec": spec}}});
         rebound::inplace::inject::inject_document(&mut job, &InjectOptions::default(), "job")
@@ -472,6 +484,7 @@ async fn the_policy_adds_the_agent_rebound_inject_adds(server: Server) {
     }
     for (name, extra) in [
         ("windows", json!({"os": {"name": "windows"}})),
+        ("host-network", json!({"hostNetwork": true})),
         (
             "named",
             json!({"containers": [{"name": "w", "image": "i"}, {"name": AGENT_CONTAINER, "image": "x"}]}),
@@ -487,6 +500,71 @@ async fn the_policy_adds_the_agent_rebound_inject_adds(server: Server) {
         .expect("pod");
         let made = pods.create(&dry, &p).await.expect(name);
         assert!(agents(&made).is_empty(), "{name}: wired");
+    }
+    uninstall(&bed, &policy).await;
+}
+
+/// The admission policy never breaks a pod (issue 28): created for real on
+/// the real API server, a BestEffort pod stays BestEffort and a Guaranteed
+/// one Guaranteed with their agents; a pod with pod-level resources whose
+/// containers request all of the pod's is accepted (an agent with requests
+/// of its own would push the sum over the pod's, which the server
+/// refuses); hostNetwork pods are created unwired (two agents' probe ports
+/// would clash on a node).
+async fn the_policy_keeps_every_pod_creatable_and_its_qos_class(server: Server) {
+    let (bed, ctl) = bed_with(server, 1, "", None).await;
+    ctl.shutdown().await;
+    let ml = bed.ns("ml");
+    let policy = install_policy(&bed, &ml).await;
+    let pods: Api<Pod> = Api::namespaced(bed.client(), &ml);
+    let labels = json!({OPT_IN.0: OPT_IN.1, "batch.kubernetes.io/job-name": "j"});
+    let all_of_it = json!({"requests": {"cpu": "2", "memory": "2Gi"}});
+    for (name, spec, wired, qos) in [
+        (
+            "best-effort",
+            json!({"containers": [{"name": "w", "image": "i"}]}),
+            true,
+            "BestEffort",
+        ),
+        (
+            "guaranteed",
+            json!({"containers": [{"name": "w", "image": "i",
+                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}),
+            true,
+            "Guaranteed",
+        ),
+        (
+            "burstable",
+            json!({"containers": [{"name": "w", "image": "i",
+                "resources": {"requests": {"cpu": "1"}}}]}),
+            true,
+            "Burstable",
+        ),
+        (
+            "pod-level",
+            json!({"resources": all_of_it.clone(),
+                "containers": [{"name": "w", "image": "i", "resources": all_of_it.clone()}]}),
+            true,
+            "Burstable",
+        ),
+        (
+            "host-network",
+            json!({"hostNetwork": true, "containers": [{"name": "w", "image": "i"}]}),
+            false,
+            "BestEffort",
+        ),
+    ] {
+        let p: Pod = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": labels}, "spec": spec}),
+        )
+        .expect("pod");
+        let made = pods
+            .create(&PostParams::default(), &p)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: the server refused the pod: {e}"));
+        assert_eq!(agents(&made).len(), usize::from(wired), "{name}: wired");
+        let class = made.status.as_ref().and_then(|s| s.qos_class.clone());
+        assert_eq!(class.as_deref(), Some(qos), "{name}: QoS class");
     }
     uninstall(&bed, &policy).await;
 }
@@ -513,3 +591,4 @@ real_only!(a_trainjob_wired_at_admission_restarts_in_place);
 real_only!(pods_not_opted_in_or_of_unknown_kinds_are_created_unchanged);
 real_only!(a_pod_wired_by_inject_is_not_wired_twice);
 real_only!(the_policy_adds_the_agent_rebound_inject_adds);
+real_only!(the_policy_keeps_every_pod_creatable_and_its_qos_class);

@@ -48,6 +48,11 @@ pub(super) struct PolicyCopy {
     /// the copy, after the generated one (the real node has no
     /// kube-proxy: its agents are told the API server's loopback address).
     pub(super) agent_env: Vec<(&'static str, String)>,
+    /// The pods run on the node's network (the real node has no pod
+    /// network): the copy wires them, which the generated policy does not
+    /// (two agents' probe ports would clash on one node); each copy then
+    /// has a probe port of its own.
+    pub(super) host_network: bool,
 }
 
 /// [`install_policy`] for a [`PolicyCopy`].
@@ -61,6 +66,15 @@ pub(super) async fn install_policy_copy(bed: &Testbed, ml: &str, copy: &PolicyCo
     let mut policy: MutatingAdmissionPolicy =
         serde_json::from_value(docs[0].clone()).expect("policy");
     policy.metadata.name = Some(name.clone());
+    if copy.host_network
+        && let Some(spec) = policy.spec.as_mut()
+    {
+        spec.match_conditions
+            .iter_mut()
+            .flatten()
+            .filter(|c| c.name == rebound::inplace::admission::HOST_NETWORK_CONDITION)
+            .for_each(|c| c.expression = "true".into());
+    }
     if !copy.agent_env.is_empty()
         && let Some(spec) = policy.spec.as_mut()
     {

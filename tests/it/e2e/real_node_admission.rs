@@ -8,7 +8,9 @@
 //! the real node by their template, as in real_node.rs.
 //!
 //! Two things differ from a cluster, both from the node's host network
-//! (real_node.rs): each pod needs its own probe port, so the test installs
+//! (real_node.rs): the generated policy leaves hostNetwork pods unwired
+//! (their probe ports would clash), so the test's copies wire them; each
+//! pod needs its own probe port, so the test installs
 //! one copy of the generated policy per replica type (bound to the pods of
 //! that type by the binding's `objectSelector`), each with its port; and
 //! there is no kube-proxy, so each copy also tells the agent the API
@@ -51,6 +53,7 @@ async fn install_copies(
                 ("KUBERNETES_SERVICE_HOST", "127.0.0.1".into()),
                 ("KUBERNETES_SERVICE_PORT", api_port()),
             ],
+            host_network: true,
         };
         policies.push(install_policy_copy(bed, ml, &copy).await);
     }

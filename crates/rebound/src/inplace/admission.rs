@@ -31,11 +31,14 @@ use super::inject::{
     BATCH_JOB_NAME_LABEL, InjectOptions, JOBSET_NAME_LABEL, KUBEFLOW_JOB_NAME_LABEL,
     KUBEFLOW_KINDS, VOLCANO_JOB_NAME_LABEL,
 };
-use super::inject_pod::{self, AgentSettings, AgentTarget, PROBE_PORT_NAME};
+use super::inject_pod::{self, AgentResources, AgentSettings, AgentTarget, PROBE_PORT_NAME};
 use crate::fault::wire::KCOVER_OPT_IN;
 
 /// The name of the policy and of its binding (cluster-scoped objects).
 pub const POLICY_NAME: &str = "rebound-restart-agent";
+
+/// The match condition that leaves `hostNetwork` pods unwired.
+pub const HOST_NETWORK_CONDITION: &str = "not-on-the-host-network";
 
 /// The variable the policy adds to the agent's environment (the agent
 /// ignores it): it tells the controller, which sees the pod, that the
@@ -241,6 +244,13 @@ fn all_limited(list: &str) -> String {
     )
 }
 
+/// Some container of `list` requests or limits something.
+fn sets_resources(list: &str) -> String {
+    format!(
+        "object.spec.{list}.exists(c, has(c.resources) && ((has(c.resources.requests) && size(c.resources.requests) > 0) || (has(c.resources.limits) && size(c.resources.limits) > 0)))"
+    )
+}
+
 /// No container of `list` uses the probe port or its name.
 fn port_free(list: &str, port: u16) -> String {
     format!(
@@ -261,20 +271,23 @@ fn agent_cel(opts: &InjectOptions) -> Result<String, AdmissionError> {
         exit_code: opts.exit_code,
         probe_port: opts.probe_port,
     };
-    let mut agent = inject_pod::new_agent(&target, &s, false);
+    let mut agent = inject_pod::new_agent(&target, &s, AgentResources::Burstable);
     if let Some(env) = agent["env"].as_array_mut() {
         env.push(json!({"name": WIRED_BY_ENV, "value": WIRED_BY_ADMISSION}));
     }
     let res_ty = format!("{CONTAINER_TYPE}.resources");
-    let limited = typed(
-        &inject_pod::new_agent(&target, &s, true)["resources"],
-        &res_ty,
-        &[],
-    )?;
+    let of = |r| {
+        typed(
+            &inject_pod::new_agent(&target, &s, r)["resources"],
+            &res_ty,
+            &[],
+        )
+    };
+    let (limited, shared) = (of(AgentResources::Guaranteed)?, of(AgentResources::Shared)?);
     let unlimited = typed(&agent["resources"], &res_ty, &[])?;
     let overrides = [(
         res_ty,
-        format!("(variables.guaranteed ? {limited} : {unlimited})"),
+        format!("(variables.shared ? {shared} : variables.guaranteed ? {limited} : {unlimited})"),
     )];
     typed(&agent, CONTAINER_TYPE, &overrides)
 }
@@ -357,6 +370,13 @@ pub fn policy_yaml(opts: &InjectOptions) -> Result<String, AdmissionError> {
             "linux",
             "!has(object.spec.os) || object.spec.os.name != 'windows'".to_string(),
         ),
+        (
+            // On the node's network the probe port is the node's: a second
+            // wired pod there could not start its agent (`rebound inject`
+            // warns and wires; the policy, which nobody reads, does not).
+            HOST_NETWORK_CONDITION,
+            "!has(object.spec.hostNetwork) || !object.spec.hostNetwork".to_string(),
+        ),
     ];
     let variables = [
         (
@@ -369,6 +389,16 @@ pub fn policy_yaml(opts: &InjectOptions) -> Result<String, AdmissionError> {
         ),
         ("jobApi", chain(&kinds, |k| k.api.clone())),
         ("jobNameLabel", chain(&kinds, |k| format!("'{}'", k.label))),
+        (
+            // Pod-level resources, or BestEffort: the agent asks for none
+            // (inject_pod::AgentResources::Shared).
+            "shared",
+            format!(
+                "(has(object.spec.resources) && ((has(object.spec.resources.requests) && size(object.spec.resources.requests) > 0) ||\n  (has(object.spec.resources.limits) && size(object.spec.resources.limits) > 0))) ||\n!({} ||\n  (has(object.spec.initContainers) && {}))",
+                sets_resources("containers"),
+                sets_resources("initContainers")
+            ),
+        ),
         (
             "guaranteed",
             format!(

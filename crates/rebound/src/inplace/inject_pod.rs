@@ -66,15 +66,68 @@ fn agent_env(t: &AgentTarget<'_>) -> Vec<Value> {
     ]
 }
 
-/// Resources of a new agent. A pod whose every container limits CPU and
-/// memory is (or is meant to be) Guaranteed QoS, which GPU pods need for
-/// exclusive CPUs and NUMA alignment: one container without limits would
-/// make it Burstable, so the agent then asks for requests equal to limits.
-fn agent_resources(guaranteed: bool) -> Value {
-    if guaranteed {
-        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "50m", "memory": "64Mi"}})
-    } else {
-        json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}})
+/// What a new agent asks for, so that it never changes the pod's QoS class
+/// nor breaks its resource rules (docs/in-place.md, "The agent's
+/// resources").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AgentResources {
+    /// Every container limits CPU and memory: the pod is (or is meant to
+    /// be) Guaranteed QoS, which GPU pods need for exclusive CPUs and NUMA
+    /// alignment; one container without limits would make it Burstable,
+    /// so the agent asks for requests equal to limits.
+    Guaranteed,
+    /// Some container requests or limits something: small requests and a
+    /// memory limit (the pod stays Burstable).
+    Burstable,
+    /// None at all: the pod sets pod-level resources (`spec.resources`:
+    /// the agent shares the pod's budget; requests of its own could push
+    /// the containers' sum over the pod's, which the API server refuses),
+    /// or no container requests or limits anything (BestEffort: requests
+    /// would make the pod Burstable).
+    Shared,
+}
+
+impl AgentResources {
+    /// What a pod spec (a template's or a pod's) calls for.
+    pub(crate) fn of(spec: &Value) -> AgentResources {
+        let pod_level = ["requests", "limits"].iter().any(|k| {
+            spec["resources"][*k]
+                .as_object()
+                .is_some_and(|m| !m.is_empty())
+        });
+        let containers: Vec<&Value> = ["containers", "initContainers"]
+            .iter()
+            .filter_map(|k| spec[*k].as_array())
+            .flatten()
+            .filter(|c| name_of(c) != Some(AGENT_CONTAINER))
+            .collect();
+        let sets_any = |c: &&Value| {
+            ["requests", "limits"].iter().any(|k| {
+                c["resources"][*k]
+                    .as_object()
+                    .is_some_and(|m| !m.is_empty())
+            })
+        };
+        if pod_level || !containers.iter().any(sets_any) {
+            AgentResources::Shared
+        } else if containers.iter().all(|c| has_cpu_and_memory_limits(c)) {
+            AgentResources::Guaranteed
+        } else {
+            AgentResources::Burstable
+        }
+    }
+}
+
+/// Resources of a new agent (see [`AgentResources`]).
+fn agent_resources(r: AgentResources) -> Value {
+    match r {
+        AgentResources::Guaranteed => {
+            json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "50m", "memory": "64Mi"}})
+        }
+        AgentResources::Burstable => {
+            json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}})
+        }
+        AgentResources::Shared => json!({}),
     }
 }
 
@@ -124,12 +177,12 @@ fn owned_fields(s: &AgentSettings<'_>) -> Map<String, Value> {
 /// by field in [`wire`] (keeping what a user changed on an existing
 /// agent); the admission policy ([`super::admission`]) is generated from
 /// this, so both wirings give a pod the same agent.
-pub(crate) fn new_agent(t: &AgentTarget<'_>, s: &AgentSettings<'_>, guaranteed: bool) -> Value {
+pub(crate) fn new_agent(t: &AgentTarget<'_>, s: &AgentSettings<'_>, r: AgentResources) -> Value {
     let mut agent = Map::new();
     agent.insert("name".into(), json!(AGENT_CONTAINER));
     agent.extend(owned_fields(s));
     merge_env(&mut agent, &agent_env(t));
-    agent.insert("resources".into(), agent_resources(guaranteed));
+    agent.insert("resources".into(), agent_resources(r));
     agent.insert("securityContext".into(), agent_security_context());
     Value::Object(agent)
 }
@@ -252,11 +305,9 @@ pub(crate) fn wire(
             s.probe_port
         ));
     }
-    let guaranteed = list(spec, "containers", &spec_at)?
-        .iter()
-        .chain(list(spec, "initContainers", &spec_at)?)
-        .filter(|c| name_of(c) != Some(AGENT_CONTAINER))
-        .all(has_cpu_and_memory_limits);
+    list(spec, "containers", &spec_at)?;
+    list(spec, "initContainers", &spec_at)?;
+    let resources = AgentResources::of(spec);
     if spec.get("initContainers").is_none_or(Value::is_null) {
         spec["initContainers"] = json!([]);
     }
@@ -288,7 +339,7 @@ pub(crate) fn wire(
     merge_env(agent, &agent_env(target));
     agent
         .entry("resources")
-        .or_insert_with(|| agent_resources(guaranteed));
+        .or_insert_with(|| agent_resources(resources));
     agent
         .entry("securityContext")
         .or_insert_with(agent_security_context);

@@ -21,6 +21,16 @@ fn the_policy_is_valid_yaml_of_the_admissionregistration_v1_types() {
         b.spec.and_then(|s| s.policy_name).as_deref(),
         Some(POLICY_NAME)
     );
+    let conditions: Vec<&str> = spec
+        .match_conditions
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert!(
+        conditions.contains(&HOST_NETWORK_CONDITION),
+        "{conditions:?}"
+    );
     let m = &spec.mutations.as_ref().expect("mutations")[0];
     assert_eq!(m.patch_type, "JSONPatch");
     let expr = m
@@ -43,7 +53,7 @@ fn the_policy_is_valid_yaml_of_the_admissionregistration_v1_types() {
         "name: \"POD_NAMESPACE\"",
         "name: \"POD_NAME\"",
         "runAsNonRoot: true",
-        "variables.guaranteed ?",
+        "variables.shared ? Object.spec.initContainers.resources{} : variables.guaranteed ?",
     ] {
         assert!(expr.contains(needle), "{needle} missing from {expr}");
     }

@@ -56,10 +56,10 @@ fn adds_the_sidecar_with_rule_probe_env_and_restricted_security() {
         "metadata.labels['batch.kubernetes.io/job-name']"
     );
     assert_eq!(a["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(a["resources"]["limits"]["memory"], "64Mi");
-    assert!(
-        a["resources"]["limits"]["cpu"].is_null(),
-        "burstable pod: no cpu limit"
+    assert_eq!(
+        a["resources"],
+        json!({}),
+        "a BestEffort pod: the agent asks for nothing, the pod stays BestEffort"
     );
     // Nothing else moved.
     assert_eq!(t["metadata"], json!({"labels": {"a": "b"}}));
@@ -72,14 +72,56 @@ fn adds_the_sidecar_with_rule_probe_env_and_restricted_security() {
 
 #[test]
 fn a_new_agent_is_exactly_what_wire_adds_to_a_pod_without_one() {
-    for (guaranteed, res) in [
-        (false, json!({})),
-        (true, json!({"limits": {"cpu": "1", "memory": "1Gi"}})),
+    for (r, res) in [
+        (AgentResources::Shared, json!({})),
+        (AgentResources::Burstable, json!({"requests": {"cpu": "1"}})),
+        (
+            AgentResources::Guaranteed,
+            json!({"limits": {"cpu": "1", "memory": "1Gi"}}),
+        ),
     ] {
         let mut t = tpl(json!([{"name": "w", "image": "i", "resources": res}]));
         wire(&mut t, "t", &T, &S).expect("wire");
-        assert_eq!(agent(&t), &new_agent(&T, &S, guaranteed));
+        assert_eq!(agent(&t), &new_agent(&T, &S, r));
     }
+}
+
+/// The agent never changes a pod's QoS class nor breaks its resources:
+/// BestEffort stays BestEffort, a pod with pod-level resources shares
+/// them (requests of the agent's own could exceed the pod's), a Burstable
+/// pod gets small requests, a Guaranteed one requests equal to limits.
+#[test]
+fn the_agent_asks_for_what_keeps_the_pod_as_it_is() {
+    use AgentResources::*;
+    let spec = |containers: Value, pod: Option<Value>| {
+        let mut s = json!({"containers": containers});
+        if let Some(p) = pod {
+            s["resources"] = p;
+        }
+        s
+    };
+    let none = json!([{"name": "w"}, {"name": "x", "resources": {}}]);
+    let some = json!([{"name": "w", "resources": {"requests": {"cpu": "1"}}}, {"name": "x"}]);
+    let all = json!([{"name": "w", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]);
+    assert_eq!(AgentResources::of(&spec(none.clone(), None)), Shared);
+    assert_eq!(AgentResources::of(&spec(some.clone(), None)), Burstable);
+    assert_eq!(AgentResources::of(&spec(all.clone(), None)), Guaranteed);
+    let pod = json!({"requests": {"cpu": "4", "memory": "8Gi"}});
+    for c in [none, some, all.clone()] {
+        assert_eq!(AgentResources::of(&spec(c, Some(pod.clone()))), Shared);
+    }
+    // Empty pod-level resources are none.
+    assert_eq!(
+        AgentResources::of(&spec(all, Some(json!({"requests": {}})))),
+        Guaranteed
+    );
+    // An init container that sets something counts; an old agent does not.
+    let s = json!({"containers": [{"name": "w"}],
+        "initContainers": [{"name": AGENT_CONTAINER, "resources": {"requests": {"cpu": "10m"}}}]});
+    assert_eq!(AgentResources::of(&s), Shared);
+    let s = json!({"containers": [{"name": "w"}],
+        "initContainers": [{"name": "setup", "resources": {"requests": {"cpu": "10m"}}}]});
+    assert_eq!(AgentResources::of(&s), Burstable);
 }
 
 #[test]
