@@ -17,6 +17,8 @@ fn rbac_files() -> Vec<String> {
     [
         "controller_role.yaml",
         "controller_leader_election_role.yaml",
+        // The scenario runs with --rank-tables.
+        "controller_rank_tables_role.yaml",
     ]
     .iter()
     .map(|f| std::fs::read_to_string(dir.join(f)).expect("rbac file"))

@@ -251,7 +251,7 @@ pub(crate) fn helm_render(args: &[&str]) -> Option<Vec<Value>> {
     ))
 }
 
-pub(super) fn helm_template(helm: &Path, extra: &[&str]) -> Result<Vec<Value>, String> {
+pub(crate) fn helm_template(helm: &Path, extra: &[&str]) -> Result<Vec<Value>, String> {
     let out = std::process::Command::new(helm)
         .args([
             "template",

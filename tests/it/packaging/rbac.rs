@@ -111,6 +111,11 @@ const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
         &["list", "create", "patch", "delete"],
     ),
     ("rbac.authorization.k8s.io", &["clusterroles"], &["bind"]),
+];
+/// What the controller uses with `--rank-tables` only, cluster-wide
+/// (config/rbac/controller_rank_tables_role.yaml, the chart's
+/// rbac-rank-tables.yaml): not in a default install.
+const CONTROLLER_RANK_TABLES: &[(&str, &[&str], &[&str])] = &[
     ("", &["configmaps"], &["list", "watch", "patch"]),
     ("apps", &["deployments"], &["list", "watch"]),
 ];
@@ -226,6 +231,7 @@ fn rbac_grants_exactly_what_each_component_uses() {
                 CONTROLLER_CLUSTER,
                 CONTROLLER_KUBE_SYSTEM,
                 CONTROLLER_ROOT_NS,
+                CONTROLLER_RANK_TABLES,
             ]
             .concat(),
         ),
@@ -404,4 +410,58 @@ fn restart_agent_rbac_is_get_and_watch_of_every_job_kind_inject_wires() {
             "docs/in-place.md has no RBAC row for {group} {resources:?}"
         );
     }
+}
+
+/// Rules by feature (issue 28): the rank tables' rules (patch any
+/// ConfigMap, watch Deployments) are in neither config/default nor the
+/// chart's default render, and come, exactly, with the feature: the
+/// kustomize file applied beside `--rank-tables`, the chart's template
+/// with `rankTables.enabled=true`.
+#[test]
+fn rank_table_rules_come_only_with_rank_tables() {
+    let default = kustomize("config/default");
+    let all = |objs: &[Value]| -> Grants {
+        objs.iter()
+            .filter(|o| o["kind"] == "ClusterRole" && o["aggregationRule"].is_null())
+            .flat_map(|r| grants(&r["rules"], r["metadata"]["name"].as_str().unwrap_or("")))
+            .collect()
+    };
+    let rank = table(CONTROLLER_RANK_TABLES);
+    assert!(
+        all(&default).is_disjoint(&rank),
+        "config/default grants rank-table rules: {:?}",
+        all(&default).intersection(&rank).collect::<Vec<_>>()
+    );
+    let file = docs_of("config/rbac/controller_rank_tables_role.yaml");
+    let role = one(&file, "ClusterRole", "rebound-controller-rank-tables");
+    assert_eq!(grants(&role["rules"], "rank tables"), rank);
+    let binding = one(
+        &file,
+        "ClusterRoleBinding",
+        "rebound-controller-rank-tables",
+    );
+    assert_eq!(binding["subjects"][0]["name"], "rebound-controller");
+    let Some(helm) = super::chart::helm() else {
+        eprintln!("notice: no helm binary; the chart's rank-table rules not rendered");
+        return;
+    };
+    let off = super::chart::helm_template(&helm, &[]).expect("helm template");
+    assert!(
+        all(&off).is_disjoint(&rank),
+        "the chart's default grants rank-table rules"
+    );
+    let on = super::chart::helm_template(&helm, &["--set", "rankTables.enabled=true"])
+        .expect("helm template with rank tables");
+    let role = one(&on, "ClusterRole", "rebound-controller-rank-tables");
+    assert_eq!(grants(&role["rules"], "chart rank tables"), rank);
+    let binding = one(&on, "ClusterRoleBinding", "rebound-controller-rank-tables");
+    assert_eq!(binding["subjects"][0]["name"], "rebound-controller");
+    let args = one(&on, "Deployment", "rebound-controller")["spec"]["template"]["spec"]
+        ["containers"][0]["args"]
+        .clone();
+    assert!(
+        args.as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "--rank-tables=true")),
+        "{args}"
+    );
 }
