@@ -166,6 +166,19 @@ fn every_doc_example_has_a_case_and_every_case_an_example() {
     );
 }
 
+/// docs/benchmarks.md is not a document of examples (its tables hold the
+/// commands of each run), but the commands of its fenced blocks must work:
+/// the bench exists, the binary's flags parse, the example is there.
+#[test]
+fn benchmark_commands_name_what_exists() {
+    let (blocks, _) = blocks_and_spans("docs/benchmarks.md");
+    let sh: Vec<&Example> = blocks.iter().filter(|b| b.lang == "sh").collect();
+    assert!(!sh.is_empty(), "docs/benchmarks.md has no command block");
+    for b in sh {
+        commands::measure(&b.text);
+    }
+}
+
 #[test]
 fn every_cel_example_runs_as_its_text_says() {
     run_cases(|c| c.kind == cases::Kind::Cel);

@@ -117,26 +117,6 @@ REBOUND_E2E_KUBECONFIG=/tmp/kind.kubeconfig cargo test --test it e2e:: -- --skip
             Some(r##"the test suite itself"##),
         ),
         case(
-            "README.md",
-            r##"cargo bench --bench engine     # faults classified and decided per second, one core
-cargo run --release -- sim --nodes 2000 --pods-per-node 10 --scenario pod-exit   # also node-xid, storm, flapping, resume; -o json
-cargo run --release -- sim --assets DIR --nodes 500 --pods-per-node 10   # the same against a real kube-apiserver, etcd and kube-controller-manager (without DIR: $REBOUND_TEST_ASSETS, else the built components)
-cargo run --release --example cache_memory   # heap bytes the controller's caches hold per pod and per node"##,
-            Offline,
-            commands::measure,
-            Some(r##"minutes to hours at these sizes: the targets and flags are checked"##),
-        ),
-        case(
-            "README.md",
-            r##"rebound-core  ←──  rebound  ←──  rebound-sim        (A ←── B: B imports A)
-     ↑               ↑               ↑
-     └───────────────┴───────  the `rebound` binary (package rebound-cli,
-                               this folder; rebound-sim only with `sim`)"##,
-            Run,
-            commands::layout,
-            None,
-        ),
-        case(
             "docs/getting-started.md",
             r##"cargo run --release -- demo"##,
             Run,
@@ -383,34 +363,6 @@ spec:
             Offline,
             commands::cargo_run_parses,
             Some(r##"serves until Ctrl-C: its flags are checked"##),
-        ),
-        case(
-            "README.md",
-            r##"rebound sim --scenario resume"##,
-            Offline,
-            commands::rebound_flags,
-            Some(r##"minutes: its flags are checked"##),
-        ),
-        case(
-            "README.md",
-            r##"rebound sim --scenario resume --job-kind K"##,
-            Offline,
-            commands::rebound_flags,
-            Some(r##"minutes: its flags are checked"##),
-        ),
-        case(
-            "README.md",
-            r##"cargo run --release --example cache_memory"##,
-            Offline,
-            commands::measure,
-            Some(r##"20,000 pods: the example is checked to exist"##),
-        ),
-        case(
-            "README.md",
-            r##"cargo run -- demo"##,
-            Run,
-            commands::demo,
-            None,
         ),
         case(
             "docs/getting-started.md",

@@ -208,18 +208,6 @@ pub fn tiers_fragment(block: &str) {
     }
 }
 
-/// The layout diagram: the crates and the package it names exist.
-pub fn layout(block: &str) {
-    for c in ["rebound-core", "rebound-sim"] {
-        assert!(
-            block.contains(c) && root().join("crates").join(c).is_dir(),
-            "{c}"
-        );
-    }
-    assert!(root().join("crates/rebound").is_dir());
-    assert!(block.contains("rebound-cli") && read("Cargo.toml").contains("name = \"rebound-cli\""));
-}
-
 /// Kubernetes objects in config/ (what `kubectl apply -k DIR` sends).
 fn kustomize(dir: &str) -> Vec<serde_json::Value> {
     crate::packaging::kustomize(dir)
@@ -452,7 +440,7 @@ pub fn the_suite(block: &str) {
     }
 }
 
-/// README's "Measure it": the bench, the binary's flags and the example.
+/// docs/benchmarks.md's commands: the bench, the binary's flags and the example.
 pub fn measure(block: &str) {
     for l in lines(block) {
         match (l[1].as_str(), l.iter().position(|w| w == "--")) {

@@ -357,3 +357,33 @@ fn events_doc_says_which_event_each_skip_writes() {
         }
     }
 }
+
+/// The README is for users (issue 28): one screen on what rebound does and
+/// how to try it, one on installing it, under 150 lines; its figures live
+/// in docs/benchmarks.md (no measurement table in the README), which it
+/// links, and it has the Kubernetes version table.
+#[test]
+fn readme_is_short_and_its_figures_live_in_benchmarks() {
+    let r = read("README.md");
+    assert!(
+        r.lines().count() < 150,
+        "README.md has {} lines",
+        r.lines().count()
+    );
+    for section in [
+        "## Try it",
+        "## Install",
+        "## Configure",
+        "## Observe",
+        "## Which Kubernetes",
+        "## Run the tests",
+    ] {
+        assert!(r.contains(section), "README.md lacks {section}");
+    }
+    assert!(r.contains("(docs/benchmarks.md)") && r.contains("(docs/README.md)"));
+    assert!(
+        !r.lines()
+            .any(|l| l.starts_with('|') && (l.contains(" ms") || l.contains("measured"))),
+        "a measurement table in README.md: it belongs in docs/benchmarks.md"
+    );
+}
