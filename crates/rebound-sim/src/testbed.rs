@@ -24,7 +24,7 @@ mod connect;
 mod faults;
 mod rbac;
 
-pub use agent_rbac::{grant_restart_agent, install_restart_agent_role};
+pub use agent_rbac::{grant_restart_agent, install_cluster_roles, install_restart_agent_role};
 pub use faults::Injector;
 
 use cleanup::{Made, remove_shared};

@@ -5,7 +5,13 @@
 //! its pods at CREATE, and they restart in place on the real node. The
 //! Kubeflow operator is the simulated one (talking to the real server, so
 //! its pods go through the real admission chain); the pods are bound to
-//! the real node by their template, as in real_node.rs.
+//! the real node by their template, as in real_node.rs. The controller
+//! runs as a ServiceAccount with exactly the RBAC of an install path
+//! (config/rbac for the PyTorchJob, the chart's default render for the
+//! Volcano Job) and the agents run as their namespace's `default`
+//! ServiceAccount, authorized only through the RoleBinding the controller
+//! makes (issue 28): no RoleBinding is made by the test. Unlike an install,
+//! the controller runs in the test process, not as the Deployment.
 //!
 //! Two things differ from a cluster, both from the node's host network
 //! (real_node.rs): the generated policy leaves hostNetwork pods unwired
@@ -17,10 +23,8 @@
 //! server's loopback address (what the kubelet's `KUBERNETES_SERVICE_*`
 //! variables would give it through the `kubernetes` Service).
 
-use super::admission::bed_with_real_crds;
 use super::admission_policy::{PolicyCopy, agents, env_of, install_policy_copy, uninstall};
 use super::real_node::{Fault, api_port, free_port, restarts_in_place_on, running_on, template};
-use super::real_node_setup::agent_role;
 use super::tiers::{JOB, Kind};
 use super::*;
 use kube::ResourceExt;
@@ -28,8 +32,93 @@ use kube::api::PostParams;
 use rebound::inplace::admission::{WIRED_BY_ADMISSION, WIRED_BY_ENV};
 use rebound::inplace::inject::InjectOptions;
 use rebound_sim::actors::kubeflow::REPLICA_TYPE_LABEL;
+use rebound_sim::cluster::install_crds;
 use rebound_sim::envtest::node::{REBOUND_IMAGE, RealNode};
 use serde_json::json;
+
+/// Where the controller's rights and the agent's ClusterRoles come from:
+/// the two install paths a user has.
+#[derive(Clone, Copy, Debug)]
+enum Install {
+    /// `kubectl apply -k config/default`: config/rbac's files.
+    Kustomize,
+    /// `helm install rebound chart/rebound --namespace rebound-system`
+    /// with default values: the chart's rendered RBAC.
+    Helm,
+}
+
+/// A bed on the real server whose controller runs as a ServiceAccount
+/// with exactly the controller RBAC of `install` (on a real server the
+/// server authorizes every request it makes, the agents' RoleBinding
+/// included), and the restart agent's ClusterRoles of `install`: nothing
+/// else is granted, no RoleBinding is made by the test.
+async fn bed_as_installed(install: Install, crds: &[&str]) -> (Testbed, ControllerHandle) {
+    let bed = bed(
+        Server::Real,
+        SimConfig {
+            nodes: 4,
+            ..SimConfig::default()
+        },
+    )
+    .await;
+    for f in crds.iter().filter(|_| !bed.runs_real_operators()) {
+        install_crds(&bed.client(), &super::admission_policy::shared_crd(f))
+            .await
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    for ns in ["ml", "team-a", "team-b"] {
+        bed.ensure_namespace(ns).await.expect("namespace");
+    }
+    bed.apply_yaml(BASE).await.expect("base objects");
+    bed.apply_yaml(super::tiers::TIERS).await.expect("policies");
+    let (controller, agent): (Vec<String>, String) = match install {
+        Install::Kustomize => {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/rbac");
+            let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("rbac file");
+            (
+                vec![
+                    read("controller_role.yaml"),
+                    read("controller_leader_election_role.yaml"),
+                ],
+                read("restart_agent_role.yaml"),
+            )
+        }
+        Install::Helm => {
+            let objs = crate::packaging::helm_render(&[
+                "rebound",
+                "chart/rebound",
+                "--namespace",
+                "rebound-system",
+            ])
+            .expect("a helm binary (the real components build one)");
+            let of = |component: &str| -> String {
+                objs.iter()
+                    .filter(|o| {
+                        o["kind"].as_str().is_some_and(|k| {
+                            ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+                                .contains(&k)
+                        }) && o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+                    })
+                    .map(|o| o.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            };
+            (vec![of("controller")], of("restart-agent"))
+        }
+    };
+    rebound_sim::testbed::install_cluster_roles(&bed.client(), &agent, "rebound-e2e")
+        .await
+        .expect("the agent's ClusterRoles");
+    let client = bed
+        .controller_client_with_rbac("rebound-controller", &controller)
+        .await
+        .expect("the controller's ServiceAccount");
+    let ctl = bed
+        .start_controller_as(client, bed.controller_args())
+        .await
+        .expect("controller");
+    (bed, ctl)
+}
 
 /// Installs one copy of the generated policy per value of `label` (each
 /// pod's own probe port on the host network), agents pointed at the API
@@ -144,15 +233,15 @@ async fn wired_at_admission_restarts_in_place(
 async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
     node: &'static RealNode,
 ) {
-    let (bed, ctl) = bed_with_real_crds(
-        Server::Real,
+    // Installed as `kubectl apply -k config/default` installs it: the
+    // controller may do what config/rbac grants, no RoleBinding is made
+    // here (the controller binds the agents' role).
+    let (bed, ctl) = bed_as_installed(
+        Install::Kustomize,
         &["kubeflow-training-v1/kubeflow.org_pytorchjobs.yaml"],
     )
     .await;
     let ml = bed.ns("ml");
-    // The agent's ClusterRole only: the controller binds it (no
-    // RoleBinding made here).
-    agent_role(&bed).await;
     let policies = install_copies(&bed, &ml, REPLICA_TYPE_LABEL, &["master", "worker"]).await;
     // Not wired: the template is the job's own, as its user wrote it, its
     // container named `pytorch` as the real training-operator requires.
@@ -181,11 +270,9 @@ async fn a_pytorchjob_wired_at_admission_restarts_in_place_on_a_real_kubelet(
 async fn a_volcano_job_wired_at_admission_restarts_in_place_on_a_real_kubelet(
     node: &'static RealNode,
 ) {
-    let (bed, ctl) = bed_with_real_crds(Server::Real, &[]).await;
+    // Installed as `helm install` with default values installs it.
+    let (bed, ctl) = bed_as_installed(Install::Helm, &[]).await;
     let ml = bed.ns("ml");
-    // The agent's ClusterRole only: the controller binds it (no
-    // RoleBinding made here).
-    agent_role(&bed).await;
     let policies = install_copies(&bed, &ml, "volcano.sh/task-spec", &["w0", "w1"]).await;
     let tasks: Vec<serde_json::Value> = ["w0", "w1"]
         .iter()

@@ -49,16 +49,12 @@ pub(super) async fn agent_rbac(bed: &Testbed, ns: &str) {
         .expect("the agent's RBAC");
 }
 
-/// The restart agent's ClusterRole, as the chart installs it, which the
-/// controller binds in each namespace with wired pods.
+/// The restart agent's ClusterRoles as `config/default` installs them,
+/// which the controller binds in each namespace with wired pods.
 pub(super) async fn agent_role(bed: &Testbed) {
-    rebound_sim::testbed::install_restart_agent_role(
-        &bed.client(),
-        &bed.controller_args().restart_agent_role,
-        "rebound-e2e",
-    )
-    .await
-    .expect("the agent's ClusterRole");
+    rebound_sim::testbed::install_restart_agent_role(&bed.client(), "rebound-e2e")
+        .await
+        .expect("the agent's ClusterRole");
 }
 
 /// [`wait`] that adds the kubelet's last log lines to the panic.

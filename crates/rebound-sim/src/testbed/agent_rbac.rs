@@ -52,30 +52,43 @@ pub async fn grant_restart_agent(
     Ok(())
 }
 
-/// The restart agent's ClusterRole `name` with the chart's rules (the
-/// chart's is aggregated; this one carries the rules itself, so that it
-/// works on a control plane without kube-controller-manager): what the
-/// controller binds in each namespace with wired pods. Applied
-/// server-side as `manager` (idempotent on a shared server).
+/// config/rbac's restart agent ClusterRoles, as `kubectl apply -k
+/// config/default` installs them: `rebound-restart-agent`, aggregated (the
+/// control plane's kube-controller-manager fills its rules), and
+/// `rebound-restart-agent-jobs` with the rules. The controller binds the
+/// first in each namespace with wired pods. Applied server-side as
+/// `manager`; the aggregated role carries no `rules` of its own, so that
+/// applying it again never empties them (tests share the server).
 pub async fn install_restart_agent_role(
     client: &kube::Client,
-    name: &str,
     manager: &str,
 ) -> Result<(), TestbedError> {
-    let rules: Value = serde_saphyr::from_str(AGENT_RULES)
-        .map_err(|e| TestbedError::Other(format!("the chart's agent rules: {e}")))?;
-    let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": rules,
-    }))
-    .map_err(|e| TestbedError::Other(format!("the agent's ClusterRole: {e}")))?;
-    Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(manager).force(),
-            &Patch::Apply(&role),
-        )
-        .await?;
+    install_cluster_roles(client, RESTART_AGENT_ROLES, manager).await
+}
+
+/// config/rbac/restart_agent_role.yaml.
+const RESTART_AGENT_ROLES: &str = include_str!("../../../../config/rbac/restart_agent_role.yaml");
+
+/// Every ClusterRole of the YAML stream `yaml`, applied server-side as
+/// `manager`.
+pub async fn install_cluster_roles(
+    client: &kube::Client,
+    yaml: &str,
+    manager: &str,
+) -> Result<(), TestbedError> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml)
+        .map_err(|e| TestbedError::Other(format!("ClusterRole YAML: {e}")))?;
+    for d in docs.into_iter().filter(|d| d["kind"] == "ClusterRole") {
+        let role: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(d)
+            .map_err(|e| TestbedError::Other(format!("a ClusterRole: {e}")))?;
+        let name = role.metadata.name.clone().unwrap_or_default();
+        Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
+            .patch(
+                &name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(&role),
+            )
+            .await?;
+    }
     Ok(())
 }
