@@ -349,3 +349,51 @@ spec:
 }
 
 e2e!(every_request_the_controller_makes_is_granted_and_every_grant_is_used);
+
+/// A binding that grants nothing (here: of a ClusterRole that does not
+/// exist) is said at once, not found out by a fallback two minutes later:
+/// the real API server's authorizer says the agents cannot read their job,
+/// and the job gets an `AgentAccessFailed` Warning naming the account and
+/// the resource. The embedded server authorizes nothing: there only the
+/// binding is checked.
+async fn a_binding_that_grants_nothing_is_said_at_once(server: Server) {
+    let (bed, ctl) = super::bed_with_args(server, 2, "", None, |a| {
+        a.restart_agent_role = "rebound-e2e-no-such-role".into();
+    })
+    .await;
+    let ml = bed.ns("ml");
+    super::tiers_jobs::running_job(&bed, &ml, super::tiers_jobs::Kind::Batch, 1, true).await;
+    let binding = wait("the agents' binding", T, || async {
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(bed.client(), &ml)
+            .get(rebound::inplace::agent_binding::BINDING_NAME)
+            .await
+            .ok()
+    })
+    .await;
+    assert_eq!(binding.role_ref.name, "rebound-e2e-no-such-role");
+    let notes = || async {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(bed.client(), &ml);
+        events
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(rebound::recover::reasons::AGENT_ACCESS_FAILED))
+            .filter_map(|e| e.note)
+            .collect::<Vec<_>>()
+    };
+    if bed.is_real() {
+        let n = wait("AgentAccessFailed on the job", T, || async {
+            notes().await.into_iter().next()
+        })
+        .await;
+        assert!(
+            n.contains("cannot get jobs.batch") && n.contains(&format!("{ml}/default")),
+            "{n}"
+        );
+    }
+    ctl.shutdown().await;
+}
+
+e2e!(a_binding_that_grants_nothing_is_said_at_once);

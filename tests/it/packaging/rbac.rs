@@ -111,6 +111,11 @@ const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
         &["list", "create", "patch", "delete"],
     ),
     ("rbac.authorization.k8s.io", &["clusterroles"], &["bind"]),
+    (
+        "authorization.k8s.io",
+        &["subjectaccessreviews"],
+        &["create"],
+    ),
 ];
 /// What the controller uses with `--rank-tables` only, cluster-wide
 /// (config/rbac/controller_rank_tables_role.yaml, the chart's

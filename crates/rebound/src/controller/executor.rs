@@ -441,22 +441,13 @@ impl Executor {
                 namespace,
                 role,
                 accounts,
+                reads,
             } => {
                 if !self.leader.leads_in(term) {
                     return Outcome::NotLeader;
                 }
-                let r = crate::inplace::agent_binding::apply(
-                    &self.client,
-                    &namespace,
-                    &role,
-                    &accounts,
-                )
-                .await;
-                self.metrics.request("apply", r.is_ok());
-                match r {
-                    Ok(()) => Outcome::Ok(String::new()),
-                    Err(e) => Outcome::Failed(e.to_string()),
-                }
+                self.agent_access(&namespace, &role, &accounts, &reads)
+                    .await
             }
             EffectKind::AgentAccessSweep { keep } => {
                 if !self.leader.leads_in(term) {
@@ -512,6 +503,44 @@ impl Executor {
                 Outcome::Ok(String::new())
             }
         }
+    }
+}
+
+impl Executor {
+    /// Apply the agents' binding in `namespace`, then ask the API server's
+    /// authorizer whether every account can now read every resource its
+    /// agents read: a binding that grants nothing (the role missing, an
+    /// aggregated role not filled, a deny elsewhere) fails like a refused
+    /// one, at once.
+    async fn agent_access(
+        &self,
+        namespace: &str,
+        role: &str,
+        accounts: &[String],
+        reads: &[(String, String)],
+    ) -> Outcome {
+        use crate::inplace::agent_binding;
+        let r = agent_binding::apply(&self.client, namespace, role, accounts).await;
+        self.metrics.request("apply", r.is_ok());
+        if let Err(e) = r {
+            return Outcome::Failed(e.to_string());
+        }
+        for account in accounts {
+            for (group, plural) in reads {
+                let r =
+                    agent_binding::cannot_read(&self.client, namespace, account, (group, plural))
+                        .await;
+                self.metrics.request("create", r.is_ok());
+                match r {
+                    Ok(None) => {}
+                    Ok(Some(why)) => {
+                        return Outcome::Failed(format!("the binding is made, but {why}"));
+                    }
+                    Err(e) => return Outcome::Failed(format!("checking the binding: {e}")),
+                }
+            }
+        }
+        Outcome::Ok(String::new())
     }
 }
 

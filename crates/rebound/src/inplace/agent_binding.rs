@@ -79,6 +79,58 @@ pub async fn apply(
     .map(|_| ())
 }
 
+/// What the API server's authorizer says of ServiceAccount `account` of
+/// `namespace` reading (`get`, `watch`) resource `plural` of `group` there:
+/// `None` when both are allowed, else why not (the authorizer's reason).
+/// A server that does not serve SubjectAccessReviews (the embedded one,
+/// which authorizes nothing) allows everything. Needs `create` on
+/// `subjectaccessreviews`.
+pub async fn cannot_read(
+    client: &Client,
+    namespace: &str,
+    account: &str,
+    (group, plural): (&str, &str),
+) -> Result<Option<String>, kube::Error> {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    for verb in ["get", "watch"] {
+        let review: SubjectAccessReview = serde_json::from_value(json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": format!("system:serviceaccount:{namespace}:{account}"),
+                "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}")],
+                "resourceAttributes": {
+                    "namespace": namespace, "verb": verb, "group": group, "resource": plural,
+                },
+            },
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        let answer = match api.create(&kube::api::PostParams::default(), &review).await {
+            Ok(a) => a,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let status = answer.status.unwrap_or_default();
+        if !status.allowed {
+            let what = if group.is_empty() {
+                plural.to_string()
+            } else {
+                format!("{plural}.{group}")
+            };
+            let why = status
+                .reason
+                .filter(|r| !r.is_empty())
+                .or(status.evaluation_error)
+                .unwrap_or_else(|| "no rule allows it".into());
+            return Ok(Some(format!(
+                "ServiceAccount {namespace}/{account} cannot {verb} {what} ({why})"
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// Whether a binding with these annotations may be swept at `now`: applied
 /// more than [`SWEEP_AFTER`] ago (or with no readable time).
 pub fn sweepable(

@@ -15,6 +15,7 @@
 
 use super::effect::{About, EffectKind, Outcome};
 use super::{Core, Now, Waiting};
+use crate::api::WorkloadKind;
 use crate::recover::{Notice, reasons};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,11 +29,31 @@ const SWEEP_EVERY: Duration = Duration::from_secs(600);
 /// Pause before a failed apply is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
 
+/// What one apply grants: the accounts bound, and the job resources
+/// (`group`, `plural`) each of them must then be able to read, checked
+/// with the API server's own authorizer after the apply.
+pub type Grant = (Vec<String>, Vec<(String, String)>);
+
+/// The resources an agent of a job of `kind` reads: its job's, and for a
+/// TrainJob's pods also the JobSet it runs as (the agent follows the
+/// JobSet to its TrainJob).
+fn reads(kind: WorkloadKind) -> Vec<(String, String)> {
+    let of = |k: WorkloadKind| {
+        let r = crate::workload::JobRef::new(k, String::new(), String::new(), None).api_resource();
+        (r.group, r.plural)
+    };
+    match kind {
+        WorkloadKind::TrainJob => vec![of(WorkloadKind::JobSet), of(kind)],
+        k => vec![of(k)],
+    }
+}
+
 /// What the core keeps about the agents' bindings.
 #[derive(Debug, Default)]
 pub struct AgentAccess {
-    /// Wired pods per namespace and ServiceAccount.
-    wired: BTreeMap<Arc<str>, BTreeMap<Arc<str>, u32>>,
+    /// Wired pods per namespace, by ServiceAccount and job kind (what the
+    /// binding must let which account read).
+    wired: BTreeMap<Arc<str>, BTreeMap<(Arc<str>, WorkloadKind), u32>>,
     /// Namespaces whose wired pods all went, and when.
     emptied: BTreeMap<Arc<str>, DateTime<Utc>>,
     /// Namespaces whose wired pods all went in this step (the store has no
@@ -40,11 +61,11 @@ pub struct AgentAccess {
     just_emptied: BTreeSet<Arc<str>>,
     /// Namespaces whose accounts changed since they were last looked at.
     changed: BTreeSet<Arc<str>>,
-    /// What the last successful apply in each namespace granted (this
-    /// term; a new term applies again).
-    applied: BTreeMap<Arc<str>, Vec<String>>,
+    /// What the last successful apply in each namespace granted and
+    /// checked (this term; a new term applies again).
+    applied: BTreeMap<Arc<str>, Grant>,
     /// Applies in flight and what they grant.
-    pending: BTreeMap<Arc<str>, Vec<String>>,
+    pending: BTreeMap<Arc<str>, Grant>,
     /// Namespaces whose apply failed: when to try again, and whether their
     /// jobs were told.
     failed: BTreeMap<Arc<str>, DateTime<Utc>>,
@@ -54,10 +75,12 @@ pub struct AgentAccess {
 }
 
 impl AgentAccess {
-    /// A wired pod of `account` in `ns` appeared (`+1`) or went (`-1`).
-    pub fn count(&mut self, ns: &Arc<str>, account: &Arc<str>, delta: i32) {
+    /// A wired pod of `account` and a job of `kind` in `ns` appeared
+    /// (`+1`) or went (`-1`).
+    pub fn count(&mut self, ns: &Arc<str>, account: &Arc<str>, kind: WorkloadKind, delta: i32) {
+        let key = (account.clone(), kind);
         let accounts = self.wired.entry(ns.clone()).or_default();
-        let n = accounts.entry(account.clone()).or_default();
+        let n = accounts.entry(key.clone()).or_default();
         let before = *n;
         *n = if delta >= 0 {
             n.saturating_add(1)
@@ -66,7 +89,7 @@ impl AgentAccess {
         };
         let after = *n;
         if after == 0 {
-            accounts.remove(account);
+            accounts.remove(&key);
         }
         // The set of accounts changed: the binding must follow.
         if (before == 0) != (after == 0) {
@@ -92,10 +115,21 @@ impl AgentAccess {
 
     /// The ServiceAccounts of wired pods in `ns`, sorted.
     fn accounts(&self, ns: &str) -> Vec<String> {
+        let set: BTreeSet<&str> = self
+            .wired
+            .get(ns)
+            .into_iter()
+            .flat_map(|a| a.keys().map(|(sa, _)| &**sa))
+            .collect();
+        set.into_iter().map(str::to_string).collect()
+    }
+
+    /// The job kinds of wired pods in `ns`.
+    fn kinds(&self, ns: &str) -> BTreeSet<WorkloadKind> {
         self.wired
             .get(ns)
             .into_iter()
-            .flat_map(|a| a.keys().map(|k| k.to_string()))
+            .flat_map(|a| a.keys().map(|(_, k)| *k))
             .collect()
     }
 
@@ -156,9 +190,19 @@ impl Core {
         todo.extend(retry);
         for ns in todo {
             let accounts = self.store.access.accounts(&ns);
+            let resources: Vec<(String, String)> = self
+                .store
+                .access
+                .kinds(&ns)
+                .into_iter()
+                .flat_map(reads)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let grant = (accounts.clone(), resources.clone());
             if accounts.is_empty()
-                || self.store.access.applied.get(&ns) == Some(&accounts)
-                || self.store.access.pending.get(&ns) == Some(&accounts)
+                || self.store.access.applied.get(&ns) == Some(&grant)
+                || self.store.access.pending.get(&ns) == Some(&grant)
             {
                 continue;
             }
@@ -167,16 +211,14 @@ impl Core {
                 self.store.access.changed.insert(ns);
                 continue;
             }
-            self.store
-                .access
-                .pending
-                .insert(ns.clone(), accounts.clone());
+            self.store.access.pending.insert(ns.clone(), grant);
             self.effect_for(
                 Waiting::AgentAccess(ns.clone()),
                 EffectKind::AgentAccess {
                     namespace: ns.to_string(),
                     role: role.clone(),
                     accounts,
+                    reads: resources,
                 },
                 None,
             );
@@ -208,13 +250,13 @@ impl Core {
 
     /// The outcome of an apply in `ns`.
     pub(super) fn agent_access_done(&mut self, ns: Arc<str>, outcome: Outcome, now: Now) {
-        let Some(accounts) = self.store.access.pending.remove(&ns) else {
+        let Some(grant) = self.store.access.pending.remove(&ns) else {
             return;
         };
         match outcome {
             Outcome::Ok(_) => {
                 self.store.access.failed.remove(&ns);
-                self.store.access.applied.insert(ns.clone(), accounts);
+                self.store.access.applied.insert(ns.clone(), grant);
                 // Changed while the apply was under way: looked at again.
                 self.store.access.changed.insert(ns);
             }
@@ -227,7 +269,7 @@ impl Core {
                     .failed
                     .insert(ns.clone(), now.wall + retry);
                 if first {
-                    self.tell_agent_access_failed(&ns, &accounts, &why);
+                    self.tell_agent_access_failed(&ns, &grant.0, &why);
                 }
             }
         }
@@ -300,27 +342,27 @@ mod tests {
             Arc::from("default"),
             Arc::from("trainer"),
         );
-        a.count(&ns, &sa, 1);
-        a.count(&ns, &sa, 1);
+        a.count(&ns, &sa, WorkloadKind::JobSet, 1);
+        a.count(&ns, &sa, WorkloadKind::JobSet, 1);
         assert_eq!(a.accounts("team-a"), vec!["default"]);
         assert!(a.changed.contains("team-a"));
         a.changed.clear();
         // A second pod of the same account changes nothing to apply.
-        a.count(&ns, &sa, 1);
-        a.count(&ns, &other, 1);
+        a.count(&ns, &sa, WorkloadKind::JobSet, 1);
+        a.count(&ns, &other, WorkloadKind::JobSet, 1);
         assert_eq!(a.accounts("team-a"), vec!["default", "trainer"]);
         a.changed.clear();
         for _ in 0..3 {
-            a.count(&ns, &sa, -1);
+            a.count(&ns, &sa, WorkloadKind::JobSet, -1);
         }
-        a.count(&ns, &other, -1);
+        a.count(&ns, &other, WorkloadKind::JobSet, -1);
         a.stamp(t(2));
         assert!(a.accounts("team-a").is_empty());
         // Gone at t=2: kept within the grace, not after it.
         assert_eq!(a.keep(t(2 + 599)), vec!["team-a"]);
         assert!(a.keep(t(2 + 600)).is_empty());
         // Back before the sweep: no longer emptied.
-        a.count(&ns, &sa, 1);
+        a.count(&ns, &sa, WorkloadKind::JobSet, 1);
         assert_eq!(a.keep(t(10_000)), vec!["team-a"]);
     }
 }

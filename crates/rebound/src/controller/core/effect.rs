@@ -158,11 +158,14 @@ pub enum EffectKind {
     Decision(std::sync::Arc<crate::policy::Decision>),
     /// Let the restart agents of `namespace`'s wired pods read their jobs:
     /// server-side apply of rebound's RoleBinding of the ClusterRole
-    /// `role` to these ServiceAccounts (agent_access.rs).
+    /// `role` to these ServiceAccounts (agent_access.rs), then a check with
+    /// the API server's authorizer that each may `get` and `watch` each of
+    /// `reads` (`group`, `plural`) there.
     AgentAccess {
         namespace: String,
         role: String,
         accounts: Vec<String>,
+        reads: Vec<(String, String)>,
     },
     /// Delete rebound's agent RoleBindings outside these namespaces.
     AgentAccessSweep { keep: Vec<String> },

@@ -297,7 +297,7 @@ impl Store {
                 .insert((p.namespace.clone(), p.name.clone()));
         }
         if let Some(sa) = &p.agent_account {
-            self.access.count(&p.namespace, sa, 1);
+            self.access.count(&p.namespace, sa, p.job.kind, 1);
         }
         self.pods
             .entry(p.namespace.clone())
@@ -313,7 +313,7 @@ impl Store {
             self.pods.remove(ns);
         }
         if let Some(sa) = &old.agent_account {
-            self.access.count(&old.namespace, sa, -1);
+            self.access.count(&old.namespace, sa, old.job.kind, -1);
         }
         let jk = job_key(&old.job);
         if let Some(s) = self.pods_by_job.get_mut(&jk) {

@@ -15,8 +15,14 @@ fn applies(b: &Bed) -> Vec<(String, Vec<String>)> {
                 namespace,
                 accounts,
                 role,
+                reads,
             } => {
                 assert_eq!(role, "rebound-restart-agent");
+                // The model's jobs are JobSets: their agents read JobSets.
+                assert_eq!(
+                    reads,
+                    &[("jobset.x-k8s.io".to_string(), "jobsets".to_string())]
+                );
                 Some((namespace.clone(), accounts.clone()))
             }
             _ => None,
