@@ -48,12 +48,15 @@ fn reads(kind: WorkloadKind) -> Vec<(String, String)> {
     }
 }
 
+/// A wired pod's ServiceAccount and its job's kind.
+type Wired = (Arc<str>, WorkloadKind);
+
 /// What the core keeps about the agents' bindings.
 #[derive(Debug, Default)]
 pub struct AgentAccess {
     /// Wired pods per namespace, by ServiceAccount and job kind (what the
     /// binding must let which account read).
-    wired: BTreeMap<Arc<str>, BTreeMap<(Arc<str>, WorkloadKind), u32>>,
+    wired: BTreeMap<Arc<str>, BTreeMap<Wired, u32>>,
     /// Namespaces whose wired pods all went, and when.
     emptied: BTreeMap<Arc<str>, DateTime<Utc>>,
     /// Namespaces whose wired pods all went in this step (the store has no
