@@ -510,7 +510,8 @@ async fn the_policy_adds_the_agent_rebound_inject_adds(server: Server) {
 /// containers request all of the pod's is accepted (an agent with requests
 /// of its own would push the sum over the pod's, which the server
 /// refuses); hostNetwork pods are created unwired (two agents' probe ports
-/// would clash on a node).
+/// would clash on a node). Then each runs on the bed's (simulated) kubelet,
+/// the real agent in the wired ones, and becomes Ready.
 async fn the_policy_keeps_every_pod_creatable_and_its_qos_class(server: Server) {
     let (bed, ctl) = bed_with(server, 1, "", None).await;
     ctl.shutdown().await;
@@ -518,7 +519,21 @@ async fn the_policy_keeps_every_pod_creatable_and_its_qos_class(server: Server) 
     let policy = install_policy(&bed, &ml).await;
     let pods: Api<Pod> = Api::namespaced(bed.client(), &ml);
     let labels = json!({OPT_IN.0: OPT_IN.1, "batch.kubernetes.io/job-name": "j"});
-    let all_of_it = json!({"requests": {"cpu": "2", "memory": "2Gi"}});
+    // The job the agents follow (suspended: it makes no pods of its own).
+    let job: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": ml},
+        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "w", "image": "i"}]}}},
+    }))
+    .expect("job");
+    let batch = kube::discovery::ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&());
+    Api::<DynamicObject>::namespaced_with(bed.client(), &ml, &batch)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("the job");
+    let all_of_it = json!({"requests": {"cpu": "500m", "memory": "512Mi"}});
+    let node = bed.cluster.node_names()[0].clone();
     for (name, spec, wired, qos) in [
         (
             "best-effort",
@@ -554,6 +569,10 @@ async fn the_policy_keeps_every_pod_creatable_and_its_qos_class(server: Server) 
             "BestEffort",
         ),
     ] {
+        // Placed on the bed's node by name (the bed's scheduler places
+        // the pods of its job operators only).
+        let mut spec = spec;
+        spec["nodeName"] = json!(node);
         let p: Pod = serde_json::from_value(
             json!({"metadata": {"name": name, "labels": labels}, "spec": spec}),
         )
@@ -565,6 +584,21 @@ async fn the_policy_keeps_every_pod_creatable_and_its_qos_class(server: Server) 
         assert_eq!(agents(&made).len(), usize::from(wired), "{name}: wired");
         let class = made.status.as_ref().and_then(|s| s.qos_class.clone());
         assert_eq!(class.as_deref(), Some(qos), "{name}: QoS class");
+    }
+    // And they run: scheduled, their agents past the barrier, Ready.
+    for name in [
+        "best-effort",
+        "guaranteed",
+        "burstable",
+        "pod-level",
+        "host-network",
+    ] {
+        wait(&format!("{name} running and Ready"), T, || async {
+            let p = pods.get(name).await.ok()?;
+            let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+            (running && ready(&p)).then_some(())
+        })
+        .await;
     }
     uninstall(&bed, &policy).await;
 }
