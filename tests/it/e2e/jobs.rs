@@ -354,7 +354,81 @@ spec:
     ctl.shutdown().await;
 }
 
+/// A restart of a 32-pod job saves every pod's log though the pods go
+/// within a second of their delete, and the LogsPreserved Event says none
+/// was lost (issue 32 item 7). A guard, not the demonstration: reads one
+/// after another also pass here; at 64 pods gone within 400 ms they lost
+/// 33 of 64 logs on the real server, side by side none in 4 of 5 runs (a
+/// window too tight to test on a shared CI machine).
+async fn every_pods_log_is_saved_though_the_pods_go_within_a_second(server: Server) {
+    let policy = r#"
+apiVersion: rebound.dev/v1alpha1
+kind: RecoveryPolicy
+metadata: {name: logs, namespace: team-a}
+spec:
+  selector: {matchLabels: {kcover.io/cascading-recovery: "true"}}
+  cooldown: 0s
+  preserveLogs: {tailLines: 20}
+"#;
+    let mut cfg = SimConfig {
+        nodes: 8,
+        ..SimConfig::default()
+    };
+    // A deleted pod serves its logs for one second, then it is gone.
+    cfg.hold_pod_deletion = true;
+    cfg.kubelet.costs.stop = Duration::from_secs(1);
+    let (bed, ctl) = bed_with(server, 8, policy, Some(cfg)).await;
+    let team_a = bed.ns("team-a");
+    let c = &bed.cluster;
+    c.create_pytorchjob(&team_a, "big", 31, &[OPT_IN])
+        .await
+        .unwrap();
+    let sel = format!("{PT}=big");
+    wait("32 pods running", Duration::from_secs(60), || async {
+        (running(&bed, &team_a, &sel).await.len() >= 32).then_some(())
+    })
+    .await;
+    for p in running(&bed, &team_a, &sel).await {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        bed.set_pod_log(&team_a, &name, "pytorch", format!("{name}: step 7\n"))
+            .expect("pod log");
+    }
+    c.fail_container(&team_a, "big-worker-0", "pytorch", 1, "Error")
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(bed.client(), &team_a);
+    let note = wait("LogsPreserved on the job", T, || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("LogsPreserved"))
+            .find_map(|e| e.note)
+    })
+    .await;
+    assert!(
+        note.contains("of 32 pod(s)") && !note.contains("could not be read"),
+        "{note}"
+    );
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(bed.client(), &team_a);
+    let data: std::collections::BTreeMap<String, String> = cms
+        .list(&ListParams::default().labels("rebound.dev/logs"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .flat_map(|cm| cm.data.unwrap_or_default())
+        .collect();
+    let logs = data.keys().filter(|k| k.ends_with(".pytorch")).count();
+    assert_eq!(logs, 32, "{:?}", data.keys().collect::<Vec<_>>());
+    assert!(data.values().any(|v| v.contains("big-worker-30: step 7")));
+    ctl.shutdown().await;
+}
+
 e2e!(pod_exit_restarts_each_job_kind_in_one_request);
+e2e!(every_pods_log_is_saved_though_the_pods_go_within_a_second);
 e2e!(cooldown_holds_the_second_failure_and_co_failing_pods_restart_once);
 e2e!(budget_exhausted_marks_the_job_and_hardware_restarts_are_free);
 e2e!(graded_restart_pod_first_then_the_job_and_logs_are_preserved);

@@ -6,7 +6,7 @@ use super::error::{RecoverError, api_code, api_error};
 use crate::api::policy::WorkloadKind;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use futures::AsyncReadExt;
+use futures::{AsyncReadExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
@@ -31,6 +31,15 @@ pub const CONFIG_MAP_HEADROOM: usize = 64 * 1024;
 /// controller's memory for saved logs is bounded by this many MiB (times
 /// two) whatever the tenants' `preserveLogs` say.
 pub const LOG_SAVES_AT_ONCE: usize = 2;
+
+/// Log reads of one save in flight at once. A restart deletes its pods
+/// right before the save starts; a pod whose containers exit at once on
+/// SIGTERM is gone from the API server within a second or two, so its log
+/// must be read within that time: one read after another (a few tens of
+/// milliseconds each) lost most logs of a 256-pod job (issue 32 item 7).
+/// Each read is bounded by its share of the save's bytes, so memory stays
+/// bounded by the save's ConfigMap however many run at once.
+pub const READS_AT_ONCE: usize = 32;
 
 /// The gate behind [`LOG_SAVES_AT_ONCE`].
 static LOG_SAVES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(LOG_SAVES_AT_ONCE);
@@ -165,7 +174,7 @@ pub async fn save_logs(
     let _turn = LOG_SAVES.acquire().await.ok();
     let api: Api<Pod> = Api::namespaced(client.clone(), &job.namespace);
     let deadline = Instant::now() + LOGS_TOTAL_TIMEOUT;
-    let reads: Vec<(String, &str, &str, bool)> = pods
+    let reads: Vec<(String, String, String, bool)> = pods
         .iter()
         .flat_map(|p| {
             let current = p.containers.iter().map(move |c| (p, c, false));
@@ -178,42 +187,51 @@ pub async fn save_logs(
             } else {
                 format!("{}.{c}", p.name)
             };
-            (key, p.name.as_str(), c.as_str(), previous)
+            (key, p.name.clone(), c.clone(), previous)
         })
         .collect();
     let keys: usize = reads.iter().map(|r| r.0.len()).sum::<usize>() + NOTES_KEY.len();
     let cap = data_budget(max_bytes, keys);
-    let mut left = cap.saturating_sub(notes_room(reads.len(), cap));
+    let total = reads.len();
+    // Every read gets an equal share up front (reads run side by side, so
+    // what one leaves unused is not handed on).
+    let share = cap.saturating_sub(notes_room(total, cap)) / total.max(1);
     let mut requests = 0u32;
     let mut data = BTreeMap::new();
     let mut notes = Vec::new();
     let mut failures = 0;
     let mut first_failure = None;
     let mut truncated = 0;
-    let total = reads.len();
-    for (i, (key, pod, container, previous)) in reads.into_iter().enumerate() {
-        let share = left / (total - i);
-        if Instant::now() >= deadline {
-            failures += 1;
-            first_failure
-                .get_or_insert_with(|| format!("{key}: {LOGS_TOTAL_TIMEOUT:?} for all logs spent"));
-            notes.push(format!(
-                "{key}: not saved: {LOGS_TOTAL_TIMEOUT:?} for all logs spent"
-            ));
-            continue;
-        }
-        let lp = LogParams {
-            container: Some(container.to_string()),
-            tail_lines: Some(i64::from(tail_lines)),
-            previous,
-            ..LogParams::default()
-        };
-        let limit = deadline.min(Instant::now() + LOG_READ_TIMEOUT);
-        let read = read_tail(&api, pod, lp, share, &mut requests);
-        let result = match tokio::time::timeout_at(limit, read).await {
-            Ok(r) => r,
-            Err(_) => LogRead::Failed("timed out".to_string()),
-        };
+    let results = futures::stream::iter(reads)
+        .map(|(key, pod, container, previous)| {
+            let api = api.clone();
+            async move {
+                if Instant::now() >= deadline {
+                    let spent = format!("{LOGS_TOTAL_TIMEOUT:?} for all logs spent");
+                    return (key, LogRead::Failed(spent), 0);
+                }
+                let lp = LogParams {
+                    container: Some(container),
+                    tail_lines: Some(i64::from(tail_lines)),
+                    previous,
+                    ..LogParams::default()
+                };
+                let limit = deadline.min(Instant::now() + LOG_READ_TIMEOUT);
+                let mut n = 0u32;
+                let read = read_tail(&api, &pod, lp, share, &mut n);
+                let result = match tokio::time::timeout_at(limit, read).await {
+                    Ok(r) => r,
+                    Err(_) => LogRead::Failed("timed out".to_string()),
+                };
+                (key, result, n)
+            }
+        })
+        // In order: the root-cause pod's log is looked at first.
+        .buffered(READS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await;
+    for (key, result, n) in results {
+        requests += n;
         match result {
             LogRead::Text { bytes, cut } => {
                 let text = keep_tail(&bytes, share);
@@ -224,7 +242,6 @@ pub async fn save_logs(
                         text.len()
                     ));
                 }
-                left = left.saturating_sub(text.len());
                 data.insert(key, text);
             }
             LogRead::NoPrevious => {}
