@@ -394,3 +394,33 @@ fn helm_renders_the_chart_like_config_default() {
         .expect_err("the schema must reject logFormat=xml");
     assert!(err.contains("logFormat"), "{err}");
 }
+
+/// The chart ships the dashboard (issue 32): its copy equals
+/// docs/grafana-dashboard.json, and `metrics.grafanaDashboard.enabled`
+/// renders a ConfigMap with the sidecar's label whose JSON is that
+/// dashboard; off by default.
+#[test]
+fn the_chart_ships_the_dashboard_when_asked() {
+    assert_eq!(
+        read("chart/rebound/files/grafana-dashboard.json"),
+        read("docs/grafana-dashboard.json"),
+        "the chart's dashboard differs from docs/grafana-dashboard.json: copy it"
+    );
+    let Some(helm) = helm() else {
+        eprintln!("notice: no helm binary; the dashboard ConfigMap not rendered");
+        return;
+    };
+    let off = helm_template(&helm, &[]).expect("helm template");
+    assert!(
+        !off.iter()
+            .any(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "rebound-dashboard")
+    );
+    let on = helm_template(&helm, &["--set", "metrics.grafanaDashboard.enabled=true"])
+        .expect("helm template with the dashboard");
+    let cm = one(&on, "ConfigMap", "rebound-dashboard");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value = serde_json::from_str(cm["data"]["rebound.json"].as_str().expect("data"))
+        .expect("the dashboard JSON");
+    let docs: Value = serde_json::from_str(&read("docs/grafana-dashboard.json")).expect("JSON");
+    assert_eq!(json, docs);
+}

@@ -170,6 +170,8 @@ fn metrics_docs_alerts_and_dashboard_name_real_metrics() {
         "ReboundRestartBudgetExhausted",
         "ReboundCelErrors",
         "ReboundJobNotResumed",
+        "ReboundCoreStepStuck",
+        "ReboundAgentAccessFailed",
         "ReboundNoLeader",
         "ReboundAgentSourceFailing",
         "ReboundAgentSourceFlapping",
