@@ -86,6 +86,17 @@ async fn pod_exit_restarts_each_job_kind_in_one_request(server: Server) {
         .await;
     }
     assert_eq!(job_restarts(&bed, &ml, "pt").await, 1);
+    // Each restart followed until its job runs again (the real Job
+    // controller's back-off keeps the batch Job's pods away past the wait).
+    let jobs: &[&str] = if bed.is_real() {
+        &["pt", "vc", "js"]
+    } else {
+        &["pt", "vc", "js", "bj"]
+    };
+    for job in jobs {
+        let notes = resumed(&bed, &ml, job, 1).await;
+        assert!(notes[0].contains("Recreate restart"), "{job}: {notes:?}");
+    }
     // One request each: a deletecollection by the job's label, or for
     // Volcano one Command.
     assert_eq!(

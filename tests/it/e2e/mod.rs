@@ -405,6 +405,35 @@ pub async fn restarted_notes(bed: &Testbed, ns: &str) -> Vec<String> {
     .await
 }
 
+/// The notes of the JobResumed and JobNotResumed Events of job `name`
+/// (each Event counted as often as its series says).
+pub async fn ends(bed: &Testbed, ns: &str, name: &str) -> (Vec<String>, Vec<String>) {
+    let mut out = (Vec::new(), Vec::new());
+    for (reason, into) in [("JobResumed", &mut out.0), ("JobNotResumed", &mut out.1)] {
+        for e in events_with_reason(bed, ns, reason).await {
+            if e.regarding.as_ref().and_then(|r| r.name.as_deref()) != Some(name) {
+                continue;
+            }
+            let times = e.series.as_ref().map_or(1, |s| s.count.max(1));
+            for _ in 0..times {
+                into.push(e.note.clone().unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// Waits until job `name` has `n` JobResumed Events and no JobNotResumed:
+/// every restart followed until the job trains again. Their notes.
+pub async fn resumed(bed: &Testbed, ns: &str, name: &str, n: usize) -> Vec<String> {
+    wait(&format!("{name}: {n} JobResumed"), T, || async {
+        let (resumed, not) = ends(bed, ns, name).await;
+        assert!(not.is_empty(), "{name} not resumed: {not:?}");
+        (resumed.len() >= n).then_some(resumed)
+    })
+    .await
+}
+
 /// The events.k8s.io Events of a namespace with this reason.
 pub async fn events_with_reason(
     bed: &Testbed,

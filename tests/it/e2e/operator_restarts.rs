@@ -124,24 +124,6 @@ async fn survives_restarts(
     }
 }
 
-/// The notes of the JobResumed and JobNotResumed Events of job `name`
-/// (each Event counted as often as its series says).
-async fn ends(bed: &Testbed, ns: &str, name: &str) -> (Vec<String>, Vec<String>) {
-    let mut out = (Vec::new(), Vec::new());
-    for (reason, into) in [("JobResumed", &mut out.0), ("JobNotResumed", &mut out.1)] {
-        for e in events_with_reason(bed, ns, reason).await {
-            if e.regarding.as_ref().and_then(|r| r.name.as_deref()) != Some(name) {
-                continue;
-            }
-            let times = e.series.as_ref().map_or(1, |s| s.count.max(1));
-            for _ in 0..times {
-                into.push(e.note.clone().unwrap_or_default());
-            }
-        }
-    }
-    out
-}
-
 async fn a_trainjob_whose_child_job_allows_failures_survives_three_restarts(server: Server) {
     let (bed, ctl) = bed_with(server, 8, NO_COOLDOWN, None).await;
     let ml = bed.ns("ml");

@@ -90,6 +90,9 @@ async fn in_place(server: Server, kind: Kind) {
     );
     assert_eq!(a.get(GENERATION_ANNOTATION).map(String::as_str), Some("1"));
     assert_eq!(job_writes(&bed, kind), 2, "one record, one release");
+    // Followed until the job trains again: one JobResumed, in place.
+    let notes = resumed(&bed, &ml, JOB, 1).await;
+    assert!(notes[0].contains("InPlace restart"), "{notes:?}");
     ctl.shutdown().await;
 }
 
