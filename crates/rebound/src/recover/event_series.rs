@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
@@ -49,7 +49,55 @@ pub struct Series {
     client: Client,
     controller: String,
     instance: String,
-    cache: Arc<Mutex<HashMap<Key, K8sEvent>>>,
+    cache: Arc<Mutex<Remembered>>,
+}
+
+/// The Events remembered for folding, with an index by when each was last
+/// seen: expiry and eviction take the oldest in O(log n), never a scan of
+/// all [`REMEMBERED`] (a storm of Events on a busy cluster keeps it full).
+#[derive(Default)]
+struct Remembered {
+    events: HashMap<Key, (K8sEvent, (Timestamp, u64))>,
+    by_age: BTreeMap<(Timestamp, u64), Key>,
+    next: u64,
+}
+
+impl Remembered {
+    /// Forget what was last seen [`FOLD_WITHIN`] or more before `now`.
+    fn expire(&mut self, now: Timestamp) {
+        while let Some(entry) = self.by_age.first_entry() {
+            if entry.key().0 + FOLD_WITHIN > now {
+                break;
+            }
+            let key = entry.remove();
+            self.events.remove(&key);
+        }
+    }
+
+    fn get(&self, key: &Key) -> Option<&K8sEvent> {
+        self.events.get(key).map(|(e, _)| e)
+    }
+
+    /// Remember `event` under `key` as seen at `at`; at [`REMEMBERED`] the
+    /// oldest goes (a repeat of it is a new Event, never a lost one).
+    fn put(&mut self, key: Key, event: K8sEvent, at: Timestamp) {
+        if let Some((_, age)) = self.events.remove(&key) {
+            self.by_age.remove(&age);
+        } else if self.events.len() >= REMEMBERED
+            && let Some((_, oldest)) = self.by_age.pop_first()
+        {
+            self.events.remove(&oldest);
+        }
+        let age = (at, self.next);
+        self.next += 1;
+        self.by_age.insert(age, key.clone());
+        self.events.insert(key, (event, age));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.events.len()
+    }
 }
 
 impl Series {
@@ -85,7 +133,7 @@ impl Series {
         };
         let event = {
             let mut cache = self.cache.lock().await;
-            cache.retain(|_, e| last_seen(e).is_some_and(|t| t + FOLD_WITHIN > now));
+            cache.expire(now);
             match cache.get(&key) {
                 Some(e) => {
                     let mut e = e.clone();
@@ -110,17 +158,8 @@ impl Series {
         } else {
             api.create(&PostParams::default(), &event).await?;
         }
-        let mut cache = self.cache.lock().await;
-        if cache.len() >= REMEMBERED && !cache.contains_key(&key) {
-            let oldest = cache
-                .iter()
-                .min_by_key(|(_, e)| last_seen(e))
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                cache.remove(&k);
-            }
-        }
-        cache.insert(key, event);
+        let at = last_seen(&event).unwrap_or(now);
+        self.cache.lock().await.put(key, event, at);
         Ok(())
     }
 
@@ -155,4 +194,42 @@ fn last_seen(e: &K8sEvent) -> Option<Timestamp> {
         .as_ref()
         .map(|s| s.last_observed_time.0)
         .or_else(|| e.event_time.as_ref().map(|t| t.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: usize) -> Key {
+        Key {
+            warning: false,
+            reason: "JobRestarted".into(),
+            action: "Restart".into(),
+            note: format!("note {n}"),
+            regarding: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_oldest_go_first_and_expired_ones_go_at_once() {
+        let t0 = Timestamp::UNIX_EPOCH;
+        let s = |n: i64| t0 + SignedDuration::from_secs(n);
+        let mut r = Remembered::default();
+        for n in 0..REMEMBERED {
+            r.put(key(n), K8sEvent::default(), s(n as i64));
+        }
+        assert_eq!(r.len(), REMEMBERED);
+        // Seen again: now the newest, so not the one evicted next.
+        r.put(key(0), K8sEvent::default(), s(10_000));
+        r.put(key(REMEMBERED), K8sEvent::default(), s(10_001));
+        assert_eq!(r.len(), REMEMBERED);
+        assert!(r.get(&key(0)).is_some(), "refreshed, kept");
+        assert!(r.get(&key(1)).is_none(), "the oldest went");
+        assert!(r.get(&key(2)).is_some());
+        // Six minutes after 10,000 s only what was seen since stays.
+        r.expire(s(10_000) + FOLD_WITHIN);
+        assert_eq!(r.len(), 1);
+        assert!(r.get(&key(REMEMBERED)).is_some());
+        assert_eq!(r.by_age.len(), 1, "the index follows");
+    }
 }
