@@ -5,13 +5,16 @@
 //! job and it restarts in place; nobody writes a RoleBinding by hand.
 //!
 //! The binding is applied (server-side apply, idempotent) when a wired pod
-//! of a new ServiceAccount appears, and again by every new leadership
-//! term; a periodic sweep deletes the bindings of namespaces whose wired
-//! pods have been gone for [`EMPTY_GRACE`] (a job being recreated keeps
-//! its binding), including those a controller before a restart left. A
-//! namespace whose binding cannot be made is said at once: a Warning
-//! `AgentAccessFailed` Event on each of its wired jobs and the
-//! `rebound_agent_access_failed` gauge, never found out by a fallback.
+//! of a new ServiceAccount or job kind appears, and again by every new
+//! leadership term, then checked with the API server's authorizer (can
+//! each account now get and watch its jobs?); a periodic sweep deletes the
+//! bindings of namespaces whose wired pods have been gone for
+//! [`EMPTY_GRACE`] (a job being recreated keeps its binding), including
+//! those a controller before a restart left. A namespace whose binding is
+//! refused or grants nothing is said at once: a Warning `AgentAccessFailed`
+//! Event on each of its wired jobs and the
+//! `rebound_agent_access_failed_namespaces` gauge, never found out by a
+//! fallback.
 
 use super::effect::{About, EffectKind, Outcome};
 use super::{Core, Now, Waiting};
