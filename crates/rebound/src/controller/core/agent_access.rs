@@ -47,6 +47,9 @@ fn reads(kind: WorkloadKind) -> Vec<(String, String)> {
     };
     match kind {
         WorkloadKind::TrainJob => vec![of(WorkloadKind::JobSet), of(kind)],
+        // A bare pod has no job for its agent to read (neither wiring adds
+        // an agent to one): nothing to check.
+        WorkloadKind::Pod => Vec::new(),
         k => vec![of(k)],
     }
 }
@@ -62,9 +65,9 @@ pub struct AgentAccess {
     wired: BTreeMap<Arc<str>, BTreeMap<Wired, u32>>,
     /// Namespaces whose wired pods all went, and when.
     emptied: BTreeMap<Arc<str>, DateTime<Utc>>,
-    /// Namespaces whose wired pods all went in this step (the store has no
-    /// clock: the core dates them).
-    just_emptied: BTreeSet<Arc<str>>,
+    /// Namespaces with a count at zero since the last [`Self::settle`] (the
+    /// store has no clock: the core settles and dates them).
+    settling: BTreeSet<Arc<str>>,
     /// Namespaces whose accounts changed since they were last looked at.
     changed: BTreeSet<Arc<str>>,
     /// What the last successful apply in each namespace granted and
@@ -82,38 +85,45 @@ pub struct AgentAccess {
 
 impl AgentAccess {
     /// A wired pod of `account` and a job of `kind` in `ns` appeared
-    /// (`+1`) or went (`-1`).
+    /// (`+1`) or went (`-1`). Called for every pod event of a wired pod
+    /// (an update is a `-1` and a `+1`): a count that reaches zero is kept
+    /// until [`Self::settle`], so a pod's update changes nothing to apply.
     pub fn count(&mut self, ns: &Arc<str>, account: &Arc<str>, kind: WorkloadKind, delta: i32) {
         let key = (account.clone(), kind);
-        let accounts = self.wired.entry(ns.clone()).or_default();
-        let n = accounts.entry(key.clone()).or_default();
-        let before = *n;
-        *n = if delta >= 0 {
-            n.saturating_add(1)
-        } else {
-            n.saturating_sub(1)
-        };
-        let after = *n;
-        if after == 0 {
-            accounts.remove(&key);
-        }
-        // The set of accounts changed: the binding must follow.
-        if (before == 0) != (after == 0) {
-            self.changed.insert(ns.clone());
-        }
-        if accounts.is_empty() {
-            self.wired.remove(ns);
-            self.just_emptied.insert(ns.clone());
-        } else {
-            self.emptied.remove(ns);
-            self.just_emptied.remove(ns);
+        match self.wired.get_mut(ns).and_then(|a| a.get_mut(&key)) {
+            Some(n) if delta >= 0 => *n = n.saturating_add(1),
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.settling.insert(ns.clone());
+                }
+            }
+            None if delta >= 0 => {
+                self.wired.entry(ns.clone()).or_default().insert(key, 1);
+                // A new account or kind: the binding must follow.
+                self.changed.insert(ns.clone());
+                self.emptied.remove(ns);
+            }
+            // A pod never counted (nothing to take back).
+            None => {}
         }
     }
 
-    /// Date the namespaces emptied since the last call.
-    fn stamp(&mut self, now: DateTime<Utc>) {
-        for ns in std::mem::take(&mut self.just_emptied) {
-            if !self.wired.contains_key(&ns) {
+    /// Drop the counts that stayed at zero since the last call: their
+    /// namespaces' bindings must follow, and a namespace left with none is
+    /// dated as emptied.
+    fn settle(&mut self, now: DateTime<Utc>) {
+        for ns in std::mem::take(&mut self.settling) {
+            let Some(accounts) = self.wired.get_mut(&ns) else {
+                continue;
+            };
+            let before = accounts.len();
+            accounts.retain(|_, n| *n > 0);
+            if accounts.len() != before {
+                self.changed.insert(ns.clone());
+            }
+            if accounts.is_empty() {
+                self.wired.remove(&ns);
                 self.emptied.insert(ns, now);
             }
         }
@@ -125,7 +135,8 @@ impl AgentAccess {
             .wired
             .get(ns)
             .into_iter()
-            .flat_map(|a| a.keys().map(|(sa, _)| &**sa))
+            .flat_map(|a| a.iter().filter(|(_, n)| **n > 0))
+            .map(|((sa, _), _)| &**sa)
             .collect();
         set.into_iter().map(str::to_string).collect()
     }
@@ -135,7 +146,8 @@ impl AgentAccess {
         self.wired
             .get(ns)
             .into_iter()
-            .flat_map(|a| a.keys().map(|(_, k)| *k))
+            .flat_map(|a| a.iter().filter(|(_, n)| **n > 0))
+            .map(|((_, k), _)| *k)
             .collect()
     }
 
@@ -177,10 +189,10 @@ impl AgentAccess {
 impl Core {
     /// Apply the bindings that changed, retry failed ones, sweep when due.
     pub(super) fn reconcile_agent_access(&mut self, now: Now) {
+        self.store.access.settle(now.wall);
         let Some(role) = self.cfg.restart_agent_role.clone() else {
             return;
         };
-        self.store.access.stamp(now.wall);
         if !self.acting() {
             return;
         }
@@ -353,8 +365,20 @@ mod tests {
         assert_eq!(a.accounts("team-a"), vec!["default"]);
         assert!(a.changed.contains("team-a"));
         a.changed.clear();
-        // A second pod of the same account changes nothing to apply.
+        // A second pod of the same account changes nothing to apply, nor
+        // does an update of the only pod of an account (-1, +1).
         a.count(&ns, &sa, WorkloadKind::JobSet, 1);
+        a.count(&ns, &sa, WorkloadKind::Job, 1);
+        a.changed.clear();
+        a.count(&ns, &sa, WorkloadKind::Job, -1);
+        a.count(&ns, &sa, WorkloadKind::Job, 1);
+        a.settle(t(1));
+        assert!(a.changed.is_empty(), "{:?}", a.changed);
+        // Gone for good: settled, the kind no longer read.
+        a.count(&ns, &sa, WorkloadKind::Job, -1);
+        a.settle(t(1));
+        assert!(a.changed.contains("team-a"));
+        assert_eq!(a.kinds("team-a"), [WorkloadKind::JobSet].into());
         a.count(&ns, &other, WorkloadKind::JobSet, 1);
         assert_eq!(a.accounts("team-a"), vec!["default", "trainer"]);
         a.changed.clear();
@@ -362,7 +386,7 @@ mod tests {
             a.count(&ns, &sa, WorkloadKind::JobSet, -1);
         }
         a.count(&ns, &other, WorkloadKind::JobSet, -1);
-        a.stamp(t(2));
+        a.settle(t(2));
         assert!(a.accounts("team-a").is_empty());
         // Gone at t=2: kept within the grace, not after it.
         assert_eq!(a.keep(t(2 + 599)), vec!["team-a"]);
