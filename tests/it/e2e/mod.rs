@@ -434,6 +434,17 @@ pub async fn resumed(bed: &Testbed, ns: &str, name: &str, n: usize) -> Vec<Strin
     .await
 }
 
+/// The completed events (stage `ResponseComplete`) of a kept API server
+/// audit log, as JSON.
+pub fn audit_events(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("the kept audit log")
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &serde_json::Value| e["stage"] == "ResponseComplete")
+        .collect()
+}
+
 /// The events.k8s.io Events of a namespace with this reason.
 pub async fn events_with_reason(
     bed: &Testbed,

@@ -52,16 +52,6 @@ fn assets_or_skip(test: &str) -> Option<PathBuf> {
     }
 }
 
-/// The audit log's events as JSON.
-fn audit_events(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .expect("the kept audit log")
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .filter(|e: &serde_json::Value| e["stage"] == "ResponseComplete")
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_resume_measures_real_kubelet_pods_placed_by_the_real_scheduler() {
     let _watchdog = crate::watchdog::start();
@@ -144,7 +134,7 @@ async fn sim_resume_measures_real_kubelet_pods_placed_by_the_real_scheduler() {
 
     // The audit log, read here on its own: who bound the job's pods, and
     // who wrote the real pods' status.
-    let events = audit_events(&audit);
+    let events = super::audit_events(&audit);
     let _ = std::fs::remove_file(&audit);
     let of_job = |e: &serde_json::Value| {
         e["objectRef"]["name"]

@@ -54,16 +54,6 @@ fn missing() -> Option<String> {
         .err()
 }
 
-/// The audit log's completed events.
-fn audit_events(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .expect("the kept audit log")
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .filter(|e: &serde_json::Value| e["stage"] == "ResponseComplete")
-        .collect()
-}
-
 /// The user agent up to its first `/`.
 fn agent(e: &serde_json::Value) -> &str {
     let ua = e["userAgent"].as_str().unwrap_or("");
@@ -171,7 +161,7 @@ async fn every_kind_is_recreated_by_its_real_operator_on_kwok_nodes() {
     // `--keep-audit-log X.log` keeps the real operators' control plane's
     // as `X.real-operators.log` (and KWOK's log beside it).
     let kept = audit.with_extension("real-operators.log");
-    let events = audit_events(&kept);
+    let events = super::audit_events(&kept);
     let _ = std::fs::remove_file(&kept);
     for log in [
         "kwok",

@@ -36,14 +36,9 @@ fn timeouts(b: &Bed) -> usize {
         .unwrap_or(0)
 }
 
+/// The PyTorchJob kind's resource, as the controller names it.
 fn pytorchjob_resource() -> ApiResource {
-    ApiResource {
-        group: "kubeflow.org".into(),
-        version: "v1".into(),
-        api_version: "kubeflow.org/v1".into(),
-        kind: "PyTorchJob".into(),
-        plural: "pytorchjobs".into(),
-    }
+    crate::workload::JobRef::new(WorkloadKind::PyTorchJob, "", "", None).api_resource()
 }
 
 #[test]
