@@ -6,7 +6,7 @@
 
 use super::core::effect::{About, DeleteAll, Effect, EffectKind, Outcome, StatusTarget};
 use super::core::input::Input;
-use super::throttle::Throttle;
+use super::throttle::{Lane, Throttle};
 use crate::api::{FaultClassification, RecoveryPolicy, WorkloadKind};
 use crate::k8s::leader::Leadership;
 use crate::metrics::Metrics;
@@ -125,8 +125,8 @@ impl Executor {
 
     /// Take an action token, then check leadership: the last thing before
     /// a request.
-    async fn may_act(&self, term: u64) -> bool {
-        self.throttle.acquire().await;
+    async fn may_act(&self, term: u64, lane: Lane<'_>) -> bool {
+        self.throttle.acquire(lane).await;
         self.leader.leads_in(term)
     }
 
@@ -178,7 +178,7 @@ impl Executor {
         let path: Path = (e.received, e.trace);
         match e.kind {
             EffectKind::RestartJob { job, how, pods_rv } => {
-                if !self.may_act(term).await {
+                if !self.may_act(term, Lane::Namespace(&job.namespace)).await {
                     return Outcome::NotLeader;
                 }
                 let sent = self.sent(path, "restart_job");
@@ -229,11 +229,11 @@ impl Executor {
                     Err(e) => failed(e),
                 }
             }
-            EffectKind::DeletePods { job: _, pods } => {
+            EffectKind::DeletePods { job, pods } => {
                 let mut deleted = 0;
                 let mut gone = 0;
                 for (i, p) in pods.iter().enumerate() {
-                    if !self.may_act(term).await {
+                    if !self.may_act(term, Lane::Namespace(&job.namespace)).await {
                         return Outcome::NotLeader;
                     }
                     let sent = if i == 0 {
@@ -273,7 +273,7 @@ impl Executor {
                 if job.kind == WorkloadKind::Pod && write.generation == write.released {
                     return Outcome::Ok("no record for a bare pod".into());
                 }
-                if !self.may_act(term).await {
+                if !self.may_act(term, Lane::Namespace(&job.namespace)).await {
                     return Outcome::NotLeader;
                 }
                 let sent = self.sent(path, "record");
@@ -289,7 +289,7 @@ impl Executor {
                 }
             }
             EffectKind::Release { job, generation } => {
-                if !self.may_act(term).await {
+                if !self.may_act(term, Lane::Namespace(&job.namespace)).await {
                     return Outcome::NotLeader;
                 }
                 let r = recover::release(&self.client, &job, generation).await;
@@ -300,7 +300,7 @@ impl Executor {
                 }
             }
             EffectKind::MarkBudgetExhausted { job } => {
-                if !self.may_act(term).await {
+                if !self.may_act(term, Lane::Namespace(&job.namespace)).await {
                     return Outcome::NotLeader;
                 }
                 let api: Api<kube::api::DynamicObject> =
@@ -357,8 +357,9 @@ impl Executor {
                 taint,
                 reason,
                 sticky,
+                held,
             } => {
-                if !self.may_act(term).await {
+                if !self.may_act(term, Lane::Nodes).await {
                     return Outcome::NotLeader;
                 }
                 let sent = self.sent(path, "cordon");
@@ -366,6 +367,7 @@ impl Executor {
                     reason,
                     sticky,
                     at: None,
+                    held,
                 };
                 let r = recover::cordon_for(
                     &self.client,
@@ -388,7 +390,7 @@ impl Executor {
                 snapshot,
                 taint_key,
             } => {
-                if !self.may_act(term).await {
+                if !self.may_act(term, Lane::Nodes).await {
                     return Outcome::NotLeader;
                 }
                 let r = recover::uncordon(&self.client, &node, Some(&taint_key), &snapshot).await;
