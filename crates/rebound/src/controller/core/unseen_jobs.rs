@@ -28,29 +28,57 @@ pub const UNSEEN_JOB_WAIT: Duration = Duration::from_secs(30);
 
 /// Occurrences waiting for the object of a job they concern, each with
 /// the wall time its wait ends (the ledger's wake-ups are wall times too).
+///
+/// Bounded per namespace: a tenant's pods can name jobs that never come
+/// (ghosts), and a wait once started is never started over, so one
+/// namespace's ghosts can neither grow the controller's memory nor delay
+/// another namespace's decisions; past its share a namespace's new faults
+/// are decided at once with what is known, as after a wait.
 #[derive(Debug, Default)]
 pub(super) struct UnseenJobs {
     by_job: HashMap<JobKey, BTreeMap<OccurrenceId, DateTime<Utc>>>,
+    /// Jobs waited for, per namespace.
+    per_namespace: HashMap<String, usize>,
 }
 
 impl UnseenJobs {
-    /// At most this many jobs are remembered: beyond it the waits start
-    /// over (each still ends, [`UNSEEN_JOB_WAIT`] later).
+    /// At most this many jobs of one namespace are waited for at once.
+    const MAX_JOBS_PER_NAMESPACE: usize = 256;
+    /// At most this many jobs in all (16 namespaces at their share).
     const MAX_JOBS: usize = 4096;
 
     /// When the wait of `id` for `key` ends, starting it now if it has not
-    /// started.
-    fn wait(&mut self, key: JobKey, id: OccurrenceId, now: DateTime<Utc>) -> DateTime<Utc> {
-        if self.by_job.len() >= Self::MAX_JOBS && !self.by_job.contains_key(&key) {
-            self.by_job.clear();
+    /// started; `None` when the job's namespace (or the whole) has no room
+    /// for another job: decide now.
+    fn wait(&mut self, key: JobKey, id: OccurrenceId, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if !self.by_job.contains_key(&key) {
+            let in_ns = self.per_namespace.get(&key.0).copied().unwrap_or(0);
+            if in_ns >= Self::MAX_JOBS_PER_NAMESPACE || self.by_job.len() >= Self::MAX_JOBS {
+                return None;
+            }
+            *self.per_namespace.entry(key.0.clone()).or_default() += 1;
         }
         let wait = chrono::Duration::from_std(UNSEEN_JOB_WAIT).unwrap_or_default();
-        *self
-            .by_job
-            .entry(key)
-            .or_default()
-            .entry(id)
-            .or_insert(now + wait)
+        Some(
+            *self
+                .by_job
+                .entry(key)
+                .or_default()
+                .entry(id)
+                .or_insert(now + wait),
+        )
+    }
+
+    /// `key` is no longer waited for.
+    fn forget(&mut self, key: &JobKey) -> Option<BTreeMap<OccurrenceId, DateTime<Utc>>> {
+        let ids = self.by_job.remove(key)?;
+        if let Some(n) = self.per_namespace.get_mut(&key.0) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_namespace.remove(&key.0);
+            }
+        }
+        Some(ids)
     }
 
     /// `id` no longer waits for `key` (its wait is over).
@@ -58,15 +86,14 @@ impl UnseenJobs {
         if let Some(ids) = self.by_job.get_mut(key) {
             ids.remove(&id);
             if ids.is_empty() {
-                self.by_job.remove(key);
+                self.forget(key);
             }
         }
     }
 
     /// The occurrences that waited for `key`, which is seen now.
     fn seen(&mut self, key: &JobKey) -> Vec<OccurrenceId> {
-        self.by_job
-            .remove(key)
+        self.forget(key)
             .map(|ids| ids.into_keys().collect())
             .unwrap_or_default()
     }
@@ -98,7 +125,10 @@ impl Core {
         if !self.kinds.as_ref().is_some_and(|k| k.contains(&job.kind)) {
             return None;
         }
-        let until = self.unseen.wait(key.clone(), occ.id, now.wall);
+        let Some(until) = self.unseen.wait(key.clone(), occ.id, now.wall) else {
+            tracing::info!(job = ?key, "too many unseen jobs in the namespace: decided without its object");
+            return None;
+        };
         if until <= now.wall {
             tracing::info!(job = ?key, "a fault's job was never seen: decided without its object");
             self.unseen.over(&key, occ.id);
@@ -124,5 +154,41 @@ impl Core {
             self.ledger.set(id, level, Fate::Pending { until: None });
             self.decide_current(id, now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ns: &str, name: &str) -> JobKey {
+        (ns.into(), "PyTorchJob".into(), name.into())
+    }
+
+    fn id(n: u128) -> OccurrenceId {
+        n
+    }
+
+    #[test]
+    fn one_namespaces_ghost_jobs_neither_reset_nor_crowd_out_anothers_waits() {
+        let mut u = UnseenJobs::default();
+        let t0 = Utc::now();
+        let other = u.wait(key("b", "real"), id(1), t0).expect("room for b");
+        // Team a names 5,000 jobs that never come, a second later each.
+        let t1 = t0 + chrono::Duration::seconds(1);
+        let waited = (0..5000)
+            .filter(|i| {
+                u.wait(key("a", &format!("ghost-{i}")), id(10 + i), t1)
+                    .is_some()
+            })
+            .count();
+        assert_eq!(waited, UnseenJobs::MAX_JOBS_PER_NAMESPACE, "a's share");
+        // b's wait was not started over, and b still has room.
+        assert_eq!(u.wait(key("b", "real"), id(1), t1), Some(other));
+        assert!(u.wait(key("b", "new"), id(2), t1).is_some());
+        // Once a's ghosts are decided, a has room again.
+        u.over(&key("a", "ghost-0"), id(10));
+        assert!(u.wait(key("a", "late"), id(99_999), t1).is_some());
+        assert_eq!(u.len(), UnseenJobs::MAX_JOBS_PER_NAMESPACE + 2);
     }
 }
