@@ -13,7 +13,6 @@ use rebound::controller::core::pods::Interner;
 use rebound::controller::core::store::{NodeInfo, Store as Cache};
 use rebound_sim::cluster::{JobOptions, SimCluster, SimConfig, pod_running};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
@@ -73,7 +72,7 @@ async fn main() -> anyhow::Result<()> {
         .list(&ListParams::default())
         .await?
         .items;
-    let keys = BTreeSet::new();
+    let keys = rebound::controller::core::pods::KeySet::default_only();
 
     let before = LIVE.load(Ordering::Relaxed);
     let mut cache = Cache::default();

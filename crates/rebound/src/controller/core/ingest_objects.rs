@@ -40,13 +40,18 @@ impl Core {
                 }
             }
         }
-        self.progress_keys.set(
-            self.engine
-                .policies
-                .iter()
-                .filter_map(|p| p.hang.as_ref().map(|h| h.annotation.clone()))
-                .collect(),
-        );
+        let root = self.engine.policies.root_namespace();
+        let mut keys = super::pods::KeySet::default();
+        for p in self.engine.policies.iter() {
+            if let Some(h) = &p.hang {
+                if p.namespace == root {
+                    keys.read_everywhere(&h.annotation);
+                } else {
+                    keys.read_in(&h.annotation, &p.namespace);
+                }
+            }
+        }
+        self.progress_keys.set(keys);
     }
 
     pub(super) fn on_classification(&mut self, c: Change<Box<FaultClassification>>, _now: Now) {

@@ -10,7 +10,6 @@ use crate::inplace;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,7 +99,7 @@ impl PodSeen {
     /// to forget it.
     pub fn gone(p: &Pod, pool: &mut Interner) -> PodSeen {
         PodSeen {
-            info: PodInfo::from_pod(p, &BTreeSet::new(), pool),
+            info: PodInfo::from_pod(p, &super::pods::KeySet::default(), pool),
             faults: Vec::new(),
             resource_version: p.metadata.resource_version.as_deref().map(Arc::from),
         }
@@ -110,7 +109,7 @@ impl PodSeen {
     pub fn read(
         p: &Pod,
         max_age: Duration,
-        progress_keys: &BTreeSet<String>,
+        progress_keys: &super::pods::KeySet,
         pool: &mut Interner,
         now: chrono::DateTime<chrono::Utc>,
     ) -> PodSeen {

@@ -6,7 +6,7 @@ use crate::inplace;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 mod agent;
@@ -16,33 +16,77 @@ pub use agent::{AgentPhase, AgentStatus, Wiring, agent_exit_code};
 pub use interner::{Interner, Labels};
 
 /// The annotation keys that policies read as a progress signal
-/// (`spec.hang.annotation`, plus the default `rebound.dev/progress`).
-/// Shared between the reactor, which knows the policies, and the pods'
-/// watch task, which compacts pods: a pod keeps only these annotations, so
-/// the cache stays small at 20,000 pods.
+/// (`spec.hang.annotation`, plus the default `rebound.dev/progress`), each
+/// with the namespaces whose pods it is read on: a tenant policy's key on
+/// that tenant's pods only (its policy covers no other namespace's jobs),
+/// a root-namespace policy's and the default on every pod. Shared between
+/// the reactor, which knows the policies, and the pods' watch task, which
+/// compacts pods: a pod keeps only the annotations read on it, so the
+/// cache stays small at 20,000 pods and no tenant's policy makes every pod
+/// of the cluster keep an annotation of its choosing.
 #[derive(Clone, Debug)]
-pub struct ProgressKeys(Arc<RwLock<Arc<BTreeSet<String>>>>);
+pub struct ProgressKeys(Arc<RwLock<Arc<KeySet>>>);
+
+/// Progress annotation keys and where each is read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeySet {
+    /// Key → the namespaces it is read in; `None`: every namespace.
+    keys: BTreeMap<String, Option<BTreeSet<String>>>,
+}
+
+impl KeySet {
+    /// Only the default key, on every pod.
+    pub fn default_only() -> KeySet {
+        let mut k = KeySet::default();
+        k.read_everywhere(crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION);
+        k
+    }
+
+    /// `key` is read on every pod.
+    pub fn read_everywhere(&mut self, key: &str) {
+        self.keys.insert(key.to_owned(), None);
+    }
+
+    /// `key` is read on the pods of `namespace`.
+    pub fn read_in(&mut self, key: &str, namespace: &str) {
+        let entry = self
+            .keys
+            .entry(key.to_owned())
+            .or_insert_with(|| Some(BTreeSet::new()));
+        // `None`: read everywhere already.
+        if let Some(nss) = entry {
+            nss.insert(namespace.to_owned());
+        }
+    }
+
+    /// Whether a pod of `namespace` keeps annotation `key`.
+    pub fn reads(&self, key: &str, namespace: &str) -> bool {
+        match self.keys.get(key) {
+            Some(None) => true,
+            Some(Some(nss)) => nss.contains(namespace),
+            None => false,
+        }
+    }
+}
 
 impl Default for ProgressKeys {
     fn default() -> Self {
-        let keys =
-            BTreeSet::from([crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION.to_string()]);
-        ProgressKeys(Arc::new(RwLock::new(Arc::new(keys))))
+        ProgressKeys(Arc::new(RwLock::new(Arc::new(KeySet::default_only()))))
     }
 }
 
 impl ProgressKeys {
     /// The current keys (a cheap snapshot).
-    pub fn get(&self) -> Arc<BTreeSet<String>> {
+    pub fn get(&self) -> Arc<KeySet> {
         match self.0.read() {
             Ok(k) => k.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    /// Replace the keys; the default key is always kept.
-    pub fn set(&self, mut keys: BTreeSet<String>) {
-        keys.insert(crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION.to_string());
+    /// Replace the keys; the default key is always read everywhere.
+    pub fn set(&self, mut keys: KeySet) {
+        keys.read_everywhere(crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION);
         let keys = Arc::new(keys);
         match self.0.write() {
             Ok(mut k) => *k = keys,
@@ -116,7 +160,7 @@ impl PodInfo {
     /// Compact a pod from a watch event, keeping the annotations named in
     /// `progress_keys` (the hang detection's progress signal), with the
     /// strings it shares with other pods taken from `pool`.
-    pub fn from_pod(p: &Pod, progress_keys: &BTreeSet<String>, pool: &mut Interner) -> PodInfo {
+    pub fn from_pod(p: &Pod, progress_keys: &KeySet, pool: &mut Interner) -> PodInfo {
         let m = &p.metadata;
         let spec = p.spec.as_ref();
         let status = p.status.as_ref();
@@ -253,7 +297,7 @@ impl PodInfo {
                 .annotations
                 .iter()
                 .flatten()
-                .filter(|(k, _)| progress_keys.contains(*k))
+                .filter(|(k, _)| progress_keys.reads(k, m.namespace.as_deref().unwrap_or_default()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             labels,

@@ -31,7 +31,7 @@ fn pod(name: &str, node: &str, job: &str) -> Pod {
 #[test]
 fn pods_share_their_common_strings_and_the_pool_forgets_what_is_gone() {
     let mut pool = Interner::default();
-    let keys = BTreeSet::new();
+    let keys = crate::controller::core::pods::KeySet::default();
     let a = PodInfo::from_pod(&pod("a", "n1", "j"), &keys, &mut pool);
     let b = PodInfo::from_pod(&pod("b", "n1", "j"), &keys, &mut pool);
     assert!(Arc::ptr_eq(&a.namespace, &b.namespace));
@@ -86,4 +86,46 @@ fn a_pod_says_whether_its_agent_came_from_its_template_or_from_admission() {
             ..Default::default()
         });
     assert_eq!(Wiring::of(&spec), Wiring::Admission);
+}
+
+#[test]
+fn a_tenant_policys_progress_key_is_kept_on_that_tenants_pods_only() {
+    let mut pool = Interner::default();
+    let mut keys = KeySet::default_only();
+    keys.read_in("team-a.example/step", "team-a");
+    keys.read_everywhere("ops.example/step");
+    let mut with = |ns: &str| {
+        let mut p = pod("a", "n1", "j");
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.annotations = Some(BTreeMap::from([
+            ("team-a.example/step".to_string(), "7".to_string()),
+            ("ops.example/step".to_string(), "8".to_string()),
+            (
+                crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION.to_string(),
+                "9".to_string(),
+            ),
+            ("other".to_string(), "x".to_string()),
+        ]));
+        PodInfo::from_pod(&p, &keys, &mut pool)
+    };
+    let a = with("team-a");
+    assert_eq!(a.progress_value("team-a.example/step"), Some("7"));
+    assert_eq!(a.progress_value("ops.example/step"), Some("8"));
+    let b = with("team-b");
+    assert_eq!(
+        b.progress_value("team-a.example/step"),
+        None,
+        "team a's key is not kept on team b's pods"
+    );
+    assert_eq!(b.progress_value("ops.example/step"), Some("8"));
+    assert_eq!(
+        b.progress_value(crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION),
+        Some("9")
+    );
+    assert_eq!(b.progress_value("other"), None);
+    // A root policy naming the same key makes it everywhere, whatever the
+    // order the policies came in.
+    keys.read_everywhere("team-a.example/step");
+    keys.read_in("team-a.example/step", "team-c");
+    assert!(keys.reads("team-a.example/step", "team-b"));
 }

@@ -32,7 +32,7 @@ fn pod(name: &str, node: &str, job: &str) -> Pod {
 #[test]
 fn the_indices_follow_upserts_moves_and_removals() {
     let mut pool = Interner::default();
-    let keys = BTreeSet::new();
+    let keys = crate::controller::core::pods::KeySet::default();
     let mut c = Store::default();
     c.upsert_pod(PodInfo::from_pod(&pod("a", "n1", "j"), &keys, &mut pool));
     c.upsert_pod(PodInfo::from_pod(&pod("b", "n1", "j"), &keys, &mut pool));

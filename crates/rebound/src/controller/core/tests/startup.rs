@@ -159,3 +159,35 @@ fn job_kinds_not_yet_discovered_hold_every_decision_until_they_are() {
         1
     );
 }
+
+#[test]
+fn a_tenant_policys_progress_annotation_is_read_on_its_own_pods_only() {
+    let mut core = model::core();
+    let now = Model::new(1, 1, 1).now();
+    let root_spec =
+        json!({"selector": {}, "hang": {"noProgressFor": "15m", "annotation": "ops.example/step"}});
+    let mut tenant: crate::api::RecoveryPolicy = model::policy(
+        &json!({"selector": {}, "hang": {"noProgressFor": "15m", "annotation": "team-a.example/step"}}),
+    );
+    tenant.metadata.namespace = Some("team-a".into());
+    tenant.metadata.name = Some("mine".into());
+    core.step(
+        Input::Policy(Change::Apply(Box::new(model::policy(&root_spec)))),
+        now,
+    );
+    core.step(Input::Policy(Change::Apply(Box::new(tenant))), now);
+    let keys = core.progress_keys.get();
+    assert!(keys.reads("team-a.example/step", "team-a"));
+    assert!(
+        !keys.reads("team-a.example/step", "team-b"),
+        "a tenant's key is not kept on every pod of the cluster"
+    );
+    assert!(
+        keys.reads("ops.example/step", "team-b"),
+        "the root policy's is"
+    );
+    assert!(keys.reads(
+        crate::policy::compile::DEFAULT_PROGRESS_ANNOTATION,
+        "team-b"
+    ));
+}
