@@ -24,6 +24,12 @@ pub const CORDON_REASON_ANNOTATION: &str = "rebound.dev/cordon-reason";
 /// by rebound.
 pub const CORDON_STICKY_ANNOTATION: &str = "rebound.dev/cordon-sticky";
 
+/// `"true"`: the circuit breaker held this cordon back for a while, with
+/// the fault already on the node: pods may have been placed there
+/// meanwhile, and must move too. On the node, not in memory, so that a
+/// controller that restarts before it has moved them still knows.
+pub const CORDON_HELD_ANNOTATION: &str = "rebound.dev/cordon-held";
+
 /// Attempts of the resourceVersion-guarded patch before giving up.
 const ATTEMPTS: u32 = 3;
 
@@ -94,6 +100,8 @@ pub struct Why {
     pub sticky: bool,
     /// When (RFC 3339); `None`: now.
     pub at: Option<String>,
+    /// The breaker held the cordon back while the fault was on the node.
+    pub held: bool,
 }
 
 /// [`cordon`], recording why on the node.
@@ -211,6 +219,9 @@ pub fn cordon_patch(
     if why.sticky && !snap.annotations.contains_key(CORDON_STICKY_ANNOTATION) {
         annotations[CORDON_STICKY_ANNOTATION] = json!("true");
     }
+    if why.held && !snap.annotations.contains_key(CORDON_HELD_ANNOTATION) {
+        annotations[CORDON_HELD_ANNOTATION] = json!("true");
+    }
     if let Some(key) = taint {
         let present = snap
             .taints
@@ -238,7 +249,11 @@ pub fn uncordon_patch(snap: &NodeSnapshot, taint_key: Option<&str>) -> Option<Va
     }
     let mut spec = json!({});
     let mut annotations = json!({ CORDONED_ANNOTATION: null });
-    for k in [CORDON_REASON_ANNOTATION, CORDON_STICKY_ANNOTATION] {
+    for k in [
+        CORDON_REASON_ANNOTATION,
+        CORDON_STICKY_ANNOTATION,
+        CORDON_HELD_ANNOTATION,
+    ] {
         if snap.annotations.contains_key(k) {
             annotations[k] = Value::Null;
         }

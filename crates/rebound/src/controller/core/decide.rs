@@ -167,15 +167,19 @@ impl Core {
         // after the fault while the cordon was held (a job restarted for
         // another fault may have landed there). Elsewhere a fault concerns
         // the pods that were there when it happened.
+        // Held is known from this term's own hold, or from the node's
+        // cordon record when an earlier run made the held cordon.
         let cordoned_faulty = c.fault.trusted
             && c.level.cordons_node()
             && occ.fault.node.as_deref().is_some_and(|n| {
-                self.nodes.was_held(n)
-                    && self
-                        .store
-                        .nodes
-                        .get(n)
-                        .is_some_and(|x| x.snap.unschedulable)
+                self.store.nodes.get(n).is_some_and(|x| {
+                    x.snap.unschedulable
+                        && (self.nodes.was_held(n)
+                            || x.cordoned_by.is_some()
+                                && x.snap
+                                    .annotations
+                                    .contains_key(crate::recover::CORDON_HELD_ANNOTATION))
+                })
             });
         let since = (!cordoned_faulty).then(|| when.timestamp());
         let refs: Vec<JobRef> = match &occ.scope {

@@ -140,6 +140,8 @@ pub enum EffectKind {
         taint: Option<String>,
         reason: String,
         sticky: bool,
+        /// The breaker held this cordon back (recorded on the node).
+        held: bool,
     },
     /// Return a node rebound cordoned to scheduling.
     Uncordon {

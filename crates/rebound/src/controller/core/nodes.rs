@@ -272,6 +272,7 @@ impl Core {
                         taint: taint.clone(),
                         reason: format!("{}/{}", c.fault.source, c.fault.code),
                         sticky,
+                        held: self.nodes.was_held(name),
                     },
                     received,
                 );

@@ -104,3 +104,93 @@ fn a_restart_waits_for_its_held_cordon_and_no_pod_is_left_on_the_faulty_node() {
         "and none restarted twice for it"
     );
 }
+
+/// The controller process restarts: a new core lists everything and
+/// leads in a new term.
+fn controller_restart(b: &mut Bed, term: u64) {
+    b.core = model::core();
+    b.queue.clear();
+    let mut ins = b.m.startup();
+    ins.push(super::super::input::Input::Leader(true, term));
+    b.feed(ins);
+    b.answer_reads();
+    b.pump();
+}
+
+#[test]
+fn a_held_cordon_made_before_a_controller_restart_still_moves_the_pods_put_there_meanwhile() {
+    let mut b = Bed::on(Model::new(4, 3, 1), None);
+    let at_start = placement(&b);
+    let nodes: Vec<String> = at_start.iter().map(|(_, n)| n.clone()).collect();
+    let (a, bb, c) = (nodes[0].clone(), nodes[1].clone(), nodes[2].clone());
+    b.m.node_fault(&a, "79");
+    b.m.node_fault(&bb, "79");
+    b.pump();
+    b.m.t += 1;
+    b.m.node_fault(&c, "79");
+    b.pump();
+    assert_eq!(b.cordons(), 2, "the third cordon is held");
+    // The restarted jobs come back a few seconds later; one lands on the
+    // held node, after its fault.
+    b.m.t += 3;
+    b.m.operator();
+    b.pump();
+    let landed: Vec<String> = placement(&b)
+        .into_iter()
+        .filter(|(j, n)| *n == c && *j != at_start[2].0)
+        .map(|(j, _)| j)
+        .collect();
+    assert_eq!(
+        landed.len(),
+        1,
+        "a job put on {c} after its fault: {:?}",
+        placement(&b)
+    );
+    let landed = landed[0].clone();
+    // The window moves on and the held cordon is made, but no restart
+    // (nor its record) goes through before the controller restarts.
+    b.refuse = |k| matches!(k, EffectKind::RestartJob { .. } | EffectKind::Record { .. });
+    b.pass(model::WINDOW + 10);
+    assert_eq!(b.m.nodes[c.as_str()]["spec"]["unschedulable"], json!(true));
+    assert_eq!(
+        b.m.nodes[c.as_str()]["metadata"]["annotations"][crate::recover::CORDON_HELD_ANNOTATION],
+        json!("true"),
+        "the hold is recorded on the node"
+    );
+    let made_before =
+        b.m.applied
+            .iter()
+            .filter(|x| matches!(x, model::Applied::Restart { .. }))
+            .count();
+    b.refuse = |_| false;
+    let mark = b.log.len();
+    controller_restart(&mut b, 2);
+    b.pass(5);
+    let made =
+        b.m.applied
+            .iter()
+            .filter(|x| matches!(x, model::Applied::Restart { .. }))
+            .count();
+    assert!(made > made_before, "the new term restarts the jobs on {c}");
+    for _ in 0..3 {
+        b.m.operator();
+        b.pump();
+        b.pass(model::COOLDOWN + 5);
+    }
+    let now = placement(&b);
+    let after: Vec<String> = b.log[mark..]
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EffectKind::RestartJob { job, .. } => Some(job.name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        after.contains(&landed),
+        "the new term restarted {landed}: {after:?}"
+    );
+    assert!(
+        now.iter().all(|(_, n)| *n != c),
+        "{landed}, put on {c} after its fault, moved too: {now:?}"
+    );
+}

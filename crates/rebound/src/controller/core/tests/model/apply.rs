@@ -126,6 +126,7 @@ impl Model {
                 taint,
                 reason,
                 sticky,
+                held,
                 ..
             } => {
                 let Some(v) = self.nodes.get(name).cloned() else {
@@ -136,6 +137,7 @@ impl Model {
                     reason: reason.clone(),
                     sticky: *sticky,
                     at: None,
+                    held: *held,
                 };
                 let at = wire::format_at(self.wall());
                 if let Some(p) =
