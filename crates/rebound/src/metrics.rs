@@ -100,6 +100,10 @@ pub struct Metrics {
     pub not_resumed: Family<KindLabels, Counter>,
     /// Steps of the recovery core that ran past `--step-timeout`.
     pub steps_stuck: Counter,
+    /// How long each step of the recovery core took (every input, not only
+    /// those that led to an action): what a flood of inputs costs the one
+    /// loop every tenant's recovery goes through.
+    pub step: Histogram,
     /// Namespaces whose restart agents rebound could not grant read access
     /// to their jobs (docs/in-place.md).
     pub agent_access_failed: Gauge,
@@ -127,6 +131,7 @@ pub const NAMES: &[&str] = &[
     "rebound_time_to_resume_seconds",
     "rebound_jobs_not_resumed_total",
     "rebound_core_steps_stuck_total",
+    "rebound_core_step_seconds",
     "rebound_agent_access_failed_namespaces",
 ];
 
@@ -318,6 +323,15 @@ impl Metrics {
             "Steps of the recovery core that ran past --step-timeout (the replica gave its Lease up and failed /healthz while stuck)",
             steps_stuck.clone(),
         );
+        // 0.1 ms .. 5 s (the default --step-timeout)
+        let step = Histogram::new([
+            0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
+        ]);
+        r.register(
+            "rebound_core_step_seconds",
+            "Time each step of the recovery core took, one input each (watch events, ticks, results): the one loop every recovery goes through",
+            step.clone(),
+        );
         let agent_access_failed = Gauge::default();
         r.register(
             "rebound_agent_access_failed_namespaces",
@@ -328,6 +342,7 @@ impl Metrics {
             registry: Arc::new(r),
             steps_stuck,
             agent_access_failed,
+            step,
             time_to_resume,
             not_resumed,
             faults,

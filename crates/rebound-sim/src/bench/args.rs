@@ -19,14 +19,22 @@ pub struct SimArgs {
     /// `resume`). Read it with [`SimArgs::job_size`].
     #[arg(long = "job-size")]
     pub job_size_flag: Option<usize>,
-    /// pod-exit | node-xid | storm | flapping | resume (time-to-resume of
-    /// one wired job per recovery tier: InPlace, ReplaceFaulty, Recreate)
-    #[arg(long, default_value = "pod-exit", value_parser = ["pod-exit", "node-xid", "storm", "flapping", "resume"])]
+    /// pod-exit | node-xid | storm | flapping | tenant-flood (one tenant's
+    /// flood of fault Events on a node while other jobs' pods fail) |
+    /// resume (time-to-resume of one wired job per recovery tier: InPlace,
+    /// ReplaceFaulty, Recreate)
+    #[arg(long, default_value = "pod-exit", value_parser = ["pod-exit", "node-xid", "storm", "flapping", "tenant-flood", "resume"])]
     pub scenario: String,
     /// Faults to inject (storm: nodes failing at once; default: a quarter
-    /// of the nodes for storm, else 100).
+    /// of the nodes for storm, 20 for tenant-flood, else 100).
     #[arg(long)]
     pub faults: Option<usize>,
+    /// tenant-flood: the tenant's fault Events.
+    #[arg(long, default_value_t = 1000)]
+    pub flood_events: usize,
+    /// tenant-flood: each Event's message, in KiB.
+    #[arg(long, default_value_t = 256)]
+    pub flood_kib: usize,
     /// Pause between two faults (pod-exit, node-xid). Every fault's
     /// recovery makes some 50 writes (pods deleted, recreated, bound,
     /// started); a real server on a small machine saturates at a pace the

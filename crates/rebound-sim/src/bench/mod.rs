@@ -22,12 +22,16 @@ pub mod resume;
 mod scenario_faults;
 mod serverlog;
 mod stats;
+mod tenant_flood;
 
 pub use crate::proxy::route::decode_query;
 pub use args::SimArgs;
 pub use report::{Report, SetupTimes, Sources};
 pub use serverlog::{SIM_AUDIT_POLICY, ServerRequest, parse_audit_line};
-pub use stats::{BucketQuantiles, Percentiles, counter_by_label, histogram_quantiles, percentiles};
+pub use stats::{
+    BucketQuantiles, Percentiles, counter_by_label, histogram_count_above, histogram_quantiles,
+    percentiles,
+};
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -202,6 +206,12 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
     let own = metrics
         .as_deref()
         .and_then(|t| histogram_quantiles(t, "rebound_reaction_seconds"));
+    let steps = metrics
+        .as_deref()
+        .and_then(|t| histogram_quantiles(t, "rebound_core_step_seconds"));
+    let steps_over_100ms = metrics
+        .as_deref()
+        .and_then(|t| histogram_count_above(t, "rebound_core_step_seconds", "0.1"));
     if let Some(t) = metrics.as_deref() {
         for (action, (n, means)) in stats::path_means(t) {
             let stages: Vec<String> = rebound::metrics::PATH_STAGES
@@ -282,6 +292,8 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
         client_reaction_ms: client.from_write,
         client_reaction_from_injection_ms: client.from_injection,
         controller_reaction_ms: own,
+        core_step_ms: steps,
+        core_steps_over_100ms: steps_over_100ms,
         jobs_restarted: restarts.len(),
         max_restarts_of_one_job: restarts.values().copied().max().unwrap_or(0),
         nodes_cordoned: nodes_cordoned(&env).await?,
@@ -337,7 +349,11 @@ async fn progress(
 }
 
 fn scenario_note(args: &SimArgs) -> Option<String> {
-    (args.scenario == "flapping").then(|| "flapping: a node's XID 48 set and cleared repeatedly; cooldowns bound the restarts of its jobs, cordon/uncordon follow the fault".to_owned())
+    match args.scenario.as_str() {
+        "flapping" => Some("flapping: a node's XID 48 set and cleared repeatedly; cooldowns bound the restarts of its jobs, cordon/uncordon follow the fault".to_owned()),
+        "tenant-flood" => Some("tenant-flood: the flood may restart nothing outside the tenant's namespace and cordon no node (nodes cordoned must be 0); the jobs restarted are the other namespace's, one per pod fault".to_owned()),
+        _ => None,
+    }
 }
 
 /// Restarts per job, as the controller recorded them on the jobs.

@@ -76,6 +76,11 @@ pub struct Report {
     /// The controller's own histogram (`rebound_reaction_seconds`: watch
     /// event received → action request sent), as bucket upper bounds.
     pub controller_reaction_ms: Option<BucketQuantiles>,
+    /// The controller's `rebound_core_step_seconds`: how long each step of
+    /// the core took (every input), as bucket upper bounds.
+    pub core_step_ms: Option<BucketQuantiles>,
+    /// Steps of the core that took over 100 ms.
+    pub core_steps_over_100ms: Option<u64>,
     /// Jobs restarted at least once.
     pub jobs_restarted: usize,
     /// The most restarts of one job.
@@ -157,6 +162,17 @@ pub fn print_text(r: &Report) {
         println!(
             "  controller's own histogram (watch event → action request sent), {} observed:",
             q.count
+        );
+        println!(
+            "    p50 ≤ {} ms   p90 ≤ {} ms   p99 ≤ {} ms",
+            q.p50_le, q.p90_le, q.p99_le
+        );
+    }
+    if let Some(q) = &r.core_step_ms {
+        println!(
+            "  the core's steps (rebound_core_step_seconds), {} observed, {} over 100 ms:",
+            q.count,
+            r.core_steps_over_100ms.unwrap_or(0)
         );
         println!(
             "    p50 ≤ {} ms   p90 ≤ {} ms   p99 ≤ {} ms",

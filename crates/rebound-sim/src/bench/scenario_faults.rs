@@ -1,6 +1,7 @@
 //! The scenarios' faults written into the cluster (container exits,
-//! XID node conditions, storms, flapping), each with when it started and
-//! when its write was answered, for the reaction times.
+//! XID node conditions, storms, flapping, a tenant's Event flood beside
+//! other namespaces' faults), each with when it started and when its write
+//! was answered, for the reaction times.
 
 use super::*;
 
@@ -15,29 +16,22 @@ pub(super) async fn inject(
 ) -> anyhow::Result<Vec<Injected>> {
     let bed = &env.bed;
     let node_names = bed.cluster.node_names();
-    let faults = args.faults.unwrap_or(if args.scenario == "storm" {
-        (args.nodes() / 4).max(1)
-    } else {
-        100
+    let faults = args.faults.unwrap_or(match args.scenario.as_str() {
+        "storm" => (args.nodes() / 4).max(1),
+        "tenant-flood" => 20,
+        _ => 100,
     });
     let mut injected: Vec<Injected> = Vec::new();
     match args.scenario.as_str() {
         "pod-exit" => {
             for i in 0..faults.min(jobs) {
-                let job = format!("job-{}", (i * 7919) % jobs);
-                let pod = if workers > 0 {
-                    format!("{job}-worker-0")
-                } else {
-                    format!("{job}-master-0")
-                };
-                let mut inj = Injected::new(SystemTime::now(), Subject::Job(job), "pods", &pod);
-                bed.cluster
-                    .fail_container(&env.ns, &pod, "pytorch", 1, "Error")
-                    .await?;
-                inj.answered = Some(SystemTime::now());
-                injected.push(inj);
+                injected.push(pod_exit(env, i, jobs, workers).await?);
                 tokio::time::sleep(args.interval).await;
             }
+        }
+        "tenant-flood" => {
+            let flood = super::tenant_flood::Flood::new(args, faults);
+            injected.extend(flood.run(env, jobs, workers, notes).await?);
         }
         "node-xid" => {
             for node in node_names.iter().take(faults) {
@@ -94,6 +88,29 @@ pub(super) async fn inject(
         }
     }
     Ok(injected)
+}
+
+/// Job `i`'s (spread over the jobs) worker, or its master when it has no
+/// workers, exits with code 1.
+pub(super) async fn pod_exit(
+    env: &SimEnv,
+    i: usize,
+    jobs: usize,
+    workers: u32,
+) -> anyhow::Result<Injected> {
+    let job = format!("job-{}", (i * 7919) % jobs.max(1));
+    let pod = if workers > 0 {
+        format!("{job}-worker-0")
+    } else {
+        format!("{job}-master-0")
+    };
+    let mut inj = Injected::new(SystemTime::now(), Subject::Job(job), "pods", &pod);
+    env.bed
+        .cluster
+        .fail_container(&env.ns, &pod, "pytorch", 1, "Error")
+        .await?;
+    inj.answered = Some(SystemTime::now());
+    Ok(inj)
 }
 
 pub(super) async fn set_xid(bed: &Testbed, node: &str, code: &str) -> anyhow::Result<()> {

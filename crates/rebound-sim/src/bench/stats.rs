@@ -108,6 +108,18 @@ pub fn path_means(text: &str) -> BTreeMap<String, (u64, Vec<f64>)> {
 
 /// Read `name`'s buckets from a Prometheus text exposition and return the
 /// bucket bounds (ms) under which 50/90/99 % of the observations fall.
+/// How many observations of histogram `name` were above `le` (one of its
+/// bucket bounds): all of them less the bucket's count.
+pub fn histogram_count_above(text: &str, name: &str, le: &str) -> Option<u64> {
+    let count = |bound: &str| {
+        let line = format!("{name}_bucket{{le=\"{bound}\"}}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some(count("+Inf")?.saturating_sub(count(le)?))
+}
+
 pub fn histogram_quantiles(text: &str, name: &str) -> Option<BucketQuantiles> {
     let prefix = format!("{name}_bucket{{le=\"");
     let mut buckets: Vec<(f64, u64)> = text

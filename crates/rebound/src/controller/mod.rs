@@ -225,6 +225,7 @@ pub async fn start(
         leadership: leadership.clone(),
         progress_keys,
         fatal: fatal_tx,
+        step_seconds: metrics.step.clone(),
     };
     let task = tokio::spawn(lp.run());
     Ok(ControllerHandle {
@@ -256,6 +257,8 @@ struct Loop {
     leadership: leader::Leadership,
     progress_keys: core::pods::ProgressKeys,
     fatal: tw::Sender<Option<String>>,
+    /// For the step histogram (the core counts the rest).
+    step_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Loop {
@@ -316,6 +319,9 @@ impl Loop {
                     let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.step(input, now)));
                     let took = step.running_for();
                     drop(guard);
+                    if let Some(t) = took {
+                        self.step_seconds.observe(t.as_secs_f64());
+                    }
                     if let Some(took) = took.filter(|t| *t > step.bound()) {
                         tracing::warn!(took_s = took.as_secs_f64(), "a stuck step of the recovery core ended");
                     }
