@@ -42,6 +42,7 @@ mod admission_policy;
 mod ascend_ranktable;
 mod ascend_view;
 mod ascend_view_scale;
+mod batch_job_parity;
 mod bounds;
 mod endings;
 mod event_series;

@@ -114,8 +114,13 @@ pub(super) fn plan(
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
         == Some("OnFailure");
+    // A pod deleted before it finished counts as failed, as
+    // kube-controller-manager counts it (`isPodFailed`: "count deleted
+    // Pods as failures", without `podReplacementPolicy: Failed`), so a
+    // restart by deleting a Job's pods spends its `backoffLimit` here as
+    // there.
     for p in pods {
-        if p.phase() == "Failed" {
+        if p.phase() == "Failed" || !finished && p.deleting && p.phase() != "Succeeded" {
             failed_seen.insert(p.name.clone());
         }
     }
