@@ -28,6 +28,8 @@ pub struct JobOptions {
     /// Wire the pod templates for in-place restarts as `rebound inject`
     /// does (the agent sidecar, its restart rule and barrier probe).
     pub wired: bool,
+    /// Volcano: the job's `maxRetry` (`None`: Volcano's default, 3).
+    pub max_retry: Option<u32>,
 }
 
 impl JobOptions {
@@ -40,6 +42,12 @@ impl JobOptions {
                 .collect(),
             ..Self::default()
         }
+    }
+
+    /// The same with this Volcano `maxRetry`.
+    pub fn max_retry(mut self, n: u32) -> Self {
+        self.max_retry = Some(n);
+        self
     }
 
     /// The same with this restart policy.
@@ -274,6 +282,9 @@ impl SimCluster {
             },
         });
         let mut obj = obj;
+        if let Some(n) = opts.max_retry {
+            obj["spec"]["maxRetry"] = json!(n);
+        }
         wire(&mut obj, opts)?;
         self.create_custom(ns, &volcano::job_resource(), obj).await
     }
