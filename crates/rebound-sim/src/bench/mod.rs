@@ -212,6 +212,14 @@ pub async fn measure(args: &SimArgs) -> anyhow::Result<Report> {
     let steps_over_100ms = metrics
         .as_deref()
         .and_then(|t| histogram_count_above(t, "rebound_core_step_seconds", "0.1"));
+    if let (Some(t), "tenant-flood") = (metrics.as_deref(), args.scenario.as_str()) {
+        let by_kind = counter_by_label(t, "rebound_fault_parse_errors_total", "kind");
+        notes.push(format!(
+            "tenant-flood: the controller saw the flood: {} of the tenant's Events past its cap of {} tracked Events (rebound_fault_parse_errors_total{{kind=\"TenantEventOverCap\"}})",
+            by_kind.get("TenantEventOverCap").copied().unwrap_or(0),
+            rebound_core::fault::event::MAX_TENANT_EVENTS
+        ));
+    }
     if let Some(t) = metrics.as_deref() {
         for (action, (n, means)) in stats::path_means(t) {
             let stages: Vec<String> = rebound::metrics::PATH_STAGES
