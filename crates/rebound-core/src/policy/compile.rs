@@ -156,6 +156,9 @@ pub struct CompiledPolicy {
     pub node: Option<NodeConfig>,
     /// `spec.restart`, compiled.
     pub restart: RestartConfig,
+    /// The measured CEL time of the policy's namespace (set by the
+    /// [`super::PolicySet`] it is in; none for the root namespace).
+    pub cel_meter: super::cel_meter::MeterRef,
     /// `namespace/name`, formatted once: records name the policy per decision.
     id: String,
 }
@@ -334,6 +337,7 @@ impl CompiledPolicy {
                 .map(|l| (l.tail_lines, l.max_bytes.unwrap_or(DEFAULT_LOG_BYTES))),
             dry_run: s.dry_run,
             node,
+            cel_meter: Default::default(),
             id: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
         })
     }

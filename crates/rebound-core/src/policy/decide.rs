@@ -103,7 +103,12 @@ pub fn decide_job(
     let cell = OnceCell::new();
     let scope = || cell.get_or_init(|| views.scope(c, now));
     if let Some(w) = &p.when {
-        match w.eval_bool_in(scope()) {
+        let r = p
+            .cel_meter
+            .run(|| w.eval_bool_in(scope()))
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match r {
             Ok(true) => d.reasons.push(format!("when `{}` is true", w.source())),
             Ok(false) => {
                 let why = format!("when `{}` is false", w.source());
@@ -267,8 +272,10 @@ fn cooldown_of<'a, 'v: 'a>(
 ) -> Result<Duration, String> {
     match &p.cooldown {
         Cooldown::Fixed(d) => Ok(*d),
-        Cooldown::Cel(e) => e
-            .eval_duration_in(scope())
+        Cooldown::Cel(e) => p
+            .cel_meter
+            .run(|| e.eval_duration_in(scope()))
+            .map_err(|e| e.to_string())?
             .map(crate::api::duration::clamp)
             .map_err(|e| e.to_string()),
     }

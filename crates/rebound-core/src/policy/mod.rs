@@ -1,6 +1,7 @@
 //! RecoveryPolicy: compile, select, decide; plus the node breaker.
 
 pub mod breaker;
+pub mod cel_meter;
 pub mod compile;
 pub mod decide;
 pub mod engine;

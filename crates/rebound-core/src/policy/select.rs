@@ -38,6 +38,12 @@ pub struct PolicyWarning {
 pub struct PolicySet {
     root_namespace: String,
     by_ns: HashMap<String, Vec<Arc<CompiledPolicy>>>,
+    /// Each tenant namespace's measured CEL time, shared by its policies
+    /// (and kept when they are edited, so an edit does not reset it).
+    meters: HashMap<String, Arc<super::cel_meter::CelMeter>>,
+    /// The CEL time budget of each tenant namespace (`None`: the default,
+    /// [`super::cel_meter::BUDGET`]).
+    cel_budget: Option<std::time::Duration>,
     invalid: BTreeMap<(String, String), InvalidObject>,
 }
 
@@ -48,6 +54,13 @@ impl PolicySet {
             root_namespace: root.into(),
             ..Default::default()
         }
+    }
+
+    /// The same set, with this CEL time budget per tenant namespace and
+    /// window for the policies added from now on.
+    pub fn with_cel_budget(mut self, budget: std::time::Duration) -> PolicySet {
+        self.cel_budget = Some(budget);
+        self
     }
 
     /// The operator's root namespace.
@@ -68,7 +81,18 @@ impl PolicySet {
         if !same {
             self.remove(&ns, &name);
             match CompiledPolicy::compile(p) {
-                Ok(c) => {
+                Ok(mut c) => {
+                    if ns != self.root_namespace {
+                        let budget = self.cel_budget.unwrap_or(super::cel_meter::BUDGET);
+                        let m = self
+                            .meters
+                            .entry(ns.clone())
+                            .or_insert_with(|| {
+                                Arc::new(super::cel_meter::CelMeter::with_budget(budget))
+                            })
+                            .clone();
+                        c.cel_meter = super::cel_meter::MeterRef(Some(m));
+                    }
                     let list = self.by_ns.entry(ns.clone()).or_default();
                     list.push(Arc::new(c));
                     list.sort_by(|a, b| a.name.cmp(&b.name));
@@ -98,6 +122,12 @@ impl PolicySet {
         if let Some(list) = self.by_ns.get_mut(ns) {
             list.retain(|c| c.name != name);
         }
+    }
+
+    /// The suspension of `ns`'s policy expressions for their CEL time,
+    /// if one is in force.
+    pub fn cel_suspended(&self, ns: &str) -> Option<super::cel_meter::OverBudget> {
+        self.meters.get(ns)?.suspended(std::time::Instant::now())
     }
 
     /// A policy in use, by namespace and name.

@@ -161,3 +161,47 @@ fn constant_cooldowns_hold_before_and_after_restarts() {
         );
     }
 }
+
+#[test]
+fn a_namespace_whose_expressions_cost_too_much_time_is_suspended_alone() {
+    let spec = |when: &str| RecoveryPolicySpec {
+        when: Some(when.into()),
+        ..Default::default()
+    };
+    // A budget no evaluation fits in: the first one uses it up.
+    let mut s = PolicySet::new(ROOT).with_cel_budget(std::time::Duration::from_nanos(1));
+    for p in [
+        policy("team-a", "p", spec("true")),
+        policy("team-b", "p", spec("true")),
+        policy(ROOT, "default", spec("true")),
+    ] {
+        s.upsert(&p).expect("valid policy");
+    }
+    // A pod exit each tenant's own (a pod fault is its namespace's).
+    let c = classified(Level::RestartJob, false);
+    let fault_in = |ns: &str| {
+        let mut c = c.clone();
+        c.fault.namespace = Some(ns.into());
+        c
+    };
+    let a = job("team-a", &[], vec![]);
+    assert_eq!(skip_of(&s, &c, None, &a), None, "evaluated within budget");
+    assert!(s.cel_suspended("team-a").is_some(), "and that used it up");
+    match skip_of(&s, &c, None, &a) {
+        Some(Skip::GateError { error }) => assert!(error.contains("suspended"), "{error}"),
+        other => panic!("team a's gate is not evaluated while suspended: {other:?}"),
+    }
+    // Another tenant is evaluated as before (and is then suspended on its
+    // own); the root namespace's policies are not metered.
+    let b = job("team-b", &[], vec![]);
+    assert_eq!(skip_of(&s, &fault_in("team-b"), None, &b), None);
+    let other = job("team-c", &[], vec![]);
+    for _ in 0..3 {
+        assert_eq!(
+            skip_of(&s, &fault_in("team-c"), None, &other),
+            None,
+            "the root policy"
+        );
+    }
+    assert!(s.cel_suspended(ROOT).is_none());
+}

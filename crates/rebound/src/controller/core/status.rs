@@ -56,6 +56,40 @@ impl Invalid {
 }
 
 /// What an Event about a rebound object refers to.
+/// A tenant policy's `CelWithinBudget` condition: whether its namespace's
+/// expressions are suspended for the CEL time they took
+/// (`rebound_core::policy::cel_meter`).
+fn cel_condition(engine: &Engine, ns: &str, generation: Option<i64>) -> Condition {
+    match engine.policies.cel_suspended(ns) {
+        Some(e) => Condition::new(
+            "CelWithinBudget",
+            false,
+            "Suspended",
+            format!(
+                "the policies of namespace {ns} spent {} ms of CEL time within {} s (budget {} ms): their expressions are suspended for {} s, and gates count as failed meanwhile",
+                e.spent_ms,
+                e.window_s,
+                e.budget_ms,
+                crate::policy::cel_meter::SUSPENDED.as_secs()
+            ),
+            generation,
+            Utc::now(),
+        ),
+        None => Condition::new(
+            "CelWithinBudget",
+            true,
+            "WithinBudget",
+            format!(
+                "the policies of namespace {ns} spend less than {} ms of CEL time in {} s",
+                crate::policy::cel_meter::BUDGET.as_millis(),
+                crate::policy::cel_meter::WINDOW.as_secs()
+            ),
+            generation,
+            Utc::now(),
+        ),
+    }
+}
+
 fn reference(kind: &str, namespace: Option<&str>, name: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("rebound.dev/v1alpha1".into()),
@@ -276,6 +310,9 @@ impl StatusBook {
                 )
             };
             upsert(&mut b.conditions, active);
+            if ns != engine.policies.root_namespace() {
+                upsert(&mut b.conditions, cel_condition(engine, ns, b.generation));
+            }
             let body = serde_json::json!({
                 "status": {
                     "observedGeneration": b.generation,
