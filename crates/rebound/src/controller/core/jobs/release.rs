@@ -34,7 +34,11 @@ impl Core {
             return;
         }
         let Some(info) = self.store.jobs.get(key) else {
+            // The job is gone (its delete seen): no barrier is left to
+            // open, and what this process wrote on it is moot; a job made
+            // anew under the name starts from its own annotations.
             self.releasing.remove(key);
+            self.written_gen.remove(key);
             return;
         };
         let g = self.generation_of(key);
