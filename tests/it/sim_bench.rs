@@ -47,6 +47,44 @@ async fn embedded_node_faults_are_measured_on_the_server_and_the_client_clock() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_flood_restarts_only_the_other_namespaces_jobs_and_reports_the_steps() {
+    let _watchdog = crate::watchdog::start();
+    let r = measure(&args(&[
+        "--nodes",
+        "4",
+        "--pods-per-node",
+        "2",
+        "--job-size",
+        "2",
+        "--scenario",
+        "tenant-flood",
+        "--faults",
+        "2",
+        "--flood-events",
+        "20",
+        "--flood-kib",
+        "4",
+        "--in-process",
+    ]))
+    .await
+    .expect("sim");
+    assert_eq!(r.faults_injected, 2, "{r:?}");
+    assert_eq!(r.jobs_restarted, 2, "the other namespace's faults: {r:?}");
+    assert_eq!(r.max_restarts_of_one_job, 1);
+    assert_eq!(r.nodes_cordoned, 0, "the flood cordons nothing");
+    let steps = r.core_step_ms.as_ref().expect("the core's step histogram");
+    assert!(steps.count > 20, "every Event is a step: {steps:?}");
+    assert!(r.core_steps_over_100ms.is_some());
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.starts_with("tenant-flood: 20 of 20 fault Events written")),
+        "{:?}",
+        r.notes
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_by_kubeconfig_is_measured_on_the_client_clock_only() {
     let _watchdog = crate::watchdog::start();
     let path = std::env::temp_dir().join(format!(

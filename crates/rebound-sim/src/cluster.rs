@@ -32,6 +32,7 @@ mod wait;
 
 pub use config::{Accelerator, Operators, SharedCluster, SimConfig};
 pub use error::ClusterError;
+pub use faults::kcover_event;
 pub use install::{JOB_CRDS, TESTBED_LABEL, ensure_namespace, install_crds, install_own_crds};
 pub use jobs::JobOptions;
 pub use nodes::node_name;

@@ -443,7 +443,11 @@ pub fn the_suite(block: &str) {
 /// docs/benchmarks.md's commands: the bench, the binary's flags and the example.
 pub fn measure(block: &str) {
     for l in lines(block) {
+        // Environment settings before the command (`VAR=value cargo …`).
+        let l: Vec<String> = l.into_iter().skip_while(|w| w.contains('=')).collect();
+        assert_eq!(l[0], "cargo", "a benchmark command is a cargo command");
         match (l[1].as_str(), l.iter().position(|w| w == "--")) {
+            ("test", _) => test_exists(&l),
             ("bench", _) => {
                 let name = &l[l.iter().position(|w| w == "--bench").expect("--bench") + 1];
                 assert!(
@@ -458,6 +462,23 @@ pub fn measure(block: &str) {
             (other, _) => panic!("unknown cargo command {other}"),
         }
     }
+}
+
+/// `cargo test --locked --test it a::b::name -- --ignored`: the test
+/// `name` is in tests/it/a/b.rs (the ignored measurements are run by
+/// hand, so nothing else would notice one renamed away).
+fn test_exists(l: &[String]) {
+    let at = l.iter().position(|w| w == "--test").expect("--test");
+    assert_eq!(l[at + 1], "it", "the integration tests are in tests/it");
+    let path = &l[at + 2];
+    let (module, name) = path.rsplit_once("::").expect("a test path a::b::name");
+    let file = root().join(format!("tests/it/{}.rs", module.replace("::", "/")));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert!(
+        text.contains(&format!("fn {name}(")),
+        "{} has no test {name}",
+        file.display()
+    );
 }
 
 /// `python3 tools/gen-samples.py`: rewrites the generated samples from

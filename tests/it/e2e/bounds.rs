@@ -3,10 +3,9 @@
 //! tenant's namespace.
 
 use super::*;
-use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
-use kube::api::{ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use kube::api::PostParams;
 use rebound_sim::cluster::SimConfig;
-use std::collections::BTreeMap;
 
 /// This process's resident memory in MiB (the controller runs in it).
 fn rss_mib() -> Option<f64> {
@@ -21,41 +20,10 @@ fn rss_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// A kcover Event (`kcover.io/need-recovery: "true"`) in `ns` about pod
-/// `pod`, on `node` (`source.host`), with `count`: what any tenant can
-/// write in its own namespace.
+/// A kcover Event in `ns` about pod `pod`, on `node`, with `count`: what
+/// any tenant can write in its own namespace.
 async fn kcover_event(bed: &Testbed, ns: &str, pod: &str, node: &str, count: i32) {
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        rebound::controller::time::to_jiff(chrono::Utc::now()),
-    );
-    let ev = CoreEvent {
-        metadata: ObjectMeta {
-            generate_name: Some("flood-".into()),
-            namespace: Some(ns.into()),
-            annotations: Some(BTreeMap::from([(
-                "kcover.io/need-recovery".to_string(),
-                "true".to_string(),
-            )])),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            kind: Some("Pod".into()),
-            name: Some(pod.into()),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        source: Some(EventSource {
-            host: Some(node.into()),
-            ..Default::default()
-        }),
-        reason: Some("NeedRecovery".into()),
-        message: Some("the tenant says so".into()),
-        count: Some(count),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        type_: Some("Warning".into()),
-        ..Default::default()
-    };
+    let ev = rebound_sim::cluster::kcover_event(ns, pod, node, count, "the tenant says so");
     Api::<CoreEvent>::namespaced(bed.client(), ns)
         .create(&PostParams::default(), &ev)
         .await

@@ -14,8 +14,8 @@
 //! tenant can write them.
 
 use super::*;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use kube::api::{ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::PostParams;
 use std::collections::BTreeMap;
 
 /// The tenant's namespace (per run on a shared cluster).
@@ -113,12 +113,8 @@ fn short(e: &kube::Error) -> String {
 /// The tenant's `i`th Event: even ones kcover's, odd ones a copied XID 79
 /// line of `node`.
 fn flood_event(ns: &str, node: &str, message: &str, i: usize) -> Event {
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        rebound::controller::time::to_jiff(chrono::Utc::now()),
-    );
-    let annotation = if i.is_multiple_of(2) {
-        ("kcover.io/need-recovery".to_owned(), "true".to_owned())
-    } else {
+    let mut ev = crate::cluster::kcover_event(ns, &format!("ghost-{i}"), node, i32::MAX, message);
+    if !i.is_multiple_of(2) {
         let copied = WireFault {
             source: "NvidiaXid".into(),
             code: "79".into(),
@@ -126,34 +122,10 @@ fn flood_event(ns: &str, node: &str, message: &str, i: usize) -> Event {
             device: Some("0".into()),
             ..Default::default()
         };
-        (
+        ev.metadata.annotations = Some(BTreeMap::from([(
             wire::FAULT_ANNOTATION.to_owned(),
             serde_json::to_string(&copied).unwrap_or_default(),
-        )
-    };
-    Event {
-        metadata: ObjectMeta {
-            generate_name: Some("flood-".into()),
-            namespace: Some(ns.into()),
-            annotations: Some(BTreeMap::from([annotation])),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            kind: Some("Pod".into()),
-            name: Some(format!("ghost-{i}")),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        source: Some(EventSource {
-            host: Some(node.into()),
-            ..Default::default()
-        }),
-        reason: Some("NeedRecovery".into()),
-        message: Some(message.to_owned()),
-        count: Some(i32::MAX),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        type_: Some("Warning".into()),
-        ..Default::default()
+        )]));
     }
+    ev
 }

@@ -104,3 +104,46 @@ impl SimCluster {
         })
     }
 }
+
+/// A kcover fault Event (`kcover.io/need-recovery: "true"`) in `ns` about
+/// pod `pod` of that namespace, with `node` as its source host, `count`
+/// and `message`: what any tenant can write in its own namespace (a real
+/// API server accepts an Event about a Node only in `default` and
+/// `kube-system`). Named by the server (`generateName: flood-`).
+pub fn kcover_event(
+    ns: &str,
+    pod: &str,
+    node: &str,
+    count: i32,
+    message: &str,
+) -> k8s_openapi::api::core::v1::Event {
+    use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        rebound::controller::time::to_jiff(chrono::Utc::now()),
+    );
+    Event {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some("flood-".into()),
+            namespace: Some(ns.into()),
+            annotations: Some([("kcover.io/need-recovery".to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Pod".into()),
+            name: Some(pod.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        source: Some(EventSource {
+            host: Some(node.into()),
+            ..Default::default()
+        }),
+        reason: Some("NeedRecovery".into()),
+        message: Some(message.into()),
+        count: Some(count),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        type_: Some("Warning".into()),
+        ..Default::default()
+    }
+}

@@ -3,6 +3,23 @@
 
 use super::*;
 
+/// Runs `ops` on wired pods with `tiers` (checking the invariants after
+/// each), settles, and checks that every job's generation is released.
+fn replay(ops: &[Op], tiers: &[&str]) {
+    let mut r = Run::new(Some(tiers));
+    for o in ops {
+        r.op(o);
+    }
+    r.settle();
+    for name in r.m.jobs.keys() {
+        let (current, released) = r.m.released(name);
+        assert_eq!(
+            current, released,
+            "job {name}: generation {current} never released"
+        );
+    }
+}
+
 /// Found by the property test (2026-12-04, in place alone): a release whose
 /// job was recreated meanwhile (the uid precondition fails, `Gone`) left
 /// the core with the old job's raised generation and nothing owing its
@@ -106,18 +123,7 @@ fn a_release_answered_gone_stays_owed_until_the_watch_shows_the_job() {
         Op::Leader(0),
         Op::Deliver { kind: 0, n: 4 },
     ];
-    let mut r = Run::new(Some(&["InPlace"]));
-    for o in &ops {
-        r.op(o);
-    }
-    r.settle();
-    for name in r.m.jobs.keys() {
-        let (current, released) = r.m.released(name);
-        assert_eq!(
-            current, released,
-            "job {name}: generation {current} never released"
-        );
-    }
+    replay(&ops, &["InPlace"]);
 }
 
 /// Found by the property test (2026-12-06, in place with fallbacks): a
@@ -215,16 +221,5 @@ fn a_recovery_of_a_deleted_job_leaves_no_raised_generation_behind() {
         Op::Deliver { kind: 0, n: 5 },
         Op::Agents { reach: true },
     ];
-    let mut r = Run::new(Some(&["InPlace", "ReplaceFaulty", "Recreate"]));
-    for o in &ops {
-        r.op(o);
-    }
-    r.settle();
-    for name in r.m.jobs.keys() {
-        let (current, released) = r.m.released(name);
-        assert_eq!(
-            current, released,
-            "job {name}: generation {current} never released"
-        );
-    }
+    replay(&ops, &["InPlace", "ReplaceFaulty", "Recreate"]);
 }
