@@ -205,6 +205,11 @@ async fn cooldown_holds_the_second_failure_and_co_failing_pods_restart_once(serv
         (running(&bed, &ml, &sel).await.len() >= 4).then_some(())
     })
     .await;
+    // The controller saw it running again too (its recovery ended): a
+    // failure before that is part of the recovery still under way, and
+    // waits for it, not for the cooldown (a loaded server's watch can
+    // deliver "running again" after the next failure).
+    resumed(&bed, &ml, "pt", 1).await;
     // A new failure within the 1m cooldown: no second restart. The
     // positive control first: the controller decided it (held for the
     // cooldown), then nothing was restarted.

@@ -126,7 +126,7 @@ impl Core {
             return None;
         }
         let Some(until) = self.unseen.wait(key.clone(), occ.id, now.wall) else {
-            tracing::info!(job = ?key, "too many unseen jobs in the namespace: decided without its object");
+            tracing::debug!(job = ?key, "too many unseen jobs in the namespace: decided without its object");
             return None;
         };
         if until <= now.wall {
