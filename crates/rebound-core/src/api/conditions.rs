@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `Ready` or `Active`.
+    /// `Ready`, `Active`, or (on a tenant namespace's policies)
+    /// `CelWithinBudget`.
     #[serde(rename = "type")]
     #[schemars(length(max = 316))]
     pub type_: String,

@@ -361,8 +361,11 @@ pub struct RecoveryPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready` (compiled and in use; reason such as `InvalidExpression` or
-    /// `ExpressionTooExpensive`) and
-    /// `Active` (False when another policy wins for its workloads).
+    /// `ExpressionTooExpensive`),
+    /// `Active` (False when another policy wins for its workloads), and on
+    /// a tenant namespace's policies `CelWithinBudget` (False, reason
+    /// `Suspended`, while the namespace's expressions are suspended for the
+    /// CEL time they took; docs/cel.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Workloads currently covered by this policy.
