@@ -52,8 +52,14 @@ impl UnseenJobs {
     /// for another job: decide now.
     fn wait(&mut self, key: JobKey, id: OccurrenceId, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         if !self.by_job.contains_key(&key) {
-            let in_ns = self.per_namespace.get(&key.0).copied().unwrap_or(0);
-            if in_ns >= Self::MAX_JOBS_PER_NAMESPACE || self.by_job.len() >= Self::MAX_JOBS {
+            let full = |u: &Self| {
+                u.per_namespace.get(&key.0).copied().unwrap_or(0) >= Self::MAX_JOBS_PER_NAMESPACE
+                    || u.by_job.len() >= Self::MAX_JOBS
+            };
+            if full(self) {
+                self.prune(now);
+            }
+            if full(self) {
                 return None;
             }
             *self.per_namespace.entry(key.0.clone()).or_default() += 1;
@@ -67,6 +73,22 @@ impl UnseenJobs {
                 .entry(id)
                 .or_insert(now + wait),
         )
+    }
+
+    /// Forgets the waits that ended more than a second ago and were not
+    /// taken back (their occurrence went before its wake-up: a pod deleted,
+    /// an Event removed), so that they hold no room.
+    fn prune(&mut self, now: DateTime<Utc>) {
+        let before = now - chrono::Duration::seconds(1);
+        let ended: Vec<JobKey> = self
+            .by_job
+            .iter()
+            .filter(|(_, ids)| ids.values().all(|until| *until < before))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in ended {
+            self.forget(&k);
+        }
     }
 
     /// `key` is no longer waited for.
@@ -190,5 +212,12 @@ mod tests {
         u.over(&key("a", "ghost-0"), id(10));
         assert!(u.wait(key("a", "late"), id(99_999), t1).is_some());
         assert_eq!(u.len(), UnseenJobs::MAX_JOBS_PER_NAMESPACE + 2);
+        assert!(u.wait(key("a", "later"), id(100_000), t1).is_none(), "full");
+        // Waits that ended and were never taken back (their occurrences
+        // went) hold no room once they are over.
+        let after = t1
+            + chrono::Duration::from_std(UNSEEN_JOB_WAIT).unwrap_or_default()
+            + chrono::Duration::seconds(2);
+        assert!(u.wait(key("a", "later"), id(100_000), after).is_some());
     }
 }
