@@ -106,8 +106,6 @@ pub fn path_means(text: &str) -> BTreeMap<String, (u64, Vec<f64>)> {
     out
 }
 
-/// Read `name`'s buckets from a Prometheus text exposition and return the
-/// bucket bounds (ms) under which 50/90/99 % of the observations fall.
 /// How many observations of histogram `name` were above `le` (one of its
 /// bucket bounds): all of them less the bucket's count.
 pub fn histogram_count_above(text: &str, name: &str, le: &str) -> Option<u64> {
@@ -120,6 +118,8 @@ pub fn histogram_count_above(text: &str, name: &str, le: &str) -> Option<u64> {
     Some(count("+Inf")?.saturating_sub(count(le)?))
 }
 
+/// Read `name`'s buckets from a Prometheus text exposition and return the
+/// bucket bounds (ms) under which 50/90/99 % of the observations fall.
 pub fn histogram_quantiles(text: &str, name: &str) -> Option<BucketQuantiles> {
     let prefix = format!("{name}_bucket{{le=\"");
     let mut buckets: Vec<(f64, u64)> = text

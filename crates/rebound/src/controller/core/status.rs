@@ -55,7 +55,6 @@ impl Invalid {
     }
 }
 
-/// What an Event about a rebound object refers to.
 /// A tenant policy's `CelWithinBudget` condition: whether its namespace's
 /// expressions are suspended for the CEL time they took
 /// (`rebound_core::policy::cel_meter`).
@@ -90,6 +89,7 @@ fn cel_condition(engine: &Engine, ns: &str, generation: Option<i64>) -> Conditio
     }
 }
 
+/// What an Event about a rebound object refers to.
 fn reference(kind: &str, namespace: Option<&str>, name: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("rebound.dev/v1alpha1".into()),
