@@ -171,6 +171,7 @@ fn metrics_docs_alerts_and_dashboard_name_real_metrics() {
         "ReboundCelErrors",
         "ReboundJobNotResumed",
         "ReboundCoreStepStuck",
+        "ReboundCoreStepSlow",
         "ReboundAgentAccessFailed",
         "ReboundNoLeader",
         "ReboundAgentSourceFailing",

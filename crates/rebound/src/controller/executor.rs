@@ -90,6 +90,7 @@ impl Executor {
                     | EffectKind::SaveLogs { .. }
                     | EffectKind::MarkBudgetExhausted { .. }
                     | EffectKind::ReadRecords { .. }
+                    | EffectKind::ReadNodes { .. }
             );
             // A request that hangs must not hold its step forever: the
             // core retries a failed step (idempotently). One still under
@@ -503,6 +504,24 @@ impl Executor {
                 }
                 futures::future::join_all(lists).await;
                 Outcome::Ok(String::new())
+            }
+            EffectKind::ReadNodes { term: t } => {
+                // A consistent list, as for the records above.
+                let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+                let r = api.list_metadata(&kube::api::ListParams::default()).await;
+                self.metrics.request("list", r.is_ok());
+                match r {
+                    Ok(list) => {
+                        let nodes = list.items.into_iter().map(|o| o.metadata).collect();
+                        let input = Input::Nodes { term: t, nodes };
+                        let _ = self.tx.send((input, crate::k8s::watch::Stamp::now())).await;
+                        Outcome::Ok(String::new())
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "take-over read of the nodes failed; asked again");
+                        Outcome::Failed(e.to_string())
+                    }
+                }
             }
         }
     }

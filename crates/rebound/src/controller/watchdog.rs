@@ -213,6 +213,9 @@ pub fn describe(input: &Input, out: &mut String) {
                 jobs.len()
             );
         }
+        Input::Nodes { term, nodes } => {
+            let _ = write!(out, "Nodes ({} nodes, term {term})", nodes.len());
+        }
         Input::WatchError(kind) => {
             let _ = write!(out, "WatchError {kind}");
         }

@@ -31,8 +31,8 @@ pub use logs::{
 pub use node::{
     CORDON_HELD_ANNOTATION, CORDON_REASON_ANNOTATION, CORDON_STICKY_ANNOTATION,
     CORDONED_ANNOTATION, NodeOutcome, NodeSnapshot, SEPARATED_AT_ANNOTATION,
-    WAS_UNSCHEDULABLE_ANNOTATION, Why, cordon, cordon_for, cordon_patch, cordoned_level, uncordon,
-    uncordon_patch,
+    WAS_UNSCHEDULABLE_ANNOTATION, Why, cordon, cordon_for, cordon_patch, cordoned_level,
+    separated_at, uncordon, uncordon_patch,
 };
 pub use restart::{
     ChildJob, JOB_NAME_LABEL, JOB_UID_LABEL, PodRestartOutcome, RestartOutcome, RestartPath,

@@ -62,6 +62,17 @@ pub fn cordoned_level(annotations: &BTreeMap<String, String>) -> Option<Level> {
     annotations.get(CORDONED_ANNOTATION)?.parse().ok()
 }
 
+/// When rebound last took the node out of scheduling, from its
+/// annotations (none when missing or not RFC 3339).
+pub fn separated_at(
+    annotations: &BTreeMap<String, String>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let v = annotations.get(SEPARATED_AT_ANNOTATION)?;
+    chrono::DateTime::parse_from_rfc3339(v)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
 /// What `cordon` or `uncordon` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeOutcome {

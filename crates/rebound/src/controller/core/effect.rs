@@ -179,6 +179,19 @@ pub enum EffectKind {
         term: u64,
         kinds: Vec<(crate::api::WorkloadKind, kube::discovery::ApiResource)>,
     },
+    /// Read the nodes' metadata afresh (a consistent list), for the
+    /// take-over of `term`: the breaker's window is in the nodes'
+    /// `separated-at` annotations, and a new leader's nodes watch may be
+    /// behind the cordons the old leader made. Answered by
+    /// [`super::input::Input::Nodes`]; a failed list sends nothing.
+    ReadNodes { term: u64 },
+}
+
+impl EffectKind {
+    /// One of a take-over's fresh reads (of records or of nodes).
+    pub fn is_fresh_read(&self) -> bool {
+        matches!(self, Self::ReadRecords { .. } | Self::ReadNodes { .. })
+    }
 }
 
 /// What an Event is about.

@@ -8,20 +8,29 @@
 //! the read shows is added to what the watch shows (by each record's
 //! decision time), never taken away by an older watch event.
 //!
+//! The nodes are read afresh too ([`EffectKind::ReadNodes`]): the
+//! breaker's window is in the nodes' `separated-at` annotations, and a
+//! new leader whose nodes watch is behind the old leader's cordons would
+//! otherwise let more nodes be cordoned than the breaker allows. Cordons
+//! wait for that read, and so do restarts (a job restarted before its
+//! faulty node is cordoned could land on it again).
+//!
 //! A kind whose list keeps failing does not hold the others, and holds
 //! its own jobs at most [`FRESH_BOUND`]: then its decisions go on from the
 //! watch's view, with a warning and the metric
-//! `rebound_decisions_total{action="take_over_read", outcome="timeout"}`.
+//! `rebound_decisions_total{action="take_over_read", outcome="timeout"}`;
+//! the nodes' read likewise.
 
 use super::effect::EffectKind;
 use super::occurrence::OccurrenceId;
 use super::store::JobKey;
 use super::{Core, Now};
 use crate::api::WorkloadKind;
+use crate::controller::core::hashing::HashMap;
 use crate::policy::RestartRecord;
 use chrono::{DateTime, Utc};
 use kube::discovery::ApiResource;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Longest a kind's decisions wait for its fresh read at a take-over.
@@ -41,6 +50,10 @@ pub struct FreshRead {
     done: BTreeSet<WorkloadKind>,
     /// Records the reads showed, by job.
     pub records: HashMap<JobKey, Vec<RestartRecord>>,
+    /// Whether the nodes were read (or given up on) in this term.
+    nodes_done: bool,
+    /// Each node's last separation as the nodes' read showed it.
+    pub separated: HashMap<String, DateTime<Utc>>,
     /// The installed kinds' resources (from discovery).
     pub resources: Vec<(WorkloadKind, ApiResource)>,
 }
@@ -52,6 +65,12 @@ impl FreshRead {
             return false;
         }
         self.done.contains(&kind) || self.timed_out(now)
+    }
+
+    /// Whether node actions (and the restarts that wait for them) may go
+    /// on in `term`: the nodes' read is in, or given up on.
+    pub fn nodes_ready(&self, term: u64, now: DateTime<Utc>) -> bool {
+        self.term == term && (self.nodes_done || self.timed_out(now))
     }
 
     fn timed_out(&self, now: DateTime<Utc>) -> bool {
@@ -70,6 +89,8 @@ impl Core {
         self.fresh.started = Some(now.wall);
         self.fresh.done.clear();
         self.fresh.records.clear();
+        self.fresh.nodes_done = false;
+        self.fresh.separated.clear();
         // Bare pods keep no records.
         self.fresh.done.insert(WorkloadKind::Pod);
         self.ask_records(now);
@@ -91,10 +112,13 @@ impl Core {
             .cloned()
             .collect();
         self.fresh.asked = Some(now.wall);
+        let term = self.term;
+        if !self.fresh.nodes_done {
+            self.effect(EffectKind::ReadNodes { term }, None);
+        }
         if kinds.is_empty() {
             return;
         }
-        let term = self.term;
         self.effect(EffectKind::ReadRecords { term, kinds }, None);
     }
 
@@ -111,7 +135,7 @@ impl Core {
             .map(|(k, _)| *k)
             .filter(|k| !self.fresh.done.contains(k))
             .collect();
-        if missing.is_empty() {
+        if missing.is_empty() && self.fresh.nodes_done {
             return;
         }
         if self.fresh.timed_out(now.wall) {
@@ -119,6 +143,14 @@ impl Core {
                 tracing::warn!(kind = %k.as_str(), "the take-over could not read this kind's restart records afresh; deciding from the watch's view");
                 self.metrics.decision("take_over_read", "timeout");
                 self.fresh.done.insert(k);
+            }
+            if !self.fresh.nodes_done {
+                tracing::warn!(
+                    "the take-over could not read the nodes afresh; the breaker counts from the nodes' watch"
+                );
+                self.metrics.decision("take_over_read", "timeout");
+                self.fresh.nodes_done = true;
+                self.dirty_nodes.extend(self.store.nodes.keys().cloned());
             }
             self.decide_waiting(now);
             return;
@@ -158,6 +190,29 @@ impl Core {
         }
     }
 
+    /// The nodes read afresh: their last separations count for the
+    /// breaker, and the nodes whose cordon waited for the read are
+    /// reconciled.
+    pub(super) fn on_nodes(&mut self, term: u64, nodes: Vec<kube::api::ObjectMeta>, now: Now) {
+        if term != self.term || self.fresh.term != term || self.fresh.nodes_done {
+            return;
+        }
+        for meta in nodes {
+            let Some(name) = meta.name else { continue };
+            let at = meta
+                .annotations
+                .as_ref()
+                .and_then(crate::recover::separated_at);
+            if let Some(t) = at {
+                self.fresh.separated.insert(name, t);
+            }
+        }
+        self.fresh.nodes_done = true;
+        self.metrics.decision("take_over_read", "read");
+        self.dirty_nodes.extend(self.store.nodes.keys().cloned());
+        self.decide_waiting(now);
+    }
+
     /// Decide what waited for the read (the occurrences not decided yet).
     fn decide_waiting(&mut self, now: Now) {
         if !self.acting() {
@@ -171,6 +226,11 @@ impl Core {
 
     /// Whether decisions on jobs of `kind` wait for the take-over's read.
     pub(super) fn waits_for_records(&self, kind: WorkloadKind, now: Now) -> bool {
-        !self.fresh.ready_for(self.term, kind, now.wall)
+        !self.fresh.ready_for(self.term, kind, now.wall) || self.waits_for_nodes(now)
+    }
+
+    /// Whether node actions wait for the take-over's read of the nodes.
+    pub(super) fn waits_for_nodes(&self, now: Now) -> bool {
+        !self.fresh.nodes_ready(self.term, now.wall)
     }
 }

@@ -9,11 +9,12 @@ use super::occurrence;
 use super::store::JobKey;
 use super::{Core, Now, Occurrence, Scope};
 use crate::api::WorkloadKind;
+use crate::controller::core::hashing::{HashMap, HashSet};
 use crate::fault::{Fault, FaultSource};
 use crate::policy::{CompiledPolicy, Hang, RestartRecord};
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -250,7 +251,7 @@ impl Core {
             .map(|(k, _, _)| k)
             .collect();
         self.hang.running_since.retain(|k, _| waiting.contains(k));
-        let mut hung_now = HashSet::new();
+        let mut hung_now = HashSet::default();
         for (key, hang, running) in watched {
             if !running {
                 continue;

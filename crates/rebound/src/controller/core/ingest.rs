@@ -9,10 +9,10 @@ use super::occurrence::{self, OccurrenceId};
 use super::store::{NodeInfo, Watched, job_key};
 use super::{Core, Now, Occurrence, Scope};
 use crate::classify::HistoryKey;
+use crate::controller::core::hashing::HashSet;
 use crate::fault::Fault;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use std::collections::HashSet;
 use std::sync::Arc;
 
 mod device_info;
@@ -56,7 +56,7 @@ impl Core {
             }
         }
         let carried: HashSet<HistoryKey> = if ended.is_empty() {
-            HashSet::new()
+            HashSet::default()
         } else {
             occs.iter().map(|o| HistoryKey::of(&o.fault)).collect()
         };

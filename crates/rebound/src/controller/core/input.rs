@@ -74,6 +74,12 @@ pub enum Input {
         kind: WorkloadKind,
         jobs: Vec<kube::api::ObjectMeta>,
     },
+    /// The nodes read afresh for the take-over of `term`
+    /// ([`super::effect::EffectKind::ReadNodes`]): their metadata.
+    Nodes {
+        term: u64,
+        nodes: Vec<kube::api::ObjectMeta>,
+    },
 }
 
 /// A pod as the core needs it, read in its watch task: the full object

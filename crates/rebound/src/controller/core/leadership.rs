@@ -13,7 +13,8 @@ impl Core {
     /// so nothing is done twice.
     pub(super) fn take_over(&mut self, now: Now) {
         // Restarts of jobs wait for this term's fresh read of their
-        // records (fresh.rs); node actions do not.
+        // records, cordons and restarts for its read of the nodes
+        // (fresh.rs).
         self.start_fresh_read(now);
         self.store.access.new_term();
         self.resume_recoveries(now);

@@ -22,6 +22,7 @@ pub mod decide;
 pub mod effect;
 mod fresh;
 pub mod hang;
+pub mod hashing;
 pub mod ingest;
 mod ingest_objects;
 pub mod input;
@@ -39,6 +40,7 @@ mod tick;
 mod unseen_jobs;
 
 use crate::ascend::clusterd::ClusterdView;
+use crate::controller::core::hashing::{HashMap, HashSet};
 use crate::metrics::Metrics;
 use crate::policy::{Engine, NodeConfig};
 use chrono::{DateTime, Utc};
@@ -46,7 +48,7 @@ use effect::{Effect, EffectId, EffectKind, Outcome};
 use input::Input;
 use occurrence::{Ledger, OccurrenceId};
 use pods::ProgressKeys;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use store::{JobKey, Store, Watched};
@@ -212,25 +214,25 @@ impl Core {
             engine,
             store: Store::default(),
             ledger: Ledger::default(),
-            current: HashMap::new(),
-            carriers: HashMap::new(),
+            current: HashMap::default(),
+            carriers: HashMap::default(),
             unseen: unseen_jobs::UnseenJobs::default(),
-            synced: HashSet::new(),
+            synced: HashSet::default(),
             kinds: None,
             leading: false,
             term: 0,
-            recoveries: HashMap::new(),
+            recoveries: HashMap::default(),
             fresh: fresh::FreshRead::default(),
-            releasing: HashMap::new(),
-            recorded: HashMap::new(),
-            written_gen: HashMap::new(),
-            unmade: HashMap::new(),
+            releasing: HashMap::default(),
+            recorded: HashMap::default(),
+            written_gen: HashMap::default(),
+            unmade: HashMap::default(),
             nodes: nodes::NodeBook::default(),
             skip_notices: skip_notices::SkipNotices::default(),
             hang: hang::HangBook::default(),
             status: status::StatusBook::default(),
             next_id: 1,
-            inflight: HashMap::new(),
+            inflight: HashMap::default(),
             dirty_jobs: BTreeSet::new(),
             dirty_nodes: BTreeSet::new(),
             metrics,
@@ -363,6 +365,7 @@ impl Core {
                 self.fresh_tick(now);
             }
             Input::Records { term, kind, jobs } => self.on_records(term, kind, jobs, now),
+            Input::Nodes { term, nodes } => self.on_nodes(term, nodes, now),
         }
         if !was_ready && self.ready() {
             tracing::info!(

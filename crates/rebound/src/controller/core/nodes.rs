@@ -10,11 +10,12 @@
 use super::effect::{EffectKind, Outcome, describe};
 use super::store::{CORDON_STICKY_ANNOTATION, SEPARATED_AT_ANNOTATION};
 use super::{Core, LANDING_BOUND, Now, Waiting};
+use crate::controller::core::hashing::{HashMap, HashSet};
 use crate::fault::{Classified, Level};
 use crate::policy::{Breaker, NodeAction, NodeInput, Skip, decide_node};
 use crate::recover::{Notice, reasons};
 use chrono::{DateTime, Utc};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 /// A node action in flight, with what its Event will say.
 #[derive(Clone, Debug)]
@@ -108,11 +109,15 @@ impl NodeBook {
 }
 
 impl Core {
-    /// The breaker as the cluster shows it: each node's last separation
-    /// (its annotation, or a cordon request sent since whose landing is
-    /// not confirmed, counted at the latest it may land); those within
-    /// the window count.
-    fn breaker(&self, _now: DateTime<Utc>) -> Breaker {
+    /// The breaker as the cluster shows it for a separation of `node`:
+    /// every other node's last separation (its annotation, or a cordon
+    /// request sent since whose landing is not confirmed, counted at the
+    /// latest it may land); those within the window count. The breaker
+    /// bounds the nodes separated in a window, so the node's own earlier
+    /// separation is not counted against it (a new one replaces it): a
+    /// new leader whose watch does not show its cordon yet may make it
+    /// again.
+    fn breaker(&self, node: &str) -> Breaker {
         let (cfg, _) = self.engine.policies.node_config(&self.engine.node_default);
         let mut b = Breaker::new(
             cfg.max_separated,
@@ -125,6 +130,12 @@ impl Core {
             .values()
             .filter_map(|n| n.separated_at.map(|t| (n.name.as_str(), t)))
             .collect();
+        // What the take-over's read of the nodes showed (a watch behind
+        // the old leader's cordons must not hide them).
+        for (n, t) in &self.fresh.separated {
+            let e = last.entry(n.as_str()).or_insert(*t);
+            *e = (*e).max(*t);
+        }
         let landing = chrono::Duration::from_std(LANDING_BOUND).unwrap_or_default();
         for (n, t) in &self.nodes.sent {
             let confirmed = self
@@ -140,6 +151,7 @@ impl Core {
             let e = last.entry(n.as_str()).or_insert(t);
             *e = (*e).max(t);
         }
+        last.remove(node);
         let mut times: Vec<DateTime<Utc>> = last.into_values().collect();
         times.sort();
         for t in times {
@@ -232,6 +244,11 @@ impl Core {
             self.maybe_uncordon(&node, &cfg, now);
             return;
         };
+        if self.waits_for_nodes(now) {
+            // The take-over's read of the nodes decides the breaker: a
+            // cordon waits for it (fresh.rs), at most its bound.
+            return;
+        }
         let input = NodeInput {
             name: name.to_string(),
             unschedulable: node.snap.unschedulable,
@@ -239,7 +256,7 @@ impl Core {
             tainted: node.snap.taints.iter().any(|t| t.key == cfg.taint_key),
         };
         let dry = self.engine.global_dry_run || self.engine.policies.node_dry_run();
-        let breaker = self.breaker(now.wall);
+        let breaker = self.breaker(name);
         let d = decide_node(&c, &input, &cfg, from, &breaker, dry, now.wall);
         match &d.skip {
             None if d.acts() => {

@@ -14,9 +14,10 @@
 //! names another occurrence, which cannot replace, remove or absorb the
 //! trusted one (DESIGN.md §4, trust domains).
 
+use crate::controller::core::hashing::HashMap;
 use crate::fault::{Fault, FaultSource, Level};
 use chrono::{DateTime, Utc};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 
 /// A fault occurrence's identity.

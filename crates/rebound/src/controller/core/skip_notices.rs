@@ -8,8 +8,8 @@
 //! still counted in `rebound_decisions_total`.
 
 use super::store::JobKey;
+use crate::controller::core::hashing::HashMap;
 use chrono::{DateTime, Utc};
-use std::collections::HashMap;
 
 /// How long a job hears of the same skip reason only once.
 pub const REPEAT: chrono::Duration = chrono::Duration::minutes(10);

@@ -8,12 +8,13 @@ use super::{Core, Now};
 use crate::api::conditions::{Condition, upsert};
 use crate::api::{FaultClassification, RecoveryPolicy};
 use crate::classify::InvalidObject;
+use crate::controller::core::hashing::HashMap;
 use crate::policy::{Engine, PolicyWarning};
 use crate::recover::{Notice, reasons};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// An `InvalidPolicy` Event owed for an object: said once per generation
 /// (never again on a resync of the same generation), by the leader, with
@@ -388,7 +389,7 @@ impl Core {
     /// Write every status that changed (the leader only, batched).
     pub(super) fn flush_status(&mut self, _now: Now) {
         let keys: Vec<super::store::JobKey> = self.store.pods_by_job.keys().cloned().collect();
-        let mut counts: HashMap<String, u32> = HashMap::new();
+        let mut counts: HashMap<String, u32> = HashMap::default();
         for key in keys {
             if let Some(p) = self.policy_of(&key) {
                 *counts.entry(p.id()).or_default() += 1;

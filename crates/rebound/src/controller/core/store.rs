@@ -5,13 +5,14 @@
 
 use super::pods::PodInfo;
 use crate::api::WorkloadKind;
+use crate::controller::core::hashing::{HashMap, HashSet};
 use crate::fault::{Fault, Level};
 use crate::inplace::Generation;
 use crate::policy::RestartRecord;
 use crate::recover::NodeSnapshot;
 use crate::workload::JobRef;
 use k8s_openapi::api::core::v1::Node;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 mod relists;
@@ -71,11 +72,7 @@ impl NodeInfo {
             uid: n.metadata.uid.clone(),
             labels: n.metadata.labels.clone().unwrap_or_default(),
             cordoned_by: crate::recover::cordoned_level(&snap.annotations),
-            separated_at: snap
-                .annotations
-                .get(SEPARATED_AT_ANNOTATION)
-                .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
-                .map(|t| t.with_timezone(&chrono::Utc)),
+            separated_at: crate::recover::separated_at(&snap.annotations),
             sticky: snap
                 .annotations
                 .get(CORDON_STICKY_ANNOTATION)
@@ -355,7 +352,7 @@ impl Store {
     /// (seconds; `None`: any): a fault there concerns only pods that were
     /// there when it happened.
     pub fn jobs_on_node(&self, node: &str, since: Option<i64>) -> Vec<JobRef> {
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let mut out = Vec::new();
         for p in self.node_pods(node) {
             if !p.deleting && since.is_none_or(|t| p.created <= t) && seen.insert(job_key(&p.job)) {

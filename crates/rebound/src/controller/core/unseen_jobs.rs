@@ -13,9 +13,10 @@ use super::occurrence::{Fate, OccurrenceId};
 use super::store::{JobKey, job_key};
 use super::{Core, Now, Occurrence};
 use crate::api::WorkloadKind;
+use crate::controller::core::hashing::HashMap;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How long a decision waits for a job object its pods name but the watch

@@ -30,12 +30,12 @@ use super::occurrence::OccurrenceId;
 use super::store::JobKey;
 use super::{Core, Now};
 use crate::api::{RecoveryTier, WorkloadKind};
+use crate::controller::core::hashing::HashSet;
 use crate::fault::{Fault, Level};
 use crate::policy::RestartConfig;
 use crate::recover::Notice;
 use crate::workload::JobRef;
 use chrono::{DateTime, Utc};
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 /// How a recovery restarts the job.
@@ -313,10 +313,10 @@ impl Core {
             job_after,
             append: true,
             fallbacks,
-            forced: HashSet::new(),
+            forced: HashSet::default(),
             logs_saved: false,
             targets: Vec::new(),
-            covered: HashSet::new(),
+            covered: HashSet::default(),
             side: SideDeletes::default(),
         };
         if let Some(v) = &self.clusterd {

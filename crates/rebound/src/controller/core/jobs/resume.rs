@@ -6,9 +6,9 @@ use super::super::store::JobKey;
 use super::super::{Core, Now};
 use super::*;
 use crate::api::WorkloadKind;
+use crate::controller::core::hashing::HashSet;
 use crate::fault::{Fault, Level};
 use crate::workload::JobRef;
-use std::collections::HashSet;
 use std::time::Duration;
 
 impl Core {
@@ -43,13 +43,18 @@ impl Core {
         }
     }
 
-    /// Resume the recovery recorded on one job, if it has one under way.
+    /// Resume the recovery recorded on one job, if it has one under way:
+    /// from the job's records as the watch shows them, and the records this
+    /// process wrote that the watch does not show yet (a term that ended
+    /// and came back while the jobs' watch was behind its own write).
     fn resume_job(&mut self, key: JobKey, now: Now) {
         let Some(info) = self.store.jobs.get(&key).cloned() else {
             return;
         };
+        let generation = self.generation_of(&key);
+        let written = self.recorded.get(&key).cloned().unwrap_or_default();
         {
-            let Some(last) = info.history.last() else {
+            let Some(last) = info.history.iter().chain(&written).max_by_key(|r| r.at) else {
                 return;
             };
             let Ok(kind) = key.1.parse::<WorkloadKind>() else {
@@ -68,7 +73,7 @@ impl Core {
                 .map(|p| (*p.job).clone())
                 .unwrap_or_else(|| JobRef::new(kind, &key.0, &key.2, None));
             job.uid = info.uid.clone();
-            let (tier, phase, deadline) = if info.generation.current > info.generation.released {
+            let (tier, phase, deadline) = if generation.current > generation.released {
                 let tier = if last.tier.as_deref() == Some("ReplaceFaulty") {
                     Tier::ReplaceFaulty { pods: Vec::new() }
                 } else {
@@ -109,8 +114,8 @@ impl Core {
                 .collect();
             let rec = Recovery {
                 job,
-                generation: info.generation.current,
-                released: info.generation.released,
+                generation: generation.current,
+                released: generation.released,
                 tier,
                 phase,
                 started: last.at,
@@ -144,11 +149,11 @@ impl Core {
                 job_after,
                 append: true,
                 fallbacks,
-                forced: HashSet::new(),
+                forced: HashSet::default(),
                 logs_saved: true,
                 targets: Vec::new(),
                 cfg,
-                covered: HashSet::new(),
+                covered: HashSet::default(),
                 side: SideDeletes::default(),
             };
             self.recoveries.insert(key.clone(), rec);

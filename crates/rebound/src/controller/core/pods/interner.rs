@@ -2,8 +2,9 @@
 //! and job reference once for thousands of pods, and the compact label
 //! set built from it. Apart from what a pod is, which it only stores.
 
+use crate::controller::core::hashing::HashSet;
 use crate::workload::JobRef;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Strings that thousands of pods share (namespaces, node names, label

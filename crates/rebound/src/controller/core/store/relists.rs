@@ -3,7 +3,7 @@
 //! it prunes.
 
 use crate::api::WorkloadKind;
-use std::collections::{HashMap, HashSet};
+use crate::controller::core::hashing::{HashMap, HashSet};
 
 /// The watches whose data the core keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,7 +49,7 @@ pub struct Relists {
 impl Relists {
     /// A relist of `w` starts.
     pub fn begin(&mut self, w: Watched) {
-        self.open.insert(w, Some(HashSet::new()));
+        self.open.insert(w, Some(HashSet::default()));
     }
 
     /// A relist of `w` starts while nothing of it is held: whatever it

@@ -64,6 +64,6 @@ fn a_relist_from_nothing_keeps_no_keys_and_removes_nothing() {
     r.saw(Watched::Pods, "pod/ns/a");
     assert_eq!(
         r.end(Watched::Pods),
-        Some(HashSet::from(["pod/ns/a".to_string()]))
+        Some(HashSet::from_iter(["pod/ns/a".to_string()]))
     );
 }

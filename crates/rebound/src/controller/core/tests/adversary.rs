@@ -43,9 +43,9 @@ pub const REGRESSIONS: &[u64] = &[
     1592590341,
     // Found by the first draft of the lagging take-over (its schedules
     // drew differently): a new leader whose nodes' watch was behind the
-    // old leader's cordons let a third node be cordoned (the breaker is
-    // read from the nodes' watch; the simulation now lags the jobs' watch
-    // only, a nodes' watch that far behind being a known limit).
+    // old leader's cordons let a third node be cordoned (the breaker was
+    // read from the nodes' watch alone; a new term now reads the nodes
+    // afresh before it cordons, fresh.rs).
     1592590494,
     // Same draft: the fresh read never answered, the jobs' watch minutes
     // behind when the read's bound passed, so the new leader restarted an
@@ -53,6 +53,13 @@ pub const REGRESSIONS: &[u64] = &[
     // decides from the watch; the simulation now has the watch catch up
     // by then (Sim::catch_up_by).
     200067,
+    // Found with the nodes' watch lagging too (and the core's hash maps
+    // keyed alike on every run, so that a seed replays): a leader whose
+    // term lapsed and came back right after it wrote an in-place record
+    // its jobs' watch had not shown yet did not follow the generation it
+    // had raised (resumed from the watch's records only; now from the
+    // records it wrote too).
+    1592590909,
 ];
 
 /// The tenant namespace with no jobs of its own: anything it makes rebound
@@ -89,7 +96,7 @@ pub(super) struct Sim {
     /// The answer of the last fresh read applied ([`EffectKind::ReadRecords`]):
     /// fed to its replica when the answer arrives, dropped when it is lost.
     pub read: Vec<Input>,
-    /// A take-over left the jobs' watch behind what the old term wrote:
+    /// A take-over left the jobs' or nodes' watch behind what the old term wrote:
     /// by this model time (the take-over's [`super::super::fresh::FRESH_BOUND`])
     /// it has caught up. Past the bound a kind that could not be read is
     /// decided from its watch, so a watch behind by more than that is
@@ -194,7 +201,7 @@ impl Sim {
         let disrupts = self.disrupts(e);
         let o = self.m.apply(e);
         self.read = std::mem::take(&mut self.m.answers).into();
-        if destructive(e) || matches!(e.kind, EffectKind::ReadRecords { .. }) {
+        if destructive(e) || e.kind.is_fresh_read() {
             let what = match &e.kind {
                 EffectKind::Record { job, write, .. } => format!(
                     "Record {} occurrence {:?} at {}",
@@ -238,16 +245,17 @@ impl Sim {
         o
     }
 
-    /// Time passes: `secs` later, a tick. A jobs' watch left behind by a
-    /// take-over catches up by [`Sim::catch_up_by`].
+    /// Time passes: `secs` later, a tick. Watches left behind by a
+    /// take-over catch up by [`Sim::catch_up_by`].
     pub fn advance(&mut self, secs: i64) {
         self.m.t += secs;
         if self.catch_up_by.is_some_and(|t| self.m.t >= t) {
             self.catch_up_by = None;
-            let ins = self.m.deliver(model::Kind::Jobs, 10_000);
-            self.feed(ins);
-            self.trace
-                .push(format!("t={} jobs' watch caught up", self.m.t));
+            for k in [model::Kind::Jobs, model::Kind::Nodes] {
+                let ins = self.m.deliver(k, 10_000);
+                self.feed(ins);
+            }
+            self.trace.push(format!("t={} watches caught up", self.m.t));
         }
         self.feed(vec![Input::Tick]);
     }

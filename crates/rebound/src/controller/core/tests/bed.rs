@@ -47,7 +47,7 @@ impl Bed {
     pub(super) fn answer_reads(&mut self) {
         let (reads, rest): (Vec<Effect>, Vec<Effect>) = std::mem::take(&mut self.queue)
             .into_iter()
-            .partition(|e| matches!(e.kind, EffectKind::ReadRecords { .. }));
+            .partition(|e| e.kind.is_fresh_read());
         self.queue = rest;
         for e in reads {
             let _ = self.m.apply(&e);

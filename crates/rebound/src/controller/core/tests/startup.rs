@@ -145,7 +145,7 @@ fn job_kinds_not_yet_discovered_hold_every_decision_until_they_are() {
     }
     // The take-over's fresh read of the records is answered.
     for e in out.clone() {
-        if matches!(e.kind, EffectKind::ReadRecords { .. }) {
+        if e.kind.is_fresh_read() {
             let _ = m.apply(&e);
         }
     }

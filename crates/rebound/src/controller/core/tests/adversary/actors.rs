@@ -174,7 +174,7 @@ impl Sim {
                 && match what {
                     "record" => matches!(e.kind, EffectKind::Record { .. }),
                     "restart" => matches!(e.kind, EffectKind::RestartJob { .. }),
-                    "list" => matches!(e.kind, EffectKind::ReadRecords { .. }),
+                    "list" => e.kind.is_fresh_read(),
                     _ => matches!(e.kind, EffectKind::DeletePods { .. }),
                 }
         });
@@ -200,20 +200,21 @@ impl Sim {
             _ => Some(1),
         };
         // A new term begins only after the old one's Lease ran out. The
-        // new leader's watch of the jobs may still be behind the restart
-        // records the old one wrote (its fresh read covers them, fresh.rs),
-        // for at most the read's bound. The other watches have delivered
-        // what it wrote: the breaker's window is read from the nodes'
-        // watch, and a nodes' watch that far behind is a known limit.
+        // new leader's watches of the jobs and of the nodes may still be
+        // behind what the old one wrote (restart records, cordons): its
+        // fresh reads cover them (fresh.rs), for at most the reads' bound.
         if next.is_some() {
-            let lag = self.pick(2) == 0;
+            let lag_jobs = self.pick(2) == 0;
+            let lag_nodes = self.pick(2) == 0;
             for k in KINDS {
-                if !(lag && k == model::Kind::Jobs) {
+                let lags =
+                    (lag_jobs && k == model::Kind::Jobs) || (lag_nodes && k == model::Kind::Nodes);
+                if !lags {
                     let ins = self.m.deliver(k, 10_000);
                     self.feed(ins);
                 }
             }
-            if lag {
+            if lag_jobs || lag_nodes {
                 let bound = super::super::super::fresh::FRESH_BOUND.as_secs() as i64;
                 self.catch_up_by = Some(self.m.t + bound);
             } else {

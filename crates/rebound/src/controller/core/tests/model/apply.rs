@@ -188,6 +188,16 @@ impl Model {
                 }
                 Outcome::Ok(String::new())
             }
+            EffectKind::ReadNodes { term } => {
+                // A consistent read: the nodes as they are now.
+                let nodes = self
+                    .nodes
+                    .values()
+                    .map(|n| serde_json::from_value(n["metadata"].clone()).unwrap_or_default())
+                    .collect();
+                self.answers.push_back(Input::Nodes { term: *term, nodes });
+                Outcome::Ok(String::new())
+            }
             _ => Outcome::Ok(String::new()),
         }
     }
