@@ -106,6 +106,16 @@ const CONTROLLER_CLUSTER: &[(&str, &[&str], &[&str])] = &[
     ),
     ("bus.volcano.sh", &["commands"], &["create"]),
     (
+        "resource.k8s.io",
+        &["resourceslices", "resourceclaims"],
+        &["list", "watch"],
+    ),
+    (
+        "resource.k8s.io",
+        &["devicetaintrules"],
+        &["list", "watch", "create", "delete"],
+    ),
+    (
         "rbac.authorization.k8s.io",
         &["rolebindings"],
         &["list", "create", "patch", "delete"],

@@ -11,9 +11,9 @@ pub use classification::{
 };
 pub use conditions::Condition;
 pub use policy::{
-    GradedEscalation, HangDetection, NodeActions, PolicyAction, PreserveLogs, RecoveryPolicy,
-    RecoveryPolicySpec, RecoveryPolicyStatus, RecoveryTier, RestartBudget, RestartSpec,
-    RetryLimitAction, WorkloadKind, WorkloadSelector,
+    GradedEscalation, HangDetection, Isolation, NodeActions, PolicyAction, PreserveLogs,
+    RecoveryPolicy, RecoveryPolicySpec, RecoveryPolicyStatus, RecoveryTier, RestartBudget,
+    RestartSpec, RetryLimitAction, WorkloadKind, WorkloadSelector,
 };
 
 use kube::CustomResourceExt;

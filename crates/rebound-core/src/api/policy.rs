@@ -351,6 +351,29 @@ pub struct NodeActions {
     /// Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_uncordon: Option<bool>,
+    /// What a fault on one device (a GPU) at ResetDevice or Separate takes
+    /// out of scheduling: `Node` (default: the node is cordoned) or
+    /// `Device` (only that device, through a DRA DeviceTaintRule, where the
+    /// cluster serves `resource.k8s.io/v1beta2` DeviceTaintRules and the
+    /// device is published in a ResourceSlice; the node otherwise, and the
+    /// decision says why). docs/devices.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
+    /// With `isolation: Device`, most devices of one node isolated at once:
+    /// a node that loses more is cordoned instead. Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 128))]
+    pub max_isolated_devices: Option<u32>,
+}
+
+/// What a device fault takes out of scheduling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Isolation {
+    /// The whole node (cordon, and a taint at Separate).
+    #[default]
+    Node,
+    /// The faulty device alone (a DRA DeviceTaintRule).
+    Device,
 }
 
 /// What the controller observed of a policy.

@@ -48,6 +48,8 @@ pub struct NodeConfig {
     pub max_separated: Limit,
     pub breaker_window: Duration,
     pub auto_uncordon: bool,
+    pub isolation: crate::api::Isolation,
+    pub max_isolated_devices: u32,
 }
 
 impl Default for NodeConfig {
@@ -58,6 +60,8 @@ impl Default for NodeConfig {
             max_separated: Limit::Percent(10),
             breaker_window: Duration::from_secs(300),
             auto_uncordon: true,
+            isolation: crate::api::Isolation::Node,
+            max_isolated_devices: 2,
         }
     }
 }
@@ -278,6 +282,8 @@ impl CompiledPolicy {
                         .transpose()?
                         .unwrap_or(d.breaker_window),
                     auto_uncordon: n.auto_uncordon.unwrap_or(d.auto_uncordon),
+                    isolation: n.isolation.unwrap_or(d.isolation),
+                    max_isolated_devices: n.max_isolated_devices.unwrap_or(d.max_isolated_devices),
                 })
             })
             .transpose()?;

@@ -179,6 +179,7 @@ impl ControllerArgs {
             max_separated: self.max_separated,
             breaker_window: self.breaker_window,
             auto_uncordon: !self.no_auto_uncordon,
+            ..NodeConfig::default()
         }
     }
 }

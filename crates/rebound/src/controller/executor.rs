@@ -401,6 +401,40 @@ impl Executor {
                     Err(e) => failed(e),
                 }
             }
+            EffectKind::IsolateDevice {
+                node,
+                rule,
+                device,
+                value,
+                no_execute,
+            } => {
+                if !self.may_act(term, Lane::Nodes).await {
+                    return Outcome::NotLeader;
+                }
+                let obj = match recover::device::device_taint_rule(
+                    &rule, &node, &device, &value, no_execute,
+                ) {
+                    Ok(o) => o,
+                    Err(e) => return Outcome::Failed(format!("rule {rule}: {e}")),
+                };
+                let r = recover::device::isolate_device(&self.client, obj).await;
+                self.metrics.request("create", r.is_ok());
+                match r {
+                    Ok(_) => Outcome::Ok("isolated".into()),
+                    Err(e) => failed(e),
+                }
+            }
+            EffectKind::LiftDevice { rule, .. } => {
+                if !self.may_act(term, Lane::Nodes).await {
+                    return Outcome::NotLeader;
+                }
+                let r = recover::device::lift_device(&self.client, &rule).await;
+                self.metrics.request("delete", r.is_ok());
+                match r {
+                    Ok(()) => Outcome::Ok("returned".into()),
+                    Err(e) => failed(e),
+                }
+            }
             EffectKind::Event { about, notice } => {
                 self.throttle.acquire_record().await;
                 if !self.leader.leads_in(term) {

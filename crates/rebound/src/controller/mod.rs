@@ -266,6 +266,7 @@ impl Loop {
         let mut tasks =
             watches::spawn_base(&self.client, &self.args, &self.tx, &self.progress_keys);
         tasks.push(watches::spawn_kinds(self.client.clone(), self.tx.clone()));
+        tasks.push(watches::spawn_dra(self.client.clone(), self.tx.clone()));
         let mut jobs = watches::JobWatches::default();
         // Ticks: timers, resyncs, status flushes.
         let ttx = self.tx.clone();

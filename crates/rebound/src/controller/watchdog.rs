@@ -199,6 +199,15 @@ pub fn describe(input: &Input, out: &mut String) {
         Input::Node(c) => change(out, "Node", c, |o| meta(&o.metadata)),
         Input::Event(c) => change(out, "Event", c, |o| meta(&o.metadata)),
         Input::DeviceInfo(c) => change(out, "ConfigMap", c, |o| meta(&o.metadata)),
+        Input::Dra(super::core::input::DraChange::Slice(c)) => {
+            change(out, "ResourceSlice", c, |o| meta(&o.metadata))
+        }
+        Input::Dra(super::core::input::DraChange::Claim(c)) => {
+            change(out, "ResourceClaim", c, |o| meta(&o.metadata))
+        }
+        Input::Dra(super::core::input::DraChange::Rule(c)) => {
+            change(out, "DeviceTaintRule", c, |o| meta(&o.metadata))
+        }
         Input::Policy(c) => change(out, "RecoveryPolicy", c, |o| meta(&o.metadata)),
         Input::Classification(c) => change(out, "FaultClassification", c, |o| meta(&o.metadata)),
         Input::Job(kind, c) => change(out, kind.as_str(), c, |o| meta(&o.metadata)),

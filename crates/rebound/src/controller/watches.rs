@@ -119,6 +119,93 @@ pub fn spawn_base(
     tasks
 }
 
+/// Watch the DRA objects device scope reads (docs/devices.md), where the
+/// server serves them: ResourceSlices and ResourceClaims
+/// (`resource.k8s.io/v1`, Kubernetes 1.34+) and rebound's own
+/// DeviceTaintRules (`resource.k8s.io/v1beta2`, 1.36 with the API on).
+/// Without them faults keep the node as their scope. Asked once at start;
+/// a cluster that turns DRA on later needs a controller restart.
+pub fn spawn_dra(client: kube::Client, tx: Tx) -> tokio::task::JoinHandle<()> {
+    use super::core::input::DraChange;
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+    use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
+    tokio::spawn(async move {
+        let names = |list: Result<
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList,
+            kube::Error,
+        >| {
+            list.map(|l| l.resources.into_iter().map(|r| r.name).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        let v1 = names(client.list_api_group_resources("resource.k8s.io/v1").await);
+        let claims = ["resourceclaims", "resourceslices"]
+            .iter()
+            .all(|n| v1.iter().any(|r| r == n));
+        let rules = names(
+            client
+                .list_api_group_resources("resource.k8s.io/v1beta2")
+                .await,
+        )
+        .iter()
+        .any(|r| r == "devicetaintrules");
+        tracing::info!(
+            claims,
+            rules,
+            "Dynamic Resource Allocation: device scope {}, device isolation {}",
+            if claims {
+                "on"
+            } else {
+                "off (resource.k8s.io/v1 not served)"
+            },
+            if claims && rules {
+                "possible"
+            } else {
+                "off (DeviceTaintRules not served)"
+            }
+        );
+        let mut tasks = Vec::new();
+        if claims {
+            tasks.push(watch::spawn(
+                "resourceslices",
+                watcher(Api::<ResourceSlice>::all(client.clone()), watch::config()),
+                tx.clone(),
+                wrap("resourceslices", |c| {
+                    Input::Dra(DraChange::Slice(c.boxed()))
+                }),
+            ));
+            tasks.push(watch::spawn(
+                "resourceclaims",
+                watcher(Api::<ResourceClaim>::all(client.clone()), watch::config()),
+                tx.clone(),
+                wrap("resourceclaims", |c| {
+                    Input::Dra(DraChange::Claim(c.boxed()))
+                }),
+            ));
+        }
+        if claims && rules {
+            let sel = format!(
+                "{}={}",
+                super::core::store::dra::MANAGED_BY.0,
+                super::core::store::dra::MANAGED_BY.1
+            );
+            tasks.push(watch::spawn(
+                "devicetaintrules",
+                watcher(
+                    Api::<DeviceTaintRule>::all(client.clone()),
+                    watch::config().labels(&sel),
+                ),
+                tx.clone(),
+                wrap("devicetaintrules", |c| {
+                    Input::Dra(DraChange::Rule(c.boxed()))
+                }),
+            ));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    })
+}
+
 /// The workload kind of a discovered job resource.
 pub fn kind_of(ar: &ApiResource) -> Option<WorkloadKind> {
     if ar.group == "batch.volcano.sh" {

@@ -55,8 +55,15 @@ pub mod reasons {
     /// will fall back to recreating its pods.
     pub const AGENT_ACCESS_FAILED: &str = "AgentAccessFailed";
 
+    /// One device of a node was taken out of scheduling (a DRA
+    /// DeviceTaintRule) instead of the node (`isolation: Device`).
+    pub const DEVICE_ISOLATED: &str = "DeviceIsolated";
+    /// A device rebound isolated was returned to scheduling (its rule
+    /// deleted) once its fault cleared.
+    pub const DEVICE_RETURNED: &str = "DeviceReturned";
+
     /// Every reason, for docs and tests.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 18] = [
         JOB_RESTARTED,
         POD_RESTARTED,
         RESTART_SKIPPED,
@@ -73,6 +80,8 @@ pub mod reasons {
         JOB_RESUMED,
         JOB_NOT_RESUMED,
         AGENT_ACCESS_FAILED,
+        DEVICE_ISOLATED,
+        DEVICE_RETURNED,
     ];
 }
 

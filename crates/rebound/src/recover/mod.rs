@@ -8,6 +8,7 @@
 //! one `deletecollection`), and reports how many requests it made, in its
 //! outcome or in its error, for the API-call metrics.
 
+pub mod device;
 mod error;
 mod event_series;
 pub mod events;

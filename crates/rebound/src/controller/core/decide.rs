@@ -184,12 +184,17 @@ impl Core {
         let since = (!cordoned_faulty).then(|| when.timestamp());
         let refs: Vec<JobRef> = match &occ.scope {
             Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
-            Scope::Node | Scope::NodeEvent => occ
-                .fault
-                .node
-                .as_deref()
-                .map(|n| self.store.jobs_on_node(n, since))
-                .unwrap_or_default(),
+            // A fault on one device concerns the jobs holding it, where
+            // device scope applies (devices.rs); the node's otherwise.
+            Scope::Node | Scope::NodeEvent => match self.device_of(&occ.fault, c.level) {
+                Some(dev) => self.jobs_on_device(&dev, since),
+                None => occ
+                    .fault
+                    .node
+                    .as_deref()
+                    .map(|n| self.store.jobs_on_node(n, since))
+                    .unwrap_or_default(),
+            },
         }
         .into_iter()
         .filter(|r| domain.may_touch(&r.namespace))

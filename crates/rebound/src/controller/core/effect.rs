@@ -179,6 +179,20 @@ pub enum EffectKind {
         term: u64,
         kinds: Vec<(crate::api::WorkloadKind, kube::discovery::ApiResource)>,
     },
+    /// Take one device out of scheduling: create rebound's DeviceTaintRule
+    /// `rule` for it (NoSchedule; NoExecute with `no_execute`). Creating
+    /// one that exists is done.
+    IsolateDevice {
+        node: String,
+        rule: String,
+        device: super::store::dra::DeviceRef,
+        /// The taint's value (the fault's code).
+        value: String,
+        no_execute: bool,
+    },
+    /// Return a device to scheduling: delete rebound's DeviceTaintRule
+    /// `rule` (one already gone is done).
+    LiftDevice { node: String, rule: String },
     /// Read the nodes' metadata afresh (a consistent list), for the
     /// take-over of `term`: the breaker's window is in the nodes'
     /// `separated-at` annotations, and a new leader's nodes watch may be

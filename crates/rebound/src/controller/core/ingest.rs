@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use std::sync::Arc;
 
 mod device_info;
+mod dra;
 mod events;
 mod job_info;
 

@@ -50,6 +50,8 @@ pub enum Input {
     Node(Change<Box<Node>>),
     Event(Change<Box<Event>>),
     DeviceInfo(Change<Box<ConfigMap>>),
+    /// Dynamic Resource Allocation objects (where the cluster serves them).
+    Dra(DraChange),
     Policy(Change<Box<RecoveryPolicy>>),
     Classification(Change<Box<FaultClassification>>),
     Job(WorkloadKind, Change<DynamicObject>),
@@ -146,4 +148,14 @@ impl PodSeen {
             resource_version: p.metadata.resource_version.as_deref().map(Arc::from),
         }
     }
+}
+
+/// A change of one of the DRA objects rebound reads
+/// ([`super::store::dra::DraIndex`]).
+#[derive(Clone, Debug)]
+pub enum DraChange {
+    Slice(Change<Box<k8s_openapi::api::resource::v1::ResourceSlice>>),
+    Claim(Change<Box<k8s_openapi::api::resource::v1::ResourceClaim>>),
+    /// One of rebound's own DeviceTaintRules.
+    Rule(Change<Box<k8s_openapi::api::resource::v1beta2::DeviceTaintRule>>),
 }

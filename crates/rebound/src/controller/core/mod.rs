@@ -19,6 +19,7 @@
 
 mod agent_access;
 pub mod decide;
+mod devices;
 pub mod effect;
 mod fresh;
 pub mod hang;
@@ -336,6 +337,7 @@ impl Core {
             Input::Node(c) => self.on_node(c, now),
             Input::Event(c) => self.on_event(c, now),
             Input::DeviceInfo(c) => self.on_device_info(c, now),
+            Input::Dra(c) => self.on_dra(c),
             Input::Policy(c) => self.on_policy(c, now),
             Input::Classification(c) => self.on_classification(c, now),
             Input::Job(kind, c) => self.on_job(kind, c, now),

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 /// A node action in flight, with what its Event will say.
 #[derive(Clone, Debug)]
-enum InFlight {
+pub(super) enum InFlight {
     Cordon {
         level: Level,
         taint: Option<String>,
@@ -27,6 +27,17 @@ enum InFlight {
     },
     Uncordon {
         taint_key: String,
+    },
+    /// One device's DeviceTaintRule being made (devices.rs).
+    Isolate {
+        device: super::store::dra::DeviceRef,
+        rule: String,
+        note: String,
+    },
+    /// One device's DeviceTaintRule being deleted.
+    Lift {
+        device: super::store::dra::DeviceRef,
+        rule: String,
     },
 }
 
@@ -55,6 +66,12 @@ pub struct NodeBook {
     /// it left): an answer lost, a request applied late, a watch behind,
     /// must not let one more through.
     sent: HashMap<String, DateTime<Utc>>,
+    /// Nodes whose faulty devices outnumber `maxIsolatedDevices` (logged
+    /// once), and devices whose dry-run isolation was announced.
+    too_many_devices: HashSet<String>,
+    /// The devices of each node its faults isolate (made or not yet).
+    pub(super) isolating: HashMap<String, std::collections::BTreeSet<super::store::dra::DeviceRef>>,
+    noted_devices: HashSet<(String, super::store::dra::DeviceRef)>,
 }
 
 impl NodeBook {
@@ -95,8 +112,38 @@ impl NodeBook {
         self.retry_at.clear();
     }
 
+    /// Whether this is the first time `node` has more faulty devices than
+    /// it may isolate (cleared when it has not).
+    pub fn note_too_many_devices(&mut self, node: &str) -> bool {
+        self.too_many_devices.insert(node.to_string())
+    }
+
+    /// Whether the dry-run isolation of `dev` is announced for the first time.
+    pub fn note_dry_device(&mut self, node: &str, dev: &super::store::dra::DeviceRef) -> bool {
+        self.noted_devices.insert((node.to_string(), dev.clone()))
+    }
+
+    /// The breaker lets the node's separation through now.
+    pub fn release_hold(&mut self, node: &str) {
+        self.held.remove(node);
+        self.announced.remove(node);
+    }
+
+    /// A separation of `node` was sent now (its landing unknown yet).
+    pub fn sent_now(&mut self, node: &str, now: Now) {
+        self.sent.insert(node.to_string(), now.wall);
+    }
+
+    /// A node action is under way.
+    pub(super) fn start(&mut self, node: &str, what: InFlight) {
+        self.inflight.insert(node.to_string(), what);
+    }
+
     /// Forget a node that is gone.
     pub fn forget(&mut self, node: &str) {
+        self.too_many_devices.remove(node);
+        self.isolating.remove(node);
+        self.noted_devices.retain(|(n, _)| n != node);
         self.inflight.remove(node);
         self.held.remove(node);
         self.announced.remove(node);
@@ -124,32 +171,39 @@ impl Core {
             cfg.breaker_window,
             self.store.nodes.len() as u32,
         );
-        let mut last: HashMap<&str, DateTime<Utc>> = self
+        let mut last: HashMap<String, DateTime<Utc>> = self
             .store
             .nodes
             .values()
-            .filter_map(|n| n.separated_at.map(|t| (n.name.as_str(), t)))
+            .filter_map(|n| n.separated_at.map(|t| (n.name.clone(), t)))
             .collect();
+        let mut keep = |n: &str, t: DateTime<Utc>| {
+            let e = last.entry(n.to_string()).or_insert(t);
+            *e = (*e).max(t);
+        };
+        // Nodes that lost a device to an isolation of rebound's count
+        // from when their newest rule was made.
+        let isolated = self.store.dra.isolated_nodes();
+        for (n, t) in &isolated {
+            if let Some(t) = t {
+                keep(n, *t);
+            }
+        }
         // What the take-over's read of the nodes showed (a watch behind
         // the old leader's cordons must not hide them).
         for (n, t) in &self.fresh.separated {
-            let e = last.entry(n.as_str()).or_insert(*t);
-            *e = (*e).max(*t);
+            keep(n, *t);
         }
         let landing = chrono::Duration::from_std(LANDING_BOUND).unwrap_or_default();
         for (n, t) in &self.nodes.sent {
-            let confirmed = self
-                .store
-                .nodes
-                .get(n)
-                .and_then(|x| x.separated_at)
-                .is_some_and(|s| s >= *t);
-            if confirmed {
+            let shown = [
+                self.store.nodes.get(n).and_then(|x| x.separated_at),
+                isolated.get(n).copied().flatten(),
+            ];
+            if shown.into_iter().flatten().any(|s| s >= *t) {
                 continue;
             }
-            let t = t.checked_add_signed(landing).unwrap_or(*t);
-            let e = last.entry(n.as_str()).or_insert(t);
-            *e = (*e).max(t);
+            keep(n, t.checked_add_signed(landing).unwrap_or(*t));
         }
         last.remove(node);
         let mut times: Vec<DateTime<Utc>> = last.into_values().collect();
@@ -162,7 +216,9 @@ impl Core {
 
     /// The trusted fault of the highest level a node carries now, and
     /// whether it came from an Event (no clear signal).
-    fn worst_fault(&mut self, name: &str, now: Now) -> Option<(Classified, bool)> {
+    /// Every trusted fault the node carries now, classified, and whether
+    /// it came from an Event (no clear signal).
+    fn node_faults_classified(&mut self, name: &str, now: Now) -> Vec<(Classified, bool)> {
         let view = self.node_view(Some(name));
         // Every occurrence the node's carriers hold (a repeated fault's
         // later occurrences escalate it), and its Events' (sticky).
@@ -189,21 +245,16 @@ impl Core {
                     .map(move |o| (o.fault.clone(), *sticky))
             })
             .collect();
-        let mut best: Option<(Classified, bool)> = None;
-        for (f, sticky) in faults {
-            let c = self
-                .engine
-                .classifier
-                .reclassify(f, view.as_ref(), now.wall);
-            let better = match &best {
-                None => true,
-                Some((b, _)) => (c.fault.trusted, c.level) > (b.fault.trusted, b.level),
-            };
-            if better {
-                best = Some((c, sticky));
-            }
-        }
-        best
+        faults
+            .into_iter()
+            .map(|(f, sticky)| {
+                let c = self
+                    .engine
+                    .classifier
+                    .reclassify(f, view.as_ref(), now.wall);
+                (c, sticky)
+            })
+            .collect()
     }
 
     /// Bring one node to what its faults want.
@@ -221,7 +272,11 @@ impl Core {
         {
             return;
         }
-        let worst = self.worst_fault(name, now);
+        let (cfg, from) = self.engine.policies.node_config(&self.engine.node_default);
+        let faults = self.node_faults_classified(name, now);
+        // Faults isolated by device leave the node in service (devices.rs).
+        let rest = self.reconcile_devices(name, faults, &cfg, now);
+        let worst = worst_of(rest);
         let level = worst
             .as_ref()
             .filter(|(c, _)| c.fault.trusted)
@@ -234,7 +289,10 @@ impl Core {
                 self.nodes.levels.remove(name);
             }
         }
-        let (cfg, from) = self.engine.policies.node_config(&self.engine.node_default);
+        if self.nodes.inflight.contains_key(name) {
+            // A device action started: the node's own waits for it.
+            return;
+        }
         let Some((c, sticky)) = worst.filter(|(c, _)| c.fault.trusted && c.level.cordons_node())
         else {
             self.nodes.held.remove(name);
@@ -305,17 +363,9 @@ impl Core {
                     },
                 );
             }
-            Some(Skip::BreakerOpen { used, allowed }) => {
+            Some(Skip::BreakerOpen { .. }) => {
                 self.metrics.decision("cordon", "BreakerOpen");
-                self.nodes.held.insert(name.to_string(), c.level);
-                self.nodes.held_in_episode.insert(name.to_string());
-                if self.nodes.announced.insert(name.to_string()) {
-                    tracing::warn!(node = %name, used, allowed, "circuit breaker open: cordon held back");
-                    let note = format!(
-                        "Circuit breaker open: {used} of {allowed} nodes already separated in the window; cordon of this node is held and made when the window allows"
-                    );
-                    self.node_event(name, Notice::warning(reasons::BREAKER_OPEN, "Cordon", note));
-                }
+                self.hold_for_breaker(name, c.level, now);
             }
             Some(Skip::DryRun) => {
                 if self.nodes.noted.get(name) != Some(&c.level) {
@@ -331,6 +381,27 @@ impl Core {
             _ => {
                 self.nodes.held.remove(name);
             }
+        }
+    }
+
+    /// Whether the breaker lets a separation of `name` through now.
+    pub(super) fn breaker_allows(&self, name: &str, now: Now) -> bool {
+        self.breaker(name).allows(now.wall)
+    }
+
+    /// The breaker holds the separation of `name` back (announced once an
+    /// episode): restarts for it wait (plan.rs `cordon_held_skip`).
+    pub(super) fn hold_for_breaker(&mut self, name: &str, level: Level, now: Now) {
+        self.nodes.held.insert(name.to_string(), level);
+        self.nodes.held_in_episode.insert(name.to_string());
+        if self.nodes.announced.insert(name.to_string()) {
+            let b = self.breaker(name);
+            let (used, allowed) = (b.used(now.wall), b.allowed());
+            tracing::warn!(node = %name, used, allowed, "circuit breaker open: separation held back");
+            let note = format!(
+                "Circuit breaker open: {used} of {allowed} nodes already separated in the window; the separation of this node is held and made when the window allows"
+            );
+            self.node_event(name, Notice::warning(reasons::BREAKER_OPEN, "Cordon", note));
         }
     }
 
@@ -379,6 +450,10 @@ impl Core {
             return;
         };
         match outcome {
+            Outcome::Ok(_) if matches!(what, InFlight::Isolate { .. } | InFlight::Lift { .. }) => {
+                self.nodes.retry_at.remove(name);
+                self.device_done(name, what, now);
+            }
             Outcome::Ok(_) => {
                 self.nodes.retry_at.remove(name);
                 let stamp = crate::fault::wire::format_at(now.wall);
@@ -406,6 +481,7 @@ impl Core {
                             n.snap.annotations.remove(CORDON_STICKY_ANNOTATION);
                             n.snap.taints.retain(|t| &t.key != taint_key);
                         }
+                        InFlight::Isolate { .. } | InFlight::Lift { .. } => {}
                     }
                 }
                 match what {
@@ -417,6 +493,7 @@ impl Core {
                         };
                         self.node_event(name, Notice::warning(reason, "Cordon", note));
                     }
+                    InFlight::Isolate { .. } | InFlight::Lift { .. } => {}
                     InFlight::Uncordon { .. } => self.node_event(
                         name,
                         Notice::normal(
@@ -461,4 +538,19 @@ impl Core {
             None,
         );
     }
+}
+
+/// The trusted fault of the highest level among `faults`.
+fn worst_of(faults: Vec<(Classified, bool)>) -> Option<(Classified, bool)> {
+    let mut best: Option<(Classified, bool)> = None;
+    for (c, sticky) in faults {
+        let better = match &best {
+            None => true,
+            Some((b, _)) => (c.fault.trusted, c.level) > (b.fault.trusted, b.level),
+        };
+        if better {
+            best = Some((c, sticky));
+        }
+    }
+    best
 }

@@ -28,7 +28,11 @@ impl Core {
         self.store
             .job_pods(key)
             .into_iter()
-            .filter(|p| !p.deleting && p.node.as_deref().is_some_and(|n| self.node_is_faulty(n)))
+            .filter(|p| {
+                !p.deleting
+                    && (p.node.as_deref().is_some_and(|n| self.node_is_faulty(n))
+                        || self.on_isolated_device(p))
+            })
             .map(PodTarget::of)
             .collect()
     }

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Node;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+pub mod dra;
 mod relists;
 
 pub use relists::{Relists, Watched};
@@ -158,6 +159,8 @@ pub struct Store {
     pub pods_rv: Option<Arc<str>>,
     /// The ServiceAccounts of wired pods, for the agents' RoleBindings.
     pub access: super::agent_access::AgentAccess,
+    /// Which pod holds which device (DRA), and rebound's device isolations.
+    pub dra: dra::DraIndex,
 }
 
 impl Store {

@@ -9,6 +9,7 @@ mod adversary;
 mod agent_access;
 mod bed;
 mod breaker;
+mod devices;
 mod endings;
 mod episodes;
 mod exactly_once;

@@ -1,0 +1,260 @@
+//! Device scope (DESIGN.md §4): a fault on one device concerns the pods
+//! that hold that device, and with the root policy's
+//! `nodeActions.isolation: Device` takes that device alone out of
+//! scheduling (rebound's DRA DeviceTaintRule) instead of its node.
+//!
+//! Where it applies: the fault names a device (`device` on its line), its
+//! node publishes that device in a ResourceSlice, and every slice and claim
+//! has been listed ([`super::store::dra::DraIndex::resolve`]). Then:
+//! - at job levels (RestartJob and below) only the jobs whose pods' claims
+//!   hold the device are restarted, whatever the isolation;
+//! - at ResetDevice and Separate with `isolation: Device`, the jobs on the
+//!   device are restarted and the device is isolated (NoSchedule; NoExecute
+//!   at Separate), counted by the breaker as a separation of its node; a
+//!   node that would lose more than `maxIsolatedDevices` is cordoned
+//!   instead. Device faults from Events (no clear signal) cordon the node as
+//!   before.
+//!
+//! Anywhere else (no DRA, the device not published, `isolation: Node`) the
+//! node is the scope, as before.
+
+use super::effect::{EffectKind, describe};
+use super::nodes::InFlight;
+use super::store::dra::{DeviceRef, rule_name};
+use super::{Core, Now, Waiting};
+use crate::api::Isolation;
+use crate::fault::{Classified, Fault, Level};
+use crate::recover::{Notice, reasons};
+use crate::workload::JobRef;
+use std::collections::BTreeMap;
+
+impl Core {
+    /// The device a fault of `level` concerns alone, if device scope
+    /// applies to it (see the module's doc).
+    pub(super) fn device_of(&self, f: &Fault, level: Level) -> Option<DeviceRef> {
+        let node = f.node.as_deref()?;
+        let device = f.device.as_deref()?;
+        if level.cordons_node() {
+            let (cfg, _) = self.engine.policies.node_config(&self.engine.node_default);
+            if cfg.isolation != Isolation::Device || !self.store.dra.rules_synced {
+                return None;
+            }
+        }
+        self.store.dra.resolve(node, device)
+    }
+
+    /// The jobs with a live pod holding `device` that existed at `since`
+    /// (seconds; `None`: any).
+    pub(super) fn jobs_on_device(&self, device: &DeviceRef, since: Option<i64>) -> Vec<JobRef> {
+        let mut out: BTreeMap<(String, String, String), JobRef> = BTreeMap::new();
+        for (ns, pod) in self.store.dra.holders(device) {
+            let Some(p) = self.store.pod(&ns, &pod) else {
+                continue;
+            };
+            if p.deleting || since.is_some_and(|t| p.created > t) {
+                continue;
+            }
+            out.entry(super::store::job_key(&p.job))
+                .or_insert_with(|| (*p.job).clone());
+        }
+        out.into_values().collect()
+    }
+
+    /// Bring the node's device isolations to what its faults want, and
+    /// return the faults left for the node itself (those not isolated by
+    /// device). At most one device action per node at a time.
+    pub(super) fn reconcile_devices(
+        &mut self,
+        name: &str,
+        faults: Vec<(Classified, bool)>,
+        cfg: &crate::policy::NodeConfig,
+        now: Now,
+    ) -> Vec<(Classified, bool)> {
+        let mut wanted: BTreeMap<DeviceRef, Classified> = BTreeMap::new();
+        // Devices a trusted fault at a cordoning level names now, isolated
+        // or not: their rules stay until those faults clear.
+        let named: std::collections::BTreeSet<DeviceRef> = faults
+            .iter()
+            .filter(|(c, _)| c.fault.trusted && c.level.cordons_node())
+            .filter_map(|(c, _)| {
+                let node = c.fault.node.as_deref()?;
+                self.store.dra.resolve(node, c.fault.device.as_deref()?)
+            })
+            .collect();
+        let mut rest = Vec::new();
+        for (c, sticky) in faults {
+            let dev = (c.fault.trusted && c.level.cordons_node() && !sticky)
+                .then(|| self.device_of(&c.fault, c.level))
+                .flatten();
+            match dev {
+                Some(d) => {
+                    let better = wanted.get(&d).is_none_or(|w| c.level > w.level);
+                    if better {
+                        wanted.insert(d, c.clone());
+                    }
+                    rest.push((c, sticky));
+                }
+                None => rest.push((c, sticky)),
+            }
+        }
+        if wanted.len() > cfg.max_isolated_devices as usize {
+            if self.nodes.note_too_many_devices(name) {
+                tracing::warn!(node = %name, devices = wanted.len(), max = cfg.max_isolated_devices, "more faulty devices than maxIsolatedDevices: the node is cordoned instead");
+            }
+            wanted.clear();
+        } else {
+            // The faults isolated by device leave the node in service.
+            rest.retain(|(c, sticky)| {
+                !(c.fault.trusted
+                    && c.level.cordons_node()
+                    && !sticky
+                    && self
+                        .device_of(&c.fault, c.level)
+                        .is_some_and(|d| wanted.contains_key(&d)))
+            });
+        }
+        if wanted.is_empty() {
+            self.nodes.isolating.remove(name);
+        } else {
+            self.nodes
+                .isolating
+                .insert(name.to_string(), wanted.keys().cloned().collect());
+        }
+        if !self.store.dra.rules_synced {
+            return rest;
+        }
+        if self.waits_for_nodes(now) {
+            // The breaker is read afresh first (fresh.rs).
+            return rest;
+        }
+        let existing = self.store.dra.rules_on(name);
+        let dry = self.engine.global_dry_run || self.engine.policies.node_dry_run();
+        for (dev, c) in &wanted {
+            if existing.contains_key(dev) {
+                continue;
+            }
+            if dry {
+                if self.nodes.note_dry_device(name, dev) {
+                    self.metrics.decision("isolate_device", "dry_run");
+                    let note = format!(
+                        "dry run: would isolate device {dev} after {}",
+                        describe(&c.fault)
+                    );
+                    self.node_event(
+                        name,
+                        Notice::normal(reasons::RESTART_SKIPPED, "IsolateDevice", note),
+                    );
+                }
+                continue;
+            }
+            // The breaker bounds the nodes that lose capacity in its
+            // window: a node's first isolated device counts as a
+            // separation of it.
+            if !self.breaker_allows(name, now) {
+                self.metrics.decision("isolate_device", "BreakerOpen");
+                self.hold_for_breaker(name, c.level, now);
+                return rest;
+            }
+            self.nodes.release_hold(name);
+            let no_execute = c.level >= Level::Separate;
+            let rule = rule_name(dev);
+            let note = format!(
+                "Device {dev} isolated at level {} (DeviceTaintRule {rule}, {}) after {}; the node stays in service",
+                c.level,
+                if no_execute {
+                    "NoExecute"
+                } else {
+                    "NoSchedule"
+                },
+                describe(&c.fault)
+            );
+            self.metrics.decision("isolate_device", "acted");
+            self.effect_for(
+                Waiting::Node(name.to_string()),
+                EffectKind::IsolateDevice {
+                    node: name.to_string(),
+                    rule: rule.clone(),
+                    device: dev.clone(),
+                    value: c.fault.code.clone(),
+                    no_execute,
+                },
+                None,
+            );
+            self.nodes.sent_now(name, now);
+            self.nodes.start(
+                name,
+                InFlight::Isolate {
+                    device: dev.clone(),
+                    rule,
+                    note,
+                },
+            );
+            return rest;
+        }
+        if cfg.auto_uncordon && !dry {
+            for (dev, r) in existing {
+                if named.contains(&dev) {
+                    continue;
+                }
+                self.metrics.decision("return_device", "acted");
+                self.effect_for(
+                    Waiting::Node(name.to_string()),
+                    EffectKind::LiftDevice {
+                        node: name.to_string(),
+                        rule: r.name.clone(),
+                    },
+                    None,
+                );
+                self.nodes.start(
+                    name,
+                    InFlight::Lift {
+                        device: dev,
+                        rule: r.name,
+                    },
+                );
+                return rest;
+            }
+        }
+        rest
+    }
+
+    /// Whether the pod holds a device its node's faults isolate: it must
+    /// move, as a pod on a cordoned node must.
+    pub(super) fn on_isolated_device(&self, p: &super::pods::PodInfo) -> bool {
+        let Some(devs) = p.node.as_deref().and_then(|n| self.nodes.isolating.get(n)) else {
+            return false;
+        };
+        devs.iter().any(|d| {
+            self.store
+                .dra
+                .holders(d)
+                .iter()
+                .any(|(ns, name)| **ns == *p.namespace && **name == *p.name)
+        })
+    }
+
+    /// A device action finished well: the store shows it at once (the
+    /// rules' watch confirms it), and the node's Event says what was done.
+    pub(super) fn device_done(&mut self, name: &str, what: InFlight, now: Now) {
+        match what {
+            InFlight::Isolate { device, rule, note } => {
+                self.store.dra.made_rule(&rule, name, &device, now.wall);
+                self.node_event(
+                    name,
+                    Notice::warning(reasons::DEVICE_ISOLATED, "IsolateDevice", note),
+                );
+            }
+            InFlight::Lift { device, rule } => {
+                self.store.dra.removed_rule(&rule);
+                let note = format!(
+                    "Fault cleared: device {device} returned to scheduling (DeviceTaintRule {rule} deleted)"
+                );
+                self.node_event(
+                    name,
+                    Notice::normal(reasons::DEVICE_RETURNED, "ReturnDevice", note),
+                );
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Device scope and device isolation (devices.rs): on one node, j0's pod
+//! holds GPU 3 and j1's GPU 5 through their ResourceClaims.
+
+use super::super::effect::EffectKind;
+use super::super::input::{Change, DraChange, Input};
+use super::bed::Bed;
+use super::model::{self, Model};
+use serde_json::json;
+
+/// The DRA objects of node n0: a slice of 8 GPUs, j0's pod's claim on
+/// gpu-3, j1's on gpu-5, and no rules of rebound's yet.
+fn dra_inputs(b: &Bed) -> Vec<Input> {
+    let devices: Vec<serde_json::Value> = (0..8)
+        .map(|i| json!({"name": format!("gpu-{i}"), "attributes": {"uuid": {"string": format!("GPU-{i}")}}}))
+        .collect();
+    let slice = serde_json::from_value(json!({
+        "metadata": {"name": "n0-gpu.nvidia.com"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "n0",
+                 "pool": {"name": "n0", "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}
+    }))
+    .expect("slice");
+    let claim = |job: &str, gpu: &str| {
+        let pod = b
+            .pods_of(job)
+            .into_iter()
+            .next()
+            .map_or_else(|| format!("{job}-gone"), |(p, _)| p);
+        serde_json::from_value(json!({
+            "metadata": {"namespace": model::NS, "name": format!("{pod}-gpu")},
+            "spec": {"devices": {"requests": []}},
+            "status": {
+                "allocation": {"devices": {"results": [
+                    {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n0", "device": gpu}]}},
+                "reservedFor": [{"resource": "pods", "name": pod, "uid": "u"}]
+            }
+        }))
+        .expect("claim")
+    };
+    vec![
+        Input::Dra(DraChange::Slice(Change::Relist)),
+        Input::Dra(DraChange::Slice(Change::Apply(Box::new(slice)))),
+        Input::Dra(DraChange::Slice(Change::Synced)),
+        Input::Dra(DraChange::Claim(Change::Relist)),
+        Input::Dra(DraChange::Claim(Change::Apply(Box::new(claim(
+            "j0", "gpu-3",
+        ))))),
+        Input::Dra(DraChange::Claim(Change::Apply(Box::new(claim(
+            "j1", "gpu-5",
+        ))))),
+        Input::Dra(DraChange::Claim(Change::Synced)),
+        Input::Dra(DraChange::Rule(Change::Relist)),
+        Input::Dra(DraChange::Rule(Change::Synced)),
+    ]
+}
+
+/// One node, two one-pod jobs on it, the DRA objects, and `isolation`.
+fn bed(isolation: &str) -> Bed {
+    let mut spec = model::default_policy_spec();
+    spec["nodeActions"]["isolation"] = json!(isolation);
+    let mut b = Bed::on(Model::new(1, 2, 1), Some(spec));
+    let ins = dra_inputs(&b);
+    b.feed(ins);
+    b.pump();
+    b
+}
+
+/// The jobs restarted so far, by name.
+fn restarted(b: &Bed) -> Vec<String> {
+    let mut v: Vec<String> = b
+        .log
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EffectKind::RestartJob { job, .. } => Some(job.name.clone()),
+            _ => None,
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn isolations(b: &Bed) -> Vec<String> {
+    b.log
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EffectKind::IsolateDevice { device, .. } => Some(device.device.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn lifts(b: &Bed) -> usize {
+    b.count(|k| matches!(k, EffectKind::LiftDevice { .. }))
+}
+
+#[test]
+fn a_job_level_fault_on_one_gpu_restarts_only_the_job_holding_it() {
+    let mut b = bed("Node");
+    // XID 13 (RestartJob) on GPU 3.
+    b.m.node_fault_on("n0", "13", "3");
+    b.pump();
+    assert_eq!(restarted(&b), ["j0"], "the job on GPU 3 alone");
+    assert_eq!(b.cordons(), 0);
+    // The way back: without the claims listed, the node is the scope.
+    let mut b = Bed::on(Model::new(1, 2, 1), None);
+    b.m.node_fault_on("n0", "13", "3");
+    b.pump();
+    assert_eq!(restarted(&b), ["j0", "j1"], "no DRA: every job on the node");
+}
+
+#[test]
+fn with_device_isolation_a_reset_fault_isolates_the_gpu_and_not_the_node() {
+    let mut b = bed("Device");
+    // XID 48 (ResetDevice) on GPU 3.
+    b.m.node_fault_on("n0", "48", "3");
+    b.pump();
+    assert_eq!(isolations(&b), ["gpu-3"]);
+    assert_eq!(b.cordons(), 0, "the node stays in service");
+    assert_eq!(restarted(&b), ["j0"], "only the job holding GPU 3");
+    assert_eq!(
+        b.count(
+            |k| matches!(k, EffectKind::Event { notice, .. } if notice.reason == "DeviceIsolated")
+        ),
+        1
+    );
+    // Decided again (a tick, a relist of the node): not isolated twice.
+    b.pass(3);
+    assert_eq!(isolations(&b).len(), 1);
+    // The fault clears: the device returns to scheduling.
+    b.m.node_clear("n0");
+    b.pump();
+    assert_eq!(lifts(&b), 1);
+    assert_eq!(b.cordons(), 0);
+}
+
+#[test]
+fn with_node_isolation_the_same_fault_cordons_the_node_and_restarts_every_job() {
+    let mut b = bed("Node");
+    b.m.node_fault_on("n0", "48", "3");
+    b.pump();
+    assert!(isolations(&b).is_empty());
+    assert_eq!(b.cordons(), 1);
+    assert_eq!(restarted(&b), ["j0", "j1"]);
+}
+
+#[test]
+fn a_node_losing_more_devices_than_allowed_is_cordoned_instead() {
+    let mut spec = model::default_policy_spec();
+    spec["nodeActions"]["isolation"] = json!("Device");
+    spec["nodeActions"]["maxIsolatedDevices"] = json!(1);
+    let mut b = Bed::on(Model::new(1, 2, 1), Some(spec));
+    let ins = dra_inputs(&b);
+    b.feed(ins);
+    b.m.node_fault_on("n0", "48", "3");
+    b.pump();
+    assert_eq!(isolations(&b), ["gpu-3"], "one device may go");
+    b.m.node_fault_on("n0", "48", "5");
+    b.pump();
+    assert_eq!(b.cordons(), 1, "a second one takes the node out");
+}
+
+#[test]
+fn a_controller_restart_with_the_rule_in_the_cluster_neither_isolates_again_nor_forgets_to_return_it()
+ {
+    let mut b = bed("Device");
+    b.m.node_fault_on("n0", "48", "3");
+    b.pump();
+    let rule = b
+        .log
+        .iter()
+        .find_map(|e| match &e.kind {
+            EffectKind::IsolateDevice {
+                rule, node, device, ..
+            } => Some(
+                crate::recover::device::device_taint_rule(rule, node, device, "48", false)
+                    .expect("rule"),
+            ),
+            _ => None,
+        })
+        .expect("isolated");
+    // j0's new pod is made (on another device: it holds none of n0's
+    // here); a new controller, the rule in the cluster (its watch lists it).
+    b.m.operator();
+    b.pump();
+    b.core = model::core();
+    let mut ins = b.m.startup();
+    ins.extend(dra_inputs(&b));
+    ins.insert(
+        ins.len() - 1,
+        Input::Dra(DraChange::Rule(Change::Apply(Box::new(rule)))),
+    );
+    ins.push(Input::Leader(true, 2));
+    b.feed(ins);
+    b.pump();
+    b.pass(2);
+    assert_eq!(isolations(&b).len(), 1, "not isolated again");
+    // Positive control: the new controller follows the rule; the fault
+    // clears and it returns the device.
+    b.m.node_clear("n0");
+    b.pump();
+    assert_eq!(lifts(&b), 1);
+}
+
+#[test]
+fn a_failed_isolation_is_retried() {
+    let mut b = bed("Device");
+    b.refuse = |k| matches!(k, EffectKind::IsolateDevice { .. });
+    b.m.node_fault_on("n0", "48", "3");
+    b.pump();
+    assert_eq!(isolations(&b).len(), 1);
+    b.refuse = |_| false;
+    b.pass(20);
+    assert!(isolations(&b).len() >= 2, "tried again after its backoff");
+    assert_eq!(
+        b.count(
+            |k| matches!(k, EffectKind::Event { notice, .. } if notice.reason == "DeviceIsolated")
+        ),
+        1,
+        "announced once, when made"
+    );
+}
