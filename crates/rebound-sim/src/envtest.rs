@@ -102,6 +102,9 @@ pub struct ControlPlaneConfig {
     /// by the simulated scheduler otherwise; `rebound sim --real-scheduler`
     /// starts the real one). Its default profile, `default-scheduler`.
     pub scheduler: Option<PathBuf>,
+    /// Extra kube-scheduler flags (`--feature-gates=...`), when
+    /// [`Self::scheduler`] runs.
+    pub scheduler_flags: Vec<String>,
     /// An audit policy (YAML of `audit.k8s.io/v1` `Policy`): with one, the
     /// API server writes its audit log (JSON lines, not rotated, written
     /// before each answer) to [`ControlPlane::audit_log_path`]. Its events
@@ -136,6 +139,7 @@ impl ControlPlaneConfig {
             apiserver_flags: Vec::new(),
             controller_manager_flags: Vec::new(),
             scheduler: None,
+            scheduler_flags: Vec::new(),
             audit_policy: None,
         }
     }
@@ -297,7 +301,7 @@ impl ControlPlane {
             )?;
         }
         if let Some(bin) = &cfg.scheduler {
-            cp.start_scheduler(bin)?;
+            cp.start_scheduler(bin, &cfg.scheduler_flags)?;
         }
         Ok(cp)
     }

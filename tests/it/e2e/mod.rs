@@ -44,6 +44,7 @@ mod ascend_view;
 mod ascend_view_scale;
 mod batch_job_parity;
 mod bounds;
+mod dra_devices;
 mod endings;
 mod event_series;
 mod external;
@@ -380,11 +381,17 @@ pub fn decisions(ctl: &ControllerHandle, outcome: &str) -> f64 {
 
 /// Set an XID on a node the way the agent does: a GpuFault condition line.
 pub async fn xid_condition(bed: &Testbed, node: &str, code: &str) {
+    xid_device_condition(bed, node, code, "0").await;
+}
+
+/// [`xid_condition`] on device `device` of the node (the GPU's index as
+/// the agent reports it).
+pub async fn xid_device_condition(bed: &Testbed, node: &str, code: &str, device: &str) {
     use rebound::fault::wire::{self, WireFault};
     let msg = wire::format_condition_message(&[WireFault {
         source: "NvidiaXid".into(),
         code: code.into(),
-        device: Some("0".into()),
+        device: Some(device.into()),
         ..Default::default()
     }]);
     bed.cluster

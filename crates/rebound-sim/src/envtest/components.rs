@@ -50,7 +50,11 @@ impl ControlPlane {
     /// whose `schedulerName` is `default-scheduler` through `pods/binding`,
     /// under its own user agent (`kube-scheduler/v…`), which the audit log
     /// records.
-    pub(super) fn start_scheduler(&mut self, bin: &PathBuf) -> Result<(), EnvtestError> {
+    pub(super) fn start_scheduler(
+        &mut self,
+        bin: &PathBuf,
+        flags: &[String],
+    ) -> Result<(), EnvtestError> {
         let kc = p(&self.kubeconfig);
         let mut c = Command::new(bin);
         c.args(["--kubeconfig", &kc])
@@ -59,7 +63,8 @@ impl ControlPlane {
             .args(["--bind-address", "127.0.0.1"])
             .args(["--secure-port", &free_port()?.to_string()])
             .args(["--cert-dir", &p(&self.dir.join("scheduler-certs"))])
-            .arg("--leader-elect=false");
+            .arg("--leader-elect=false")
+            .args(flags);
         self.spawn("kube-scheduler", c)
     }
 }
