@@ -136,11 +136,14 @@ const CONTROLLER_RANK_TABLES: &[(&str, &[&str], &[&str])] = &[
 ];
 const CONTROLLER_KUBE_SYSTEM: &[(&str, &[&str], &[&str])] =
     &[("", &["configmaps"], &["list", "watch"])];
-const CONTROLLER_ROOT_NS: &[(&str, &[&str], &[&str])] = &[(
-    "coordination.k8s.io",
-    &["leases"],
-    &["get", "create", "update"],
-)];
+const CONTROLLER_ROOT_NS: &[(&str, &[&str], &[&str])] = &[
+    (
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "update"],
+    ),
+    ("batch", &["jobs"], &["create"]),
+];
 const AGENT_CLUSTER: &[(&str, &[&str], &[&str])] = &[
     ("", &["nodes"], &["get"]),
     ("", &["nodes/status"], &["patch"]),

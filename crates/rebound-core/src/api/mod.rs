@@ -4,6 +4,7 @@ pub mod classification;
 pub mod conditions;
 pub mod duration;
 pub mod policy;
+pub mod schema;
 
 pub use classification::{
     ClassificationRule, EscalationRule, FaultClassification, FaultClassificationSpec,

@@ -364,6 +364,34 @@ pub struct NodeActions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 128))]
     pub max_isolated_devices: Option<u32>,
+    /// A check that must pass before rebound returns a device it took out
+    /// of scheduling (`isolation: Device`; nodes are not validated yet):
+    /// once the fault
+    /// clears, rebound runs a batch Job of this spec on the node, in the
+    /// root namespace, and returns the device only when the Job succeeds.
+    /// On failure (or past `timeout`) the isolation stays, with a
+    /// `ValidationFailed` Event. docs/devices.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<Validation>,
+}
+
+/// The validation run before a return to service.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Validation {
+    /// A batch/v1 `JobSpec` (DCGM diagnostics, say). rebound pins its pod
+    /// to the node (`nodeName`) and gives every container the environment
+    /// `REBOUND_NODE`, `REBOUND_DEVICE` (the device as the fault named it:
+    /// an index, UUID or PCI address), `REBOUND_DRA_DEVICE`
+    /// (`driver/pool/device`) and `REBOUND_FAULT_CODE`. `backoffLimit`
+    /// defaults to 0.
+    #[schemars(schema_with = "crate::api::schema::preserve_unknown_object")]
+    pub job: serde_json::Value,
+    /// Longest a validation may run; past it, it counts as failed.
+    /// Humantime; default 15m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub timeout: Option<String>,
 }
 
 /// What a device fault takes out of scheduling.

@@ -50,7 +50,20 @@ pub struct NodeConfig {
     pub auto_uncordon: bool,
     pub isolation: crate::api::Isolation,
     pub max_isolated_devices: u32,
+    /// The check run before a device returns to service, if any.
+    pub validation: Option<ValidationConfig>,
 }
+
+/// A compiled `nodeActions.validation`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidationConfig {
+    /// The Job's spec, checked to be a batch/v1 JobSpec.
+    pub job: serde_json::Value,
+    pub timeout: Duration,
+}
+
+/// The default `validation.timeout`.
+pub const VALIDATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 impl Default for NodeConfig {
     fn default() -> Self {
@@ -62,6 +75,7 @@ impl Default for NodeConfig {
             auto_uncordon: true,
             isolation: crate::api::Isolation::Node,
             max_isolated_devices: 2,
+            validation: None,
         }
     }
 }
@@ -284,6 +298,29 @@ impl CompiledPolicy {
                     auto_uncordon: n.auto_uncordon.unwrap_or(d.auto_uncordon),
                     isolation: n.isolation.unwrap_or(d.isolation),
                     max_isolated_devices: n.max_isolated_devices.unwrap_or(d.max_isolated_devices),
+                    validation: n
+                        .validation
+                        .as_ref()
+                        .map(|v| -> Result<ValidationConfig, InvalidObject> {
+                            serde_json::from_value::<k8s_openapi::api::batch::v1::JobSpec>(
+                                v.job.clone(),
+                            )
+                            .map_err(|e| InvalidObject {
+                                field: "spec.nodeActions.validation.job".into(),
+                                reason: "InvalidValue",
+                                message: format!("not a batch/v1 JobSpec: {e}"),
+                            })?;
+                            Ok(ValidationConfig {
+                                job: v.job.clone(),
+                                timeout: v
+                                    .timeout
+                                    .as_deref()
+                                    .map(|t| dur("spec.nodeActions.validation.timeout", t))
+                                    .transpose()?
+                                    .unwrap_or(VALIDATION_TIMEOUT),
+                            })
+                        })
+                        .transpose()?,
                 })
             })
             .transpose()?;

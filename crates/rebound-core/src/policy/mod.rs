@@ -31,7 +31,9 @@ pub const TALLY_ENTRY_BYTES: usize = 8;
 /// never be used up, so it is refused rather than silently never reached.
 pub const MAX_BUDGET: u32 = 2000;
 const _: () = assert!(2 * MAX_BUDGET as usize * TALLY_ENTRY_BYTES <= TALLY_BYTES);
-pub use compile::{CompiledPolicy, Cooldown, Hang, Limit, NodeConfig, RestartConfig};
+pub use compile::{
+    CompiledPolicy, Cooldown, Hang, Limit, NodeConfig, RestartConfig, ValidationConfig,
+};
 pub use decide::{
     JobAction, JobDecision, JobInput, NodeAction, NodeDecision, NodeInput, RestartRecord, Skip,
     decide_job, decide_node,

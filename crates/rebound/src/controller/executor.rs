@@ -435,6 +435,43 @@ impl Executor {
                     Err(e) => failed(e),
                 }
             }
+            EffectKind::Validate {
+                namespace,
+                job,
+                node,
+                spec,
+                env,
+                timeout,
+            } => {
+                if !self.may_act(term, Lane::Nodes).await {
+                    return Outcome::NotLeader;
+                }
+                let obj = match recover::device::validation_job(
+                    &namespace, &job, &node, &spec, &env, timeout,
+                ) {
+                    Ok(o) => o,
+                    Err(e) => return Outcome::Failed(format!("validation Job {job}: {e}")),
+                };
+                let r = recover::device::run_validation(&self.client, obj).await;
+                self.metrics.request("create", r.is_ok());
+                match r {
+                    Ok(Some(state)) => Outcome::Ok(state),
+                    Ok(None) => Outcome::Gone("the validation Job is gone".into()),
+                    Err(e) => failed(e),
+                }
+            }
+            EffectKind::ReadValidation { namespace, job } => {
+                if !self.leader.leads_in(term) {
+                    return Outcome::NotLeader;
+                }
+                let r = recover::device::read_validation(&self.client, &namespace, &job).await;
+                self.metrics.request("get", r.is_ok());
+                match r {
+                    Ok(Some(state)) => Outcome::Ok(state),
+                    Ok(None) => Outcome::Gone("the validation Job is gone".into()),
+                    Err(e) => failed(e),
+                }
+            }
             EffectKind::Event { about, notice } => {
                 self.throttle.acquire_record().await;
                 if !self.leader.leads_in(term) {

@@ -62,8 +62,12 @@ pub mod reasons {
     /// deleted) once its fault cleared.
     pub const DEVICE_RETURNED: &str = "DeviceReturned";
 
+    /// The validation run before returning an isolated device failed (or
+    /// timed out): the device stays out of scheduling.
+    pub const VALIDATION_FAILED: &str = "ValidationFailed";
+
     /// Every reason, for docs and tests.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 19] = [
         JOB_RESTARTED,
         POD_RESTARTED,
         RESTART_SKIPPED,
@@ -82,6 +86,7 @@ pub mod reasons {
         AGENT_ACCESS_FAILED,
         DEVICE_ISOLATED,
         DEVICE_RETURNED,
+        VALIDATION_FAILED,
     ];
 }
 

@@ -21,6 +21,7 @@
 use super::effect::{EffectKind, describe};
 use super::nodes::InFlight;
 use super::store::dra::{DeviceRef, rule_name};
+use super::validation::Verdict;
 use super::{Core, Now, Waiting};
 use crate::api::Isolation;
 use crate::fault::{Classified, Fault, Level};
@@ -186,6 +187,7 @@ impl Core {
                 InFlight::Isolate {
                     device: dev.clone(),
                     rule,
+                    value: c.fault.code.clone(),
                     note,
                 },
             );
@@ -194,6 +196,12 @@ impl Core {
         if cfg.auto_uncordon && !dry {
             for (dev, r) in existing {
                 if named.contains(&dev) {
+                    continue;
+                }
+                // Back to service only once its validation passed.
+                if let Some(v) = &cfg.validation
+                    && self.validated(name, &dev, &r, v, now) == Verdict::Keep
+                {
                     continue;
                 }
                 self.metrics.decision("return_device", "acted");
@@ -210,6 +218,7 @@ impl Core {
                     InFlight::Lift {
                         device: dev,
                         rule: r.name,
+                        validated: cfg.validation.is_some(),
                     },
                 );
                 return rest;
@@ -237,17 +246,33 @@ impl Core {
     /// rules' watch confirms it), and the node's Event says what was done.
     pub(super) fn device_done(&mut self, name: &str, what: InFlight, now: Now) {
         match what {
-            InFlight::Isolate { device, rule, note } => {
-                self.store.dra.made_rule(&rule, name, &device, now.wall);
+            InFlight::Isolate {
+                device,
+                rule,
+                value,
+                note,
+            } => {
+                self.store
+                    .dra
+                    .made_rule(&rule, name, &device, &value, now.wall);
                 self.node_event(
                     name,
                     Notice::warning(reasons::DEVICE_ISOLATED, "IsolateDevice", note),
                 );
             }
-            InFlight::Lift { device, rule } => {
+            InFlight::Lift {
+                device,
+                rule,
+                validated,
+            } => {
                 self.store.dra.removed_rule(&rule);
                 let note = format!(
-                    "Fault cleared: device {device} returned to scheduling (DeviceTaintRule {rule} deleted)"
+                    "Fault cleared{}: device {device} returned to scheduling (DeviceTaintRule {rule} deleted)",
+                    if validated {
+                        " and its validation passed"
+                    } else {
+                        ""
+                    }
                 );
                 self.node_event(
                     name,

@@ -193,6 +193,21 @@ pub enum EffectKind {
     /// Return a device to scheduling: delete rebound's DeviceTaintRule
     /// `rule` (one already gone is done).
     LiftDevice { node: String, rule: String },
+    /// Run the validation of an isolated device: create the batch Job
+    /// `job` in `namespace` from `spec` on `node` (one that exists is
+    /// kept), then answer its state as [`EffectKind::ReadValidation`].
+    Validate {
+        namespace: String,
+        job: String,
+        node: String,
+        spec: serde_json::Value,
+        /// Given to every container.
+        env: Vec<(String, String)>,
+        timeout: std::time::Duration,
+    },
+    /// Read a validation Job: `Ok("Running" | "Succeeded" | "Failed: …")`,
+    /// `Gone` when it does not exist.
+    ReadValidation { namespace: String, job: String },
     /// Read the nodes' metadata afresh (a consistent list), for the
     /// take-over of `term`: the breaker's window is in the nodes'
     /// `separated-at` annotations, and a new leader's nodes watch may be

@@ -39,6 +39,7 @@ pub mod status;
 pub mod store;
 mod tick;
 mod unseen_jobs;
+pub mod validation;
 
 use crate::ascend::clusterd::ClusterdView;
 use crate::controller::core::hashing::{HashMap, HashSet};
@@ -128,6 +129,8 @@ enum Waiting {
     Status(effect::StatusTarget, String),
     AgentAccess(Arc<str>),
     AgentAccessSweep,
+    /// A validation Job made or read (validation.rs).
+    Validation(String),
 }
 
 /// The core.
@@ -150,6 +153,8 @@ pub struct Core {
     recoveries: HashMap<JobKey, jobs::Recovery>,
     /// The take-over's fresh read of the jobs' restart records.
     fresh: fresh::FreshRead,
+    /// Validations before a device returns to service.
+    validations: validation::ValidationBook,
     /// Releases of a generation no recovery follows any more (the
     /// recovery ended by a fallback, a give-up or an error): each job's
     /// generation, the release in flight and when to retry a failed one.
@@ -224,6 +229,7 @@ impl Core {
             term: 0,
             recoveries: HashMap::default(),
             fresh: fresh::FreshRead::default(),
+            validations: validation::ValidationBook::default(),
             releasing: HashMap::default(),
             recorded: HashMap::default(),
             written_gen: HashMap::default(),
@@ -416,6 +422,7 @@ impl Core {
             Waiting::Status(target, text) => self.status.written(&target, text, outcome.is_ok()),
             Waiting::AgentAccess(ns) => self.agent_access_done(ns, outcome, now),
             Waiting::AgentAccessSweep => self.agent_access_swept(),
+            Waiting::Validation(job) => self.validation_done(&job, outcome, now),
         }
     }
 }

@@ -32,12 +32,16 @@ pub(super) enum InFlight {
     Isolate {
         device: super::store::dra::DeviceRef,
         rule: String,
+        /// The taint's value (the fault's code).
+        value: String,
         note: String,
     },
     /// One device's DeviceTaintRule being deleted.
     Lift {
         device: super::store::dra::DeviceRef,
         rule: String,
+        /// After a validation passed.
+        validated: bool,
     },
 }
 

@@ -49,6 +49,9 @@ impl Core {
                 .cloned()
                 .collect();
             self.dirty_nodes.extend(faulty);
+            // Validations under way are read again.
+            let validating: Vec<String> = self.validations.nodes().cloned().collect();
+            self.dirty_nodes.extend(validating);
             self.rescan_lasting(now);
             self.scan_hangs(now);
         }

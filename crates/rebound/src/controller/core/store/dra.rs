@@ -66,8 +66,12 @@ struct ClaimInfo {
 #[derive(Clone, Debug)]
 pub struct RuleInfo {
     pub name: String,
+    /// Known once the watch shows the rule.
+    pub uid: Option<String>,
     pub node: String,
     pub device: DeviceRef,
+    /// The taint's value (the fault's code).
+    pub value: String,
     pub created: Option<chrono::DateTime<chrono::Utc>>,
 }
 
@@ -203,8 +207,10 @@ impl DraIndex {
                     name.clone(),
                     RuleInfo {
                         name,
+                        uid: r.metadata.uid.clone(),
                         node,
                         device,
+                        value: r.spec.taint.value.clone().unwrap_or_default(),
                         created,
                     },
                 );
@@ -222,17 +228,49 @@ impl DraIndex {
         rule: &str,
         node: &str,
         device: &DeviceRef,
+        value: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) {
+        if self.rules.contains_key(rule) {
+            return;
+        }
         self.rules.insert(
             rule.to_string(),
             RuleInfo {
                 name: rule.to_string(),
+                uid: None,
                 node: node.to_string(),
                 device: device.clone(),
+                value: value.to_string(),
                 created: Some(at),
             },
         );
+    }
+
+    /// What a validation Job is told of `device` beyond its name: the
+    /// attributes its slice publishes (`REBOUND_DEVICE_UUID`,
+    /// `REBOUND_DEVICE_INDEX`, `REBOUND_DEVICE_PCI`).
+    pub fn device_env(&self, device: &DeviceRef) -> Vec<(String, String)> {
+        let Some(d) = self
+            .slices
+            .values()
+            .filter(|s| s.driver == device.driver && s.pool == device.pool)
+            .flat_map(|s| &s.devices)
+            .find(|d| d.name == device.device)
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Some(u) = &d.uuid {
+            out.push(("REBOUND_DEVICE_UUID".to_string(), u.clone()));
+        }
+        if let Some(i) = d.index {
+            out.push(("REBOUND_DEVICE_INDEX".to_string(), i.to_string()));
+        }
+        if let Some(p) = &d.pci {
+            out.push(("REBOUND_DEVICE_PCI".to_string(), p.to_string()));
+        }
+        out
     }
 
     /// A rule rebound just deleted.

@@ -219,3 +219,115 @@ fn a_failed_isolation_is_retried() {
         "announced once, when made"
     );
 }
+
+/// `bed("Device")` with a validation of `timeout`, its GPU 3 isolated
+/// and the rule shown by its watch (with a uid), then the fault cleared.
+fn validating(timeout: &str) -> Bed {
+    let mut spec = model::default_policy_spec();
+    spec["nodeActions"]["isolation"] = json!("Device");
+    spec["nodeActions"]["validation"] = json!({"timeout": timeout, "job": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "diag", "image": "dcgm"}]}}}});
+    let mut b = Bed::on(Model::new(1, 2, 1), Some(spec));
+    let ins = dra_inputs(&b);
+    b.feed(ins);
+    b.m.node_fault_on("n0", "48", "3");
+    b.pump();
+    assert_eq!(isolations(&b), ["gpu-3"]);
+    let mut rule = b
+        .log
+        .iter()
+        .find_map(|e| match &e.kind {
+            EffectKind::IsolateDevice {
+                rule, node, device, ..
+            } => crate::recover::device::device_taint_rule(rule, node, device, "48", false).ok(),
+            _ => None,
+        })
+        .expect("isolated");
+    rule.metadata.uid = Some("rule-uid-1".into());
+    b.feed(vec![Input::Dra(DraChange::Rule(Change::Apply(Box::new(
+        rule,
+    ))))]);
+    b.m.node_clear("n0");
+    b.pump();
+    b
+}
+
+fn validations(b: &Bed) -> usize {
+    b.count(|k| matches!(k, EffectKind::Validate { .. }))
+}
+
+fn failed_notes(b: &Bed) -> usize {
+    b.count(
+        |k| matches!(k, EffectKind::Event { notice, .. } if notice.reason == "ValidationFailed"),
+    )
+}
+
+#[test]
+fn a_device_returns_only_after_its_validation_job_succeeds() {
+    let mut b = validating("10m");
+    assert_eq!(
+        validations(&b),
+        1,
+        "the validation runs once the fault clears"
+    );
+    assert_eq!(lifts(&b), 0, "not before it passed");
+    let job = b
+        .log
+        .iter()
+        .find_map(|e| match &e.kind {
+            EffectKind::Validate { job, node, env, .. } => {
+                Some((job.clone(), node.clone(), env.clone()))
+            }
+            _ => None,
+        })
+        .expect("validate");
+    assert_eq!(job.0, super::super::validation::job_name("rule-uid-1"));
+    assert_eq!(job.1, "n0");
+    assert!(
+        job.2
+            .contains(&("REBOUND_DEVICE_UUID".to_string(), "GPU-3".to_string())),
+        "{:?}",
+        job.2
+    );
+    b.pass(12);
+    assert!(
+        b.count(|k| matches!(k, EffectKind::ReadValidation { .. })) >= 2,
+        "read while it runs"
+    );
+    assert_eq!(lifts(&b), 0, "still running");
+    b.m.validation = "Succeeded".into();
+    b.pass(6);
+    assert_eq!(lifts(&b), 1, "returned once it passed");
+    assert_eq!(validations(&b), 1, "run once");
+    assert_eq!(failed_notes(&b), 0);
+}
+
+#[test]
+fn a_failed_validation_keeps_the_device_out_and_says_so_once() {
+    let mut b = validating("10m");
+    b.m.validation = "Failed: failed (BackoffLimitExceeded)".into();
+    b.pass(30);
+    assert_eq!(failed_notes(&b), 1, "said once");
+    assert_eq!(lifts(&b), 0, "the device stays out");
+    // A person deletes the Job to run it again: it runs again, and
+    // passes this time.
+    b.m.validation = String::new();
+    b.pass(35);
+    b.m.validation = "Succeeded".into();
+    b.pass(12);
+    assert_eq!(validations(&b), 2, "run again after its Job was deleted");
+    assert_eq!(lifts(&b), 1);
+}
+
+#[test]
+fn a_validation_that_runs_past_its_timeout_counts_as_failed() {
+    let mut b = validating("30s");
+    b.pass(25);
+    assert_eq!(failed_notes(&b), 0, "within its time");
+    b.pass(10);
+    assert_eq!(failed_notes(&b), 1, "past its time");
+    // Succeeding after the timeout does not return the device.
+    b.m.validation = "Succeeded".into();
+    b.pass(10);
+    assert_eq!(lifts(&b), 0);
+}

@@ -112,6 +112,9 @@ pub struct Model {
     pub not_ready: std::collections::BTreeSet<String>,
     /// When each node's Ready condition last changed.
     pub ready_changed: BTreeMap<String, String>,
+    /// What a validation Job's read answers (`Running`, `Succeeded`,
+    /// `Failed: …`; empty: the Job is gone).
+    pub validation: String,
 }
 
 fn time(t: DateTime<Utc>) -> String {
@@ -142,6 +145,7 @@ impl Model {
             policy: default_policy_spec(),
             not_ready: Default::default(),
             ready_changed: BTreeMap::new(),
+            validation: "Running".into(),
         };
         for i in 0..nodes {
             let name = format!("n{i}");

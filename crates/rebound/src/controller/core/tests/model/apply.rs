@@ -188,6 +188,17 @@ impl Model {
                 }
                 Outcome::Ok(String::new())
             }
+            EffectKind::Validate { .. } | EffectKind::ReadValidation { .. } => {
+                // Validate makes the Job when it is gone.
+                if self.validation.is_empty() && matches!(e.kind, EffectKind::Validate { .. }) {
+                    self.validation = "Running".into();
+                }
+                if self.validation.is_empty() {
+                    Outcome::Gone("404".into())
+                } else {
+                    Outcome::Ok(self.validation.clone())
+                }
+            }
             EffectKind::ReadNodes { term } => {
                 // A consistent read: the nodes as they are now.
                 let nodes = self
