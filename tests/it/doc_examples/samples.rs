@@ -58,6 +58,29 @@ fn cluster_default() {
             .as_ref()
             .is_some_and(|n| n.acts() && n.actions.len() == 2)
     );
+    // A GPU's reset fault: one device isolated under DRA, after a
+    // validation (explain says so; offline it shows the node's action).
+    let d = decide(&format!(
+        "-f samples/ --fault source=NvidiaXid,code=48,node=gpu-7,device=3 --job kind=Job,name=j,namespace=team-c,{OPTED_IN}"
+    ));
+    let node = d.node.as_ref().expect("a node decision");
+    assert!(
+        node.reasons
+            .iter()
+            .any(|r| r.starts_with("isolation: Device")
+                && r.contains("device 3")
+                && r.contains("validation Job passes")),
+        "{:?}",
+        node.reasons
+    );
+    assert!(
+        d.jobs[0]
+            .reasons
+            .iter()
+            .any(|r| r.starts_with("device scope")),
+        "{:?}",
+        d.jobs[0].reasons
+    );
 }
 
 /// team-a: its three kinds, a gate (20 restarts, a pause annotation), the

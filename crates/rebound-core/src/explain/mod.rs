@@ -124,6 +124,7 @@ pub fn run(a: &ExplainArgs, now: DateTime<Utc>) -> Result<Explained, RunError> {
     };
     let mut decision = explain_on(&mut engine, fault, node, job, a.repeat.max(1), now);
     note_wiring(&engine, &mut decision, a.wiring.as_deref());
+    note_device_scope(&engine, &mut decision);
     Ok(Explained { decision, warnings })
 }
 
@@ -171,6 +172,39 @@ pub fn explain_on(
 /// `admission` or `none`, as `--wiring` says; unsaid, what in place needs).
 /// The controller says the same in its decisions and `JobRestarted` Events,
 /// from the pods it sees; offline there are no pods, so the user says.
+/// What a fault on one device does on a DRA cluster, which explain
+/// (offline, no ResourceSlices or ResourceClaims) cannot decide itself:
+/// said on the node's and the jobs' decisions (docs/devices.md).
+pub fn note_device_scope(engine: &Engine, d: &mut Decision) {
+    let Some(device) = d.fault.device.clone() else {
+        return;
+    };
+    let (cfg, _) = engine.policies.node_config(&engine.node_default);
+    let device_isolation = cfg.isolation == crate::api::Isolation::Device;
+    if d.level.cordons_node() {
+        if let Some(n) = &mut d.node
+            && device_isolation
+        {
+            n.reasons.push(format!(
+                "isolation: Device: where GPUs are allocated through DRA, device {device} is published in a ResourceSlice and DeviceTaintRules are served, rebound isolates that device (a DeviceTaintRule) instead of this node action{}",
+                if cfg.validation.is_some() {
+                    ", and returns it only after its validation Job passes"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if !device_isolation {
+            return;
+        }
+    }
+    for j in &mut d.jobs {
+        j.reasons.push(format!(
+            "device scope: where GPUs are allocated through DRA, only jobs whose pods' ResourceClaims hold device {device} are restarted"
+        ));
+    }
+}
+
 pub fn note_wiring(engine: &Engine, d: &mut Decision, wiring: Option<&str>) {
     use crate::api::RecoveryTier;
     use crate::policy::JobAction;
