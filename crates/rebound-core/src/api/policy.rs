@@ -365,8 +365,8 @@ pub struct NodeActions {
     #[schemars(range(min = 1, max = 128))]
     pub max_isolated_devices: Option<u32>,
     /// A check that must pass before rebound returns a device it took out
-    /// of scheduling (`isolation: Device`; nodes are not validated yet):
-    /// once the fault
+    /// of scheduling (`isolation: Device`), and with `nodes: true` a node
+    /// it cordoned: once the fault
     /// clears, rebound runs a batch Job of this spec on the node, in the
     /// root namespace, and returns the device only when the Job succeeds.
     /// On failure (or past `timeout`) the isolation stays, with a
@@ -392,6 +392,11 @@ pub struct Validation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub timeout: Option<String>,
+    /// Validate the nodes rebound cordoned too, before uncordoning them
+    /// (the Job runs on the cordoned node). Default false: a node is
+    /// uncordoned when its fault clears, as without a validation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nodes: bool,
 }
 
 /// What a device fault takes out of scheduling.

@@ -60,6 +60,8 @@ pub struct ValidationConfig {
     /// The Job's spec, checked to be a batch/v1 JobSpec.
     pub job: serde_json::Value,
     pub timeout: Duration,
+    /// Nodes rebound cordoned are validated too.
+    pub nodes: bool,
 }
 
 /// The default `validation.timeout`.
@@ -318,6 +320,7 @@ impl CompiledPolicy {
                                     .map(|t| dur("spec.nodeActions.validation.timeout", t))
                                     .transpose()?
                                     .unwrap_or(VALIDATION_TIMEOUT),
+                                nodes: v.nodes,
                             })
                         })
                         .transpose()?,

@@ -439,6 +439,7 @@ impl Executor {
                 namespace,
                 job,
                 node,
+                what,
                 spec,
                 env,
                 timeout,
@@ -447,7 +448,7 @@ impl Executor {
                     return Outcome::NotLeader;
                 }
                 let obj = match recover::device::validation_job(
-                    &namespace, &job, &node, &spec, &env, timeout,
+                    &namespace, &job, &node, &what, &spec, &env, timeout,
                 ) {
                     Ok(o) => o,
                     Err(e) => return Outcome::Failed(format!("validation Job {job}: {e}")),

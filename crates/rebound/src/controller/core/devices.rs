@@ -21,7 +21,7 @@
 use super::effect::{EffectKind, describe};
 use super::nodes::InFlight;
 use super::store::dra::{DeviceRef, rule_name};
-use super::validation::Verdict;
+use super::validation::{Subject, Verdict};
 use super::{Core, Now, Waiting};
 use crate::api::Isolation;
 use crate::fault::{Classified, Fault, Level};
@@ -199,10 +199,15 @@ impl Core {
                     continue;
                 }
                 // Back to service only once its validation passed.
-                if let Some(v) = &cfg.validation
-                    && self.validated(name, &dev, &r, v, now) == Verdict::Keep
-                {
-                    continue;
+                if let Some(v) = &cfg.validation {
+                    let env = self.store.dra.device_env(&dev);
+                    // The rule's uid comes with its watch event: until then, wait.
+                    let Some(subject) = Subject::device(name, &dev, &r, env) else {
+                        continue;
+                    };
+                    if self.validated(&subject, v, now) == Verdict::Keep {
+                        continue;
+                    }
                 }
                 self.metrics.decision("return_device", "acted");
                 self.effect_for(

@@ -200,6 +200,8 @@ pub enum EffectKind {
         namespace: String,
         job: String,
         node: String,
+        /// `device` or `node` (the Job's `rebound.dev/validation` label).
+        what: String,
         spec: serde_json::Value,
         /// Given to every container.
         env: Vec<(String, String)>,

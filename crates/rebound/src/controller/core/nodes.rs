@@ -413,7 +413,7 @@ impl Core {
         &mut self,
         node: &super::store::NodeInfo,
         cfg: &crate::policy::NodeConfig,
-        _now: Now,
+        now: Now,
     ) {
         if node.cordoned_by.is_none()
             || node.sticky
@@ -427,6 +427,13 @@ impl Core {
                 .is_some_and(|(_, healthy)| !healthy)
         {
             return;
+        }
+        // Back to service only once its validation passed (validation.rs).
+        if let Some(v) = cfg.validation.as_ref().filter(|v| v.nodes) {
+            let subject = super::validation::Subject::node(node);
+            if self.validated(&subject, v, now) == super::validation::Verdict::Keep {
+                return;
+            }
         }
         self.metrics.decision("uncordon", "acted");
         self.effect_for(

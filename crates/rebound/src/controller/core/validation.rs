@@ -80,28 +80,101 @@ pub enum Verdict {
     Keep,
 }
 
-/// The name of the validation Job of one isolation (its rule's uid).
-pub fn job_name(rule_uid: &str) -> String {
-    let id = super::occurrence::fingerprint(&("validation", rule_uid));
+/// The name of the validation Job of one isolation (`key`: its rule's
+/// uid, or the node's uid and the time of its cordon).
+pub fn job_name(key: &str) -> String {
+    let id = super::occurrence::fingerprint(&("validation", key));
     format!("rebound-validate-{:016x}", id as u64)
 }
 
-impl Core {
-    /// Whether the device of `rule` may return to service now, running
-    /// or reading its validation as needed.
-    pub(super) fn validated(
-        &mut self,
+/// What a validation is about.
+#[derive(Clone, Debug)]
+pub struct Subject {
+    pub node: String,
+    /// The isolation's own identity: a later isolation of the same device
+    /// or node is validated anew.
+    pub key: String,
+    /// `device gpu.nvidia.com/n1/gpu-3`, `node n1`: for the Event.
+    pub what: String,
+    /// How a person returns it without the validation.
+    pub by_hand: String,
+    /// The Job's `rebound.dev/validation` label: `device` or `node`.
+    pub label: &'static str,
+    /// The decision metric's action.
+    pub action: &'static str,
+    pub env: Vec<(String, String)>,
+}
+
+impl Subject {
+    /// The validation of a device's isolation by `rule`; `None` until the
+    /// rule's watch event gave its uid.
+    pub fn device(
         node: &str,
         device: &DeviceRef,
         rule: &RuleInfo,
+        env: Vec<(String, String)>,
+    ) -> Option<Subject> {
+        Some(Subject {
+            node: node.to_string(),
+            key: rule.uid.clone()?,
+            what: format!("Device {device}"),
+            by_hand: format!("delete DeviceTaintRule {}", rule.name),
+            label: "device",
+            action: "validate_device",
+            env: [
+                vec![
+                    ("REBOUND_NODE".to_string(), node.to_string()),
+                    ("REBOUND_DEVICE".to_string(), device.device.clone()),
+                    ("REBOUND_DRA_DEVICE".to_string(), device.to_string()),
+                    ("REBOUND_FAULT_CODE".to_string(), rule.value.clone()),
+                ],
+                env,
+            ]
+            .concat(),
+        })
+    }
+
+    /// The validation of a node's cordon (`validation.nodes`).
+    pub fn node(node: &super::store::NodeInfo) -> Subject {
+        let at = node
+            .separated_at
+            .map(|t| t.timestamp_millis().to_string())
+            .unwrap_or_default();
+        let reason = node
+            .snap
+            .annotations
+            .get(crate::recover::CORDON_REASON_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        Subject {
+            node: node.name.clone(),
+            key: format!(
+                "{}/{at}",
+                node.uid.clone().unwrap_or_else(|| node.name.clone())
+            ),
+            what: format!("Node {}", node.name),
+            by_hand: "uncordon it".into(),
+            label: "node",
+            action: "validate_node",
+            env: vec![
+                ("REBOUND_NODE".to_string(), node.name.clone()),
+                ("REBOUND_FAULT_CODE".to_string(), reason),
+            ],
+        }
+    }
+}
+
+impl Core {
+    /// Whether `subject` may return to service now, running or reading
+    /// its validation as needed.
+    pub(super) fn validated(
+        &mut self,
+        subject: &Subject,
         v: &ValidationConfig,
         now: Now,
     ) -> Verdict {
-        // The uid comes with the rule's watch event: until then, wait.
-        let Some(uid) = rule.uid.as_deref() else {
-            return Verdict::Keep;
-        };
-        let job = job_name(uid);
+        let job = job_name(&subject.key);
+        let node = subject.node.as_str();
         let timeout = chrono::Duration::from_std(v.timeout).unwrap_or_default();
         let every = chrono::Duration::from_std(ASK_EVERY).unwrap_or_default();
         let Some(run) = self.validations.runs.get_mut(&job) else {
@@ -114,25 +187,16 @@ impl Core {
                 return Verdict::Keep;
             }
             self.validations.gone.remove(&job);
-            self.metrics.decision("validate_device", "started");
-            let env = self.store.dra.device_env(device);
+            self.metrics.decision(subject.action, "started");
             self.effect_for(
                 Waiting::Validation(job.clone()),
                 EffectKind::Validate {
                     namespace: self.cfg.root.clone(),
                     job: job.clone(),
                     node: node.to_string(),
+                    what: subject.label.to_string(),
                     spec: v.job.clone(),
-                    env: [
-                        vec![
-                            ("REBOUND_NODE".to_string(), node.to_string()),
-                            ("REBOUND_DEVICE".to_string(), device.device.clone()),
-                            ("REBOUND_DRA_DEVICE".to_string(), device.to_string()),
-                            ("REBOUND_FAULT_CODE".to_string(), rule.value.clone()),
-                        ],
-                        env,
-                    ]
-                    .concat(),
+                    env: subject.env.clone(),
                     timeout: v.timeout,
                 },
                 None,
@@ -152,7 +216,7 @@ impl Core {
         match run.state.clone() {
             RunState::Succeeded => {
                 self.validations.runs.remove(&job);
-                self.metrics.decision("validate_device", "passed");
+                self.metrics.decision(subject.action, "passed");
                 Verdict::Return
             }
             RunState::Failed(why) => {
@@ -175,14 +239,14 @@ impl Core {
                 };
                 if !run.announced {
                     run.announced = true;
-                    self.metrics.decision("validate_device", "failed");
+                    self.metrics.decision(subject.action, "failed");
                     let note = format!(
-                        "Device {device} stays out of scheduling: its validation Job {}/{job} {why}; delete DeviceTaintRule {} to return it, or the Job to validate again",
-                        self.cfg.root, rule.name
+                        "{} stays out of scheduling: its validation Job {}/{job} {why}; {} to return it, or delete the Job to validate again",
+                        subject.what, self.cfg.root, subject.by_hand
                     );
                     self.node_event(
                         node,
-                        Notice::warning(reasons::VALIDATION_FAILED, "ValidateDevice", note),
+                        Notice::warning(reasons::VALIDATION_FAILED, "Validate", note),
                     );
                 }
                 Verdict::Keep
@@ -193,7 +257,7 @@ impl Core {
                         "did not succeed within {}",
                         humantime::format_duration(v.timeout)
                     ));
-                    return self.validated(node, device, rule, v, now);
+                    return self.validated(subject, v, now);
                 }
                 if now.wall - run.asked >= every {
                     run.asked = now.wall;

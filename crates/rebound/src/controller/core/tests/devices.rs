@@ -331,3 +331,38 @@ fn a_validation_that_runs_past_its_timeout_counts_as_failed() {
     b.pass(10);
     assert_eq!(lifts(&b), 0);
 }
+
+#[test]
+fn with_nodes_validated_a_cordoned_node_is_uncordoned_only_after_its_validation_passes() {
+    let mut spec = model::default_policy_spec();
+    spec["nodeActions"]["validation"] = json!({"nodes": true, "job": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "diag", "image": "dcgm"}]}}}});
+    let mut b = Bed::new(Some(spec));
+    b.m.node_fault("n1", "79");
+    b.pump();
+    assert_eq!(b.cordons(), 1);
+    b.m.node_clear("n1");
+    b.pump();
+    let uncordons = |b: &Bed| b.count(|k| matches!(k, EffectKind::Uncordon { .. }));
+    let what = b.log.iter().find_map(|e| match &e.kind {
+        EffectKind::Validate { what, node, .. } => Some((what.clone(), node.clone())),
+        _ => None,
+    });
+    assert_eq!(what, Some(("node".to_string(), "n1".to_string())));
+    b.pass(12);
+    assert_eq!(uncordons(&b), 0, "not while it runs");
+    b.m.validation = "Succeeded".into();
+    b.pass(6);
+    assert_eq!(uncordons(&b), 1, "uncordoned once it passed");
+    // Without `nodes`, a node is uncordoned at once (today's behaviour).
+    let mut spec = model::default_policy_spec();
+    spec["nodeActions"]["validation"] = json!({"job": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "diag", "image": "dcgm"}]}}}});
+    let mut b = Bed::new(Some(spec));
+    b.m.node_fault("n1", "79");
+    b.pump();
+    b.m.node_clear("n1");
+    b.pump();
+    assert_eq!(uncordons(&b), 1);
+    assert_eq!(validations(&b), 0);
+}
