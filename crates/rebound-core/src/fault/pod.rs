@@ -63,6 +63,7 @@ pub fn pod_faults(pod: &Pod, now: DateTime<Utc>) -> Vec<Fault> {
         {
             out.push(container_fault(pod, cs, t, pod_time));
         }
+        out.extend(unhealthy_devices(pod, cs, pod_time));
     }
 
     if let Some(reason) = status.reason.as_deref().filter(|r| !r.is_empty())
@@ -155,6 +156,51 @@ fn container_fault(
     f
 }
 
+/// The code of a device the kubelet reports `Unhealthy` for a container.
+pub const DEVICE_UNHEALTHY: &str = "DeviceUnhealthy";
+
+/// Devices the kubelet reports `Unhealthy` in the container's
+/// `allocatedResourcesStatus` (KEP-4680: the device plugin's or DRA
+/// driver's health of each device the container holds; beta in 1.36 with
+/// `ResourceHealthStatus`). One fault per device, code [`DEVICE_UNHEALTHY`],
+/// `device` the resource's id (a device plugin's device id, such as a GPU
+/// UUID, or a DRA device), `reason` the resource (`nvidia.com/gpu`,
+/// `claim:<claim>/<request>`). Dated by the container's current start, so
+/// that a replay is the same fault and a new instance (after a restart)
+/// still holding the device is a new one. Untrusted as every pod fault: at
+/// most it restarts the pod's own job.
+fn unhealthy_devices(pod: &Pod, cs: &ContainerStatus, fallback: DateTime<Utc>) -> Vec<Fault> {
+    let started = cs
+        .state
+        .as_ref()
+        .and_then(|s| s.running.as_ref())
+        .and_then(|r| r.started_at.as_ref())
+        .and_then(time_utc)
+        .unwrap_or(fallback);
+    let mut out = Vec::new();
+    for rs in cs.allocated_resources_status.iter().flatten() {
+        for r in rs.resources.iter().flatten() {
+            if r.health.as_deref() != Some("Unhealthy") {
+                continue;
+            }
+            let mut f = Fault::new(FaultSource::PodExit, DEVICE_UNHEALTHY, started);
+            f.reason = Some(rs.name.clone());
+            f.device = Some(r.resource_id.clone());
+            f.message = Some(match &r.message {
+                Some(m) => format!(
+                    "kubelet: {} device {} Unhealthy: {m}",
+                    rs.name, r.resource_id
+                ),
+                None => format!("kubelet: {} device {} Unhealthy", rs.name, r.resource_id),
+            });
+            f.container = Some(cs.name.clone());
+            fill_pod(&mut f, pod);
+            out.push(f);
+        }
+    }
+    out
+}
+
 fn fill_pod(f: &mut Fault, pod: &Pod) {
     f.pod = pod.metadata.name.clone();
     f.namespace = pod.metadata.namespace.clone();
@@ -231,6 +277,39 @@ mod tests {
             "2026-01-01T11:00:00Z".parse::<DateTime<Utc>>().unwrap()
         );
         assert!(!f.trusted);
+    }
+
+    #[test]
+    fn a_device_the_kubelet_reports_unhealthy_is_a_fault_of_the_pod() {
+        let status = |health: &str| {
+            json!({"phase": "Running", "containerStatuses": [{
+                "name": "main", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
+                "state": {"running": {"startedAt": "2026-01-01T10:00:00Z"}},
+                "allocatedResourcesStatus": [{"name": "nvidia.com/gpu", "resources": [
+                    {"resourceID": "GPU-aaaa", "health": "Healthy"},
+                    {"resourceID": "GPU-bbbb", "health": health}]}]
+            }]})
+        };
+        let fs = pod_faults(&pod(status("Unhealthy")), now());
+        assert_eq!(fs.len(), 1, "{fs:?}");
+        let f = &fs[0];
+        assert_eq!(f.code, DEVICE_UNHEALTHY);
+        assert_eq!(f.device.as_deref(), Some("GPU-bbbb"));
+        assert_eq!(f.reason.as_deref(), Some("nvidia.com/gpu"));
+        assert_eq!(f.node.as_deref(), Some("gpu-7"));
+        assert!(!f.trusted, "a pod's status is the tenant's domain");
+        assert_eq!(
+            f.last_seen,
+            "2026-01-01T10:00:00Z".parse::<DateTime<Utc>>().unwrap(),
+            "dated by the container's start: a replay is the same fault"
+        );
+        assert_eq!(
+            pod_faults(&pod(status("Unhealthy")), now())[0].last_seen,
+            f.last_seen
+        );
+        // Healthy or Unknown: nothing.
+        assert!(pod_faults(&pod(status("Unknown")), now()).is_empty());
+        assert!(pod_faults(&pod(status("Healthy")), now()).is_empty());
     }
 
     #[test]
