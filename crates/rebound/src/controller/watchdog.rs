@@ -208,6 +208,9 @@ pub fn describe(input: &Input, out: &mut String) {
         Input::Dra(super::core::input::DraChange::Rule(c)) => {
             change(out, "DeviceTaintRule", c, |o| meta(&o.metadata))
         }
+        Input::Dra(super::core::input::DraChange::Served { claims, rules }) => {
+            let _ = write!(out, "DRA served (claims {claims}, rules {rules})");
+        }
         Input::Policy(c) => change(out, "RecoveryPolicy", c, |o| meta(&o.metadata)),
         Input::Classification(c) => change(out, "FaultClassification", c, |o| meta(&o.metadata)),
         Input::Job(kind, c) => change(out, kind.as_str(), c, |o| meta(&o.metadata)),

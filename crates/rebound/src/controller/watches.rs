@@ -163,6 +163,10 @@ pub fn spawn_dra(client: kube::Client, tx: Tx) -> tokio::task::JoinHandle<()> {
                 "off (DeviceTaintRules not served)"
             }
         );
+        let served = Input::Dra(DraChange::Served { claims, rules });
+        if tx.send((served, Stamp::now())).await.is_err() {
+            return;
+        }
         let mut tasks = Vec::new();
         if claims {
             tasks.push(watch::spawn(

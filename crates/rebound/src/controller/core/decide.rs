@@ -182,19 +182,26 @@ impl Core {
                 })
             });
         let since = (!cordoned_faulty).then(|| when.timestamp());
-        let refs: Vec<JobRef> = match &occ.scope {
-            Scope::Pod(j) => vec![(*self.store.resolve(j)).clone()],
-            // A fault on one device concerns the jobs holding it, where
-            // device scope applies (devices.rs); the node's otherwise.
-            Scope::Node | Scope::NodeEvent => match self.device_of(&occ.fault, c.level) {
-                Some(dev) => self.jobs_on_device(&dev, since),
-                None => occ
-                    .fault
-                    .node
-                    .as_deref()
-                    .map(|n| self.store.jobs_on_node(n, since))
-                    .unwrap_or_default(),
-            },
+        // A fault on one device concerns the jobs holding it, where device
+        // scope applies (devices.rs); the node's otherwise; and waits while
+        // the DRA lists that tell are still coming.
+        let device = match &occ.scope {
+            Scope::Pod(_) => super::devices::DeviceScope::Node,
+            Scope::Node | Scope::NodeEvent => self.device_scope(&occ.fault, c.level, now),
+        };
+        if device == super::devices::DeviceScope::Wait {
+            self.ledger.set(id, c.level, Fate::Pending { until: None });
+            return;
+        }
+        let refs: Vec<JobRef> = match (&occ.scope, device) {
+            (Scope::Pod(j), _) => vec![(*self.store.resolve(j)).clone()],
+            (_, super::devices::DeviceScope::Device(dev)) => self.jobs_on_device(&dev, since),
+            _ => occ
+                .fault
+                .node
+                .as_deref()
+                .map(|n| self.store.jobs_on_node(n, since))
+                .unwrap_or_default(),
         }
         .into_iter()
         .filter(|r| domain.may_touch(&r.namespace))

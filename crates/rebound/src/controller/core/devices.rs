@@ -20,7 +20,7 @@
 
 use super::effect::{EffectKind, describe};
 use super::nodes::InFlight;
-use super::store::dra::{DeviceRef, rule_name};
+use super::store::dra::{DeviceRef, Listed, rule_name};
 use super::validation::{Subject, Verdict};
 use super::{Core, Now, Waiting};
 use crate::api::Isolation;
@@ -29,19 +29,58 @@ use crate::recover::{Notice, reasons};
 use crate::workload::JobRef;
 use std::collections::BTreeMap;
 
+/// What a device fault concerns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum DeviceScope {
+    /// That device alone (and the jobs holding it).
+    Device(DeviceRef),
+    /// Its node (and every job on it).
+    Node,
+    /// Not known yet: decided once the DRA lists are in.
+    Wait,
+}
+
 impl Core {
-    /// The device a fault of `level` concerns alone, if device scope
-    /// applies to it (see the module's doc).
-    pub(super) fn device_of(&self, f: &Fault, level: Level) -> Option<DeviceRef> {
-        let node = f.node.as_deref()?;
-        let device = f.device.as_deref()?;
-        if level.cordons_node() {
+    /// What a fault of `level` concerns: one device, where device scope
+    /// applies to it (see the module's doc); its node; or not known yet
+    /// (the DRA lists it needs are still coming, at most
+    /// [`super::store::dra::LIST_BOUND`] after start).
+    pub(super) fn device_scope(&self, f: &Fault, level: Level, now: Now) -> DeviceScope {
+        let (Some(node), Some(device)) = (f.node.as_deref(), f.device.as_deref()) else {
+            return DeviceScope::Node;
+        };
+        let rules = level.cordons_node();
+        if rules {
             let (cfg, _) = self.engine.policies.node_config(&self.engine.node_default);
-            if cfg.isolation != Isolation::Device || !self.store.dra.rules_synced {
-                return None;
+            if cfg.isolation != Isolation::Device {
+                return DeviceScope::Node;
             }
         }
-        self.store.dra.resolve(node, device)
+        match self.store.dra.listed(rules, now.wall) {
+            Listed::Never => DeviceScope::Node,
+            Listed::NotYet => DeviceScope::Wait,
+            Listed::Yes => match self.store.dra.resolve(node, device) {
+                Some(d) => DeviceScope::Device(d),
+                None => DeviceScope::Node,
+            },
+        }
+    }
+
+    /// The DRA lists were given up on (served, not listed within their
+    /// bound): what waited for them is decided with the node as scope.
+    pub(super) fn dra_tick(&mut self, now: Now) {
+        let dra = &self.store.dra;
+        let waiting = dra.served.is_some_and(|(c, _)| c)
+            && !self.nodes.dra_given_up
+            && dra.listed(false, now.wall) == Listed::Never;
+        if waiting {
+            self.nodes.dra_given_up = true;
+            tracing::warn!(
+                "the ResourceSlices or ResourceClaims could not be listed in time: device faults keep their node as scope until they are"
+            );
+            self.dirty_nodes.extend(self.store.nodes.keys().cloned());
+            self.decide_waiting(now);
+        }
     }
 
     /// The jobs with a live pod holding `device` that existed at `since`
@@ -82,40 +121,48 @@ impl Core {
                 self.store.dra.resolve(node, c.fault.device.as_deref()?)
             })
             .collect();
-        let mut rest = Vec::new();
+        // Each fault with the device it isolates (`None`: the node's).
+        let mut scoped: Vec<(Classified, bool, Option<DeviceRef>)> = Vec::new();
+        let mut waiting = false;
         for (c, sticky) in faults {
-            let dev = (c.fault.trusted && c.level.cordons_node() && !sticky)
-                .then(|| self.device_of(&c.fault, c.level))
-                .flatten();
-            match dev {
-                Some(d) => {
+            let scope = if c.fault.trusted && c.level.cordons_node() && !sticky {
+                self.device_scope(&c.fault, c.level, now)
+            } else {
+                DeviceScope::Node
+            };
+            match scope {
+                DeviceScope::Device(d) => {
                     let better = wanted.get(&d).is_none_or(|w| c.level > w.level);
                     if better {
-                        wanted.insert(d, c.clone());
+                        wanted.insert(d.clone(), c.clone());
                     }
-                    rest.push((c, sticky));
+                    scoped.push((c, sticky, Some(d)));
                 }
-                None => rest.push((c, sticky)),
+                // Not known yet: neither the device nor the node is taken
+                // out for it until the lists are in.
+                DeviceScope::Wait => waiting = true,
+                DeviceScope::Node => scoped.push((c, sticky, None)),
             }
         }
-        if wanted.len() > cfg.max_isolated_devices as usize {
+        let too_many = wanted.len() > cfg.max_isolated_devices as usize;
+        if too_many {
             if self.nodes.note_too_many_devices(name) {
                 tracing::warn!(node = %name, devices = wanted.len(), max = cfg.max_isolated_devices, "more faulty devices than maxIsolatedDevices: the node is cordoned instead");
             }
             wanted.clear();
-        } else {
-            // The faults isolated by device leave the node in service.
-            rest.retain(|(c, sticky)| {
-                !(c.fault.trusted
-                    && c.level.cordons_node()
-                    && !sticky
-                    && self
-                        .device_of(&c.fault, c.level)
-                        .is_some_and(|d| wanted.contains_key(&d)))
-            });
+        }
+        // The faults isolated by device leave the node in service.
+        let rest: Vec<(Classified, bool)> = scoped
+            .into_iter()
+            .filter(|(_, _, d)| too_many || d.is_none())
+            .map(|(c, sticky, _)| (c, sticky))
+            .collect();
+        if waiting {
+            return rest;
         }
         if wanted.is_empty() {
             self.nodes.isolating.remove(name);
+            self.nodes.device_held.remove(name);
         } else {
             self.nodes
                 .isolating
@@ -153,9 +200,11 @@ impl Core {
             // separation of it.
             if !self.breaker_allows(name, now) {
                 self.metrics.decision("isolate_device", "BreakerOpen");
+                self.nodes.device_held.insert(name.to_string());
                 self.hold_for_breaker(name, c.level, now);
                 return rest;
             }
+            self.nodes.device_held.remove(name);
             self.nodes.release_hold(name);
             let no_execute = c.level >= Level::Separate;
             let rule = rule_name(dev);

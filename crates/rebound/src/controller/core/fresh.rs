@@ -214,7 +214,7 @@ impl Core {
     }
 
     /// Decide what waited for the read (the occurrences not decided yet).
-    fn decide_waiting(&mut self, now: Now) {
+    pub(super) fn decide_waiting(&mut self, now: Now) {
         if !self.acting() {
             return;
         }

@@ -158,4 +158,10 @@ pub enum DraChange {
     Claim(Change<Box<k8s_openapi::api::resource::v1::ResourceClaim>>),
     /// One of rebound's own DeviceTaintRules.
     Rule(Change<Box<k8s_openapi::api::resource::v1beta2::DeviceTaintRule>>),
+    /// What the server serves, asked once at start: ResourceSlices and
+    /// ResourceClaims (`resource.k8s.io/v1`), DeviceTaintRules (`v1beta2`).
+    Served {
+        claims: bool,
+        rules: bool,
+    },
 }

@@ -343,7 +343,7 @@ impl Core {
             Input::Node(c) => self.on_node(c, now),
             Input::Event(c) => self.on_event(c, now),
             Input::DeviceInfo(c) => self.on_device_info(c, now),
-            Input::Dra(c) => self.on_dra(c),
+            Input::Dra(c) => self.on_dra(c, now),
             Input::Policy(c) => self.on_policy(c, now),
             Input::Classification(c) => self.on_classification(c, now),
             Input::Job(kind, c) => self.on_job(kind, c, now),
@@ -371,6 +371,7 @@ impl Core {
             Input::Tick => {
                 self.on_tick(now);
                 self.fresh_tick(now);
+                self.dra_tick(now);
             }
             Input::Records { term, kind, jobs } => self.on_records(term, kind, jobs, now),
             Input::Nodes { term, nodes } => self.on_nodes(term, nodes, now),

@@ -76,6 +76,10 @@ pub struct NodeBook {
     /// The devices of each node its faults isolate (made or not yet).
     pub(super) isolating: HashMap<String, std::collections::BTreeSet<super::store::dra::DeviceRef>>,
     noted_devices: HashSet<(String, super::store::dra::DeviceRef)>,
+    /// The DRA lists were given up on (logged once).
+    pub(super) dra_given_up: bool,
+    /// Nodes whose device isolation the breaker holds back.
+    pub(super) device_held: HashSet<String>,
 }
 
 impl NodeBook {
@@ -147,6 +151,7 @@ impl NodeBook {
     pub fn forget(&mut self, node: &str) {
         self.too_many_devices.remove(node);
         self.isolating.remove(node);
+        self.device_held.remove(node);
         self.noted_devices.retain(|(n, _)| n != node);
         self.inflight.remove(node);
         self.held.remove(node);
@@ -297,11 +302,16 @@ impl Core {
             // A device action started: the node's own waits for it.
             return;
         }
+        // A device isolation the breaker holds keeps the node's hold (its
+        // jobs' restarts wait for it, plan.rs).
+        let device_held = self.nodes.device_held.contains(name);
         let Some((c, sticky)) = worst.filter(|(c, _)| c.fault.trusted && c.level.cordons_node())
         else {
-            self.nodes.held.remove(name);
-            self.nodes.announced.remove(name);
-            self.nodes.held_in_episode.remove(name);
+            if !device_held {
+                self.nodes.held.remove(name);
+                self.nodes.announced.remove(name);
+                self.nodes.held_in_episode.remove(name);
+            }
             self.nodes.noted.remove(name);
             self.maybe_uncordon(&node, &cfg, now);
             return;
@@ -382,6 +392,7 @@ impl Core {
                     );
                 }
             }
+            _ if device_held => {}
             _ => {
                 self.nodes.held.remove(name);
             }

@@ -8,20 +8,32 @@ use super::super::input::{Change, DraChange};
 use super::super::store::dra::DraKind;
 
 impl Core {
-    pub(in crate::controller::core) fn on_dra(&mut self, c: DraChange) {
+    pub(in crate::controller::core) fn on_dra(&mut self, c: DraChange, now: super::super::Now) {
         let dra = &mut self.store.dra;
         match c {
+            DraChange::Served { claims, rules } => {
+                dra.served = Some((claims, rules));
+                dra.served_at = Some(now.wall);
+                self.dirty_nodes.extend(self.store.nodes.keys().cloned());
+                self.decide_waiting(now);
+            }
             DraChange::Slice(c) => match c {
                 Change::Apply(s) => dra.slice(&s, false),
                 Change::Delete(s) => dra.slice(&s, true),
                 Change::Relist => dra.relist(DraKind::Slices),
-                Change::Synced => dra.synced(DraKind::Slices),
+                Change::Synced => {
+                    dra.synced(DraKind::Slices);
+                    self.decide_waiting(now);
+                }
             },
             DraChange::Claim(c) => match c {
                 Change::Apply(x) => dra.claim(&x, false),
                 Change::Delete(x) => dra.claim(&x, true),
                 Change::Relist => dra.relist(DraKind::Claims),
-                Change::Synced => dra.synced(DraKind::Claims),
+                Change::Synced => {
+                    dra.synced(DraKind::Claims);
+                    self.decide_waiting(now);
+                }
             },
             DraChange::Rule(c) => {
                 let node = match &c {
@@ -40,6 +52,7 @@ impl Core {
                     Change::Synced => {
                         dra.synced(DraKind::Rules);
                         self.dirty_nodes.extend(self.store.nodes.keys().cloned());
+                        self.decide_waiting(now);
                     }
                 }
                 if let Some(n) = node {

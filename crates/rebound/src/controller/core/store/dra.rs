@@ -87,6 +87,26 @@ pub struct DraIndex {
     pub claims_synced: bool,
     /// DeviceTaintRules are served and their watch has listed them.
     pub rules_synced: bool,
+    /// What the server serves (the controller asks at start): `None`
+    /// until it answered. ResourceSlices and ResourceClaims; DeviceTaintRules.
+    pub served: Option<(bool, bool)>,
+    /// When the core learned what is served: lists not complete
+    /// [`LIST_BOUND`] later are given up on (the node is the scope).
+    pub served_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Longest device-scope decisions wait for the DRA lists at start.
+pub const LIST_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether device scope can be decided now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listed {
+    /// Every list needed is complete.
+    Yes,
+    /// Not served, or given up on: the node is the scope.
+    Never,
+    /// Served and still being listed: wait.
+    NotYet,
 }
 
 fn attr_str(d: &k8s_openapi::api::resource::v1::Device, names: &[&str]) -> Option<String> {
@@ -308,6 +328,26 @@ impl DraIndex {
     /// Whether device scope can be used: every slice and claim is known.
     pub fn ready(&self) -> bool {
         self.slices_synced && self.claims_synced
+    }
+
+    /// Whether the lists device scope needs (with `rules`, the rules'
+    /// too) are complete, will not be, or are awaited at `now`.
+    pub fn listed(&self, rules: bool, now: chrono::DateTime<chrono::Utc>) -> Listed {
+        let complete = self.ready() && (!rules || self.rules_synced);
+        if complete {
+            return Listed::Yes;
+        }
+        let Some((claims, rules_served)) = self.served else {
+            return Listed::NotYet;
+        };
+        if !claims || (rules && !rules_served) {
+            return Listed::Never;
+        }
+        let bound = chrono::Duration::from_std(LIST_BOUND).unwrap_or_default();
+        match self.served_at {
+            Some(t) if now - t >= bound => Listed::Never,
+            _ => Listed::NotYet,
+        }
     }
 
     /// The DRA device of `node` a fault names `device` (an index, a UUID,

@@ -38,6 +38,10 @@ fn dra_inputs(b: &Bed) -> Vec<Input> {
         .expect("claim")
     };
     vec![
+        Input::Dra(DraChange::Served {
+            claims: true,
+            rules: true,
+        }),
         Input::Dra(DraChange::Slice(Change::Relist)),
         Input::Dra(DraChange::Slice(Change::Apply(Box::new(slice)))),
         Input::Dra(DraChange::Slice(Change::Synced)),
@@ -365,4 +369,105 @@ fn with_nodes_validated_a_cordoned_node_is_uncordoned_only_after_its_validation_
     b.pump();
     assert_eq!(uncordons(&b), 1);
     assert_eq!(validations(&b), 0);
+}
+
+#[test]
+fn device_scope_waits_for_the_dra_lists_at_start_and_gives_them_up_after_their_bound() {
+    // DRA is served; the claims are not listed yet when a job-level fault
+    // on GPU 3 comes: nothing is restarted until they are, then only j0.
+    let mut b = Bed::on(Model::new(1, 2, 1), None);
+    let all = dra_inputs(&b);
+    let (claims_synced, early): (Vec<Input>, Vec<Input>) = all
+        .into_iter()
+        .partition(|i| matches!(i, Input::Dra(DraChange::Claim(Change::Synced))));
+    b.feed(early);
+    b.m.node_fault_on("n0", "13", "3");
+    b.pump();
+    assert!(restarted(&b).is_empty(), "waits for the claims");
+    b.feed(claims_synced);
+    b.pump();
+    assert_eq!(restarted(&b), ["j0"], "decided once they are in");
+    // Served, never listed (a dead list): after the bound, the node.
+    let mut b = Bed::on(Model::new(1, 2, 1), None);
+    b.feed(vec![Input::Dra(DraChange::Served {
+        claims: true,
+        rules: true,
+    })]);
+    b.m.node_fault_on("n0", "13", "3");
+    b.pump();
+    assert!(restarted(&b).is_empty());
+    let bound = super::super::store::dra::LIST_BOUND.as_secs() as i64;
+    b.pass(bound - 2);
+    assert!(restarted(&b).is_empty(), "within the bound");
+    b.pass(4);
+    assert_eq!(restarted(&b), ["j0", "j1"], "the node's jobs past it");
+}
+
+#[test]
+fn a_device_isolation_the_breaker_holds_holds_the_restart_of_its_job() {
+    // Two nodes: j0's pod on n1 holds GPU 3 there, j1's pod is on n0. One
+    // separation allowed in the window.
+    let mut spec = model::default_policy_spec();
+    spec["nodeActions"]["isolation"] = json!("Device");
+    spec["nodeActions"]["maxSeparated"] = json!("1");
+    let mut b = Bed::on(Model::new(2, 2, 1), Some(spec));
+    let node_of = |b: &Bed, j: &str| -> String {
+        b.m.pods
+            .values()
+            .find(|p| p["metadata"]["labels"][model::JOBSET_NAME] == j)
+            .and_then(|p| p["spec"]["nodeName"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (n_j0, n_j1) = (node_of(&b, "j0"), node_of(&b, "j1"));
+    assert_ne!(n_j0, n_j1, "the model places them apart");
+    let ins: Vec<Input> = dra_inputs(&b)
+        .into_iter()
+        .map(|i| match i {
+            // n0's slice and claims, moved to j0's node.
+            Input::Dra(DraChange::Slice(Change::Apply(mut s))) => {
+                s.spec.node_name = Some(n_j0.clone());
+                s.spec.pool.name = n_j0.clone();
+                s.metadata.name = Some(format!("{n_j0}-gpu.nvidia.com"));
+                Input::Dra(DraChange::Slice(Change::Apply(s)))
+            }
+            Input::Dra(DraChange::Claim(Change::Apply(mut c))) => {
+                if let Some(r) = c
+                    .status
+                    .as_mut()
+                    .and_then(|s| s.allocation.as_mut())
+                    .and_then(|a| a.devices.as_mut())
+                    .and_then(|d| d.results.as_mut())
+                {
+                    for x in r {
+                        x.pool = n_j0.clone();
+                    }
+                }
+                Input::Dra(DraChange::Claim(Change::Apply(c)))
+            }
+            other => other,
+        })
+        .collect();
+    b.feed(ins);
+    // j1's node falls off the bus (no DRA device there): cordoned, the one
+    // separation of the window.
+    b.m.node_fault_on(&n_j1, "79", "0");
+    b.pump();
+    assert_eq!(b.cordons(), 1);
+    // XID 48 on GPU 3 of j0's node: its isolation is held by the breaker,
+    // and so is the restart of j0 (its new pod could land on GPU 3 again).
+    b.m.node_fault_on(&n_j0, "48", "3");
+    b.pump();
+    b.pass(3);
+    assert!(isolations(&b).is_empty(), "held by the breaker");
+    assert!(
+        !restarted(&b).contains(&"j0".to_string()),
+        "j0 waits for its device's isolation: {:?}",
+        restarted(&b)
+    );
+    // The window moves on: the device is isolated, then j0 restarted.
+    b.pass(model::WINDOW + 10);
+    assert_eq!(isolations(&b), ["gpu-3"]);
+    assert!(restarted(&b).contains(&"j0".to_string()));
+    assert_eq!(b.cordons(), 1, "j0's node is never cordoned");
 }

@@ -96,6 +96,11 @@ impl Model {
         out.push(Input::Event(Change::Synced));
         out.push(Input::DeviceInfo(Change::Relist));
         out.push(Input::DeviceInfo(Change::Synced));
+        // The model's server serves no DRA (tests/devices.rs says it does).
+        out.push(Input::Dra(super::super::super::input::DraChange::Served {
+            claims: false,
+            rules: false,
+        }));
         out.push(Input::JobKinds(vec![(
             WorkloadKind::JobSet,
             jobset_resource(),
