@@ -381,10 +381,12 @@ pub struct NodeActions {
 pub struct Validation {
     /// A batch/v1 `JobSpec` (DCGM diagnostics, say). rebound pins its pod
     /// to the node (`nodeName`) and gives every container the environment
-    /// `REBOUND_NODE`, `REBOUND_DEVICE` (the device as the fault named it:
-    /// an index, UUID or PCI address), `REBOUND_DRA_DEVICE`
-    /// (`driver/pool/device`) and `REBOUND_FAULT_CODE`. `backoffLimit`
-    /// defaults to 0.
+    /// `REBOUND_NODE`, `REBOUND_FAULT_CODE`, and for a device
+    /// `REBOUND_DEVICE` (the DRA device's name, `gpu-3`),
+    /// `REBOUND_DRA_DEVICE` (`driver/pool/device`) and what its
+    /// ResourceSlice publishes of it (`REBOUND_DEVICE_UUID`,
+    /// `REBOUND_DEVICE_INDEX`, `REBOUND_DEVICE_PCI`). `backoffLimit`
+    /// defaults to 0, `activeDeadlineSeconds` to the timeout.
     #[schemars(schema_with = "crate::api::schema::preserve_unknown_object")]
     pub job: serde_json::Value,
     /// Longest a validation may run; past it, it counts as failed.

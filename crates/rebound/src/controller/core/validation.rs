@@ -59,15 +59,19 @@ struct Run {
 #[derive(Debug, Default)]
 pub struct ValidationBook {
     runs: BTreeMap<String, Run>,
-    /// Jobs found gone, and when: made again [`ASK_EVERY`] later.
-    gone: BTreeMap<String, DateTime<Utc>>,
+    /// Jobs found gone, their node and when: made again [`ASK_EVERY`]
+    /// later.
+    gone: BTreeMap<String, (String, DateTime<Utc>)>,
 }
 
 impl ValidationBook {
     /// Nodes with a validation to follow (read again on ticks; a failed
     /// one is read now and then to see it deleted).
     pub fn nodes(&self) -> impl Iterator<Item = &String> {
-        self.runs.values().map(|r| &r.node)
+        self.runs
+            .values()
+            .map(|r| &r.node)
+            .chain(self.gone.values().map(|(n, _)| n))
     }
 }
 
@@ -177,12 +181,15 @@ impl Core {
         let node = subject.node.as_str();
         let timeout = chrono::Duration::from_std(v.timeout).unwrap_or_default();
         let every = chrono::Duration::from_std(ASK_EVERY).unwrap_or_default();
+        // The scan that brings us here runs every ASK_EVERY too: a second
+        // of slack so that it does not just miss its turn.
+        let due = every - chrono::Duration::seconds(1);
         let Some(run) = self.validations.runs.get_mut(&job) else {
             if self
                 .validations
                 .gone
                 .get(&job)
-                .is_some_and(|t| now.wall - *t < every)
+                .is_some_and(|(_, t)| now.wall - *t < due)
             {
                 return Verdict::Keep;
             }
@@ -259,7 +266,7 @@ impl Core {
                     ));
                     return self.validated(subject, v, now);
                 }
-                if now.wall - run.asked >= every {
+                if now.wall - run.asked >= due {
                     run.asked = now.wall;
                     let job2 = job.clone();
                     self.effect_for(
@@ -294,7 +301,9 @@ impl Core {
             // its TTL): run it anew.
             Outcome::Gone(_) => {
                 self.validations.runs.remove(job);
-                self.validations.gone.insert(job.to_string(), now.wall);
+                self.validations
+                    .gone
+                    .insert(job.to_string(), (node.clone(), now.wall));
             }
             Outcome::Failed(why) => {
                 tracing::warn!(job, %why, "reading the validation Job failed; asked again");
