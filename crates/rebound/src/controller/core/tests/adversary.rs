@@ -102,6 +102,8 @@ pub(super) struct Sim {
     /// decided from its watch, so a watch behind by more than that is
     /// beyond what the product promises.
     pub catch_up_by: Option<i64>,
+    /// Each replica's process, counted up when it restarts.
+    pub processes: [u64; 2],
 }
 
 fn destructive(e: &Effect) -> bool {
@@ -148,6 +150,7 @@ impl Sim {
             restarts: Default::default(),
             read: Vec::new(),
             catch_up_by: None,
+            processes: [0, 0],
         };
         let ins = s.m.startup();
         s.feed(ins);

@@ -255,6 +255,7 @@ impl Sim {
             self.feed_to(1 - dead, ins);
         }
         self.cores[dead] = model::core();
+        self.processes[dead] += 1;
         let mut ins = self.m.startup();
         // The events the restarted replica lists.
         ins.extend(self.events_list());

@@ -15,8 +15,10 @@
 //! Two restarts made of one job incarnation, decided less than the
 //! cooldown apart, break the invariant, with one exception the cluster
 //! cannot avoid: the first one's record never reached the job before the
-//! second was decided (its term ended, or its controller died, between
-//! its delete and its record: nothing anywhere remembers it) *and* the
+//! second was decided by another leadership (its term ended, or its
+//! controller died, between its delete and its record: nothing anywhere
+//! remembers it; the leadership that decided it remembers it from the
+//! decision) *and* the
 //! second was decided for a fault that truly happened after the first
 //! landed (a new fault, which the first could not have covered). A fault
 //! seen again, replayed, copied, or dated later than it happened never
@@ -37,6 +39,8 @@ pub struct Owner {
     /// When the cause truly happened (model seconds), where the model
     /// knows it.
     pub cause_at: Option<i64>,
+    /// The leadership that decided it: (replica, its process, term).
+    pub by: (usize, u64, u64),
 }
 
 /// A restart made: its decision landed on the job.
@@ -49,6 +53,7 @@ pub struct Made {
     pub pod_only: bool,
     pub what: &'static str,
     pub cause_at: Option<i64>,
+    pub by: (usize, u64, u64),
 }
 
 /// The restarts of one schedule.
@@ -94,6 +99,7 @@ impl Sim {
                 pod_only,
                 tier: rec.tier.name(),
                 cause_at,
+                by: (r, self.processes[r], e.term),
             },
         );
     }
@@ -169,6 +175,7 @@ impl Sim {
             pod_only: o.pod_only,
             what,
             cause_at: o.cause_at,
+            by: o.by,
         });
     }
 
@@ -233,9 +240,13 @@ impl Sim {
                 if b.decided - a.decided >= model::COOLDOWN {
                     continue;
                 }
-                let forgotten = self
-                    .recorded_at(&a.uid, a.decided)
-                    .is_none_or(|t| t > b.decided);
+                // Forgotten only by another leadership: the one that
+                // decided a restart holds its cooldown from the decision,
+                // whether or not its record ever landed.
+                let forgotten = a.by != b.by
+                    && self
+                        .recorded_at(&a.uid, a.decided)
+                        .is_none_or(|t| t > b.decided);
                 // Kubernetes and the model keep times to the second: a
                 // fault of the very second the first restart landed may
                 // have come after it.
