@@ -22,6 +22,14 @@
 //!   cordoning the node, restart the job holding it (whose new pod gets
 //!   another GPU) and leave the job on another GPU of the node alone;
 //!   when the fault clears the rule goes and the GPU is allocated again.
+//! - `a_faulty_gpu_returns_to_service_only_after_its_validation_job_succeeds`:
+//!   with a `validation` on the root policy as well, the fault's clearing
+//!   makes rebound run the validation Job on the node (the real Job
+//!   controller, the simulated kubelet running its pod until the test ends
+//!   its container); the rule stays while it runs and after it fails (one
+//!   `ValidationFailed` Event on the node), the Job deleted is run again,
+//!   and only its success deletes the rule and lets a pod pinned to the
+//!   GPU have it.
 //!
 //! The embedded server serves no `resource.k8s.io`, so there is no
 //! `::embedded` variant; without the real components the tests print
@@ -54,6 +62,11 @@ const GPUS: u32 = 6;
 const FAULT_TAINT: &str = "rebound.dev/device-fault";
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "rebound");
 const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
+/// The label of rebound's validation Jobs (docs/devices.md).
+const VALIDATION: (&str, &str) = ("rebound.dev/validation", "device");
+/// The container of the validation Job the test's policy asks for.
+const DIAG: &str = "diag";
 /// Longer than [`T`]: a restarted batch Job's replacement pod waits the Job
 /// controller's 10 s failure backoff, and a claim's release goes through
 /// the kubelet, the resourceclaim controller and the garbage collector.
@@ -174,6 +187,30 @@ fn device_isolation_policy() -> String {
         "  nodeActions:\n    isolation: Device\n",
     );
     assert_ne!(out, policy, "BASE's root policy has nodeActions");
+    out
+}
+
+/// [`device_isolation_policy`] with a validation: a Job of one container
+/// [`DIAG`], which the simulated kubelet runs until the test ends it with
+/// an exit code; a timeout long past the test.
+fn validation_policy() -> String {
+    let policy = device_isolation_policy();
+    let validation = format!(
+        r#"    isolation: Device
+    validation:
+      timeout: 10m
+      job:
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+            - name: {DIAG}
+              image: registry.local/rebound-sim/dcgm:latest
+              command: ["sh", "-c", "dcgmi diag -r 2 -i \"$REBOUND_DEVICE_INDEX\""]
+"#
+    );
+    let out = policy.replace("    isolation: Device\n", &validation);
+    assert_ne!(out, policy, "the device isolation policy has isolation");
     out
 }
 
@@ -509,6 +546,68 @@ async fn describe(bed: &Testbed, ns: &str) -> String {
         }
         Err(e) => out += &format!("\n  DeviceTaintRules: {e}"),
     }
+    out += &describe_validations(bed).await;
+    out
+}
+
+/// rebound's validation Jobs in the root namespace (state, pods and their
+/// containers) and its device Events on the bed's nodes, for
+/// [`describe`].
+async fn describe_validations(bed: &Testbed) -> String {
+    let mut out = String::new();
+    let root = bed.root();
+    let jobs = Api::<Job>::namespaced(bed.client(), &root)
+        .list(&ListParams::default().labels(&format!("{}={}", VALIDATION.0, VALIDATION.1)))
+        .await;
+    for j in jobs.map(|l| l.items).unwrap_or_default() {
+        let st = j.status.clone().unwrap_or_default();
+        let conds: Vec<String> = st
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.status == "True")
+            .map(|c| format!("{}({})", c.type_, c.reason.unwrap_or_default()))
+            .collect();
+        out += &format!(
+            "\n  validation job {}/{} uid={} deleting={} active={:?} succeeded={:?} failed={:?} conditions={conds:?}",
+            root,
+            j.name_any(),
+            j.uid().unwrap_or_default(),
+            j.metadata.deletion_timestamp.is_some(),
+            st.active,
+            st.succeeded,
+            st.failed,
+        );
+    }
+    let pods = Api::<Pod>::namespaced(bed.client(), &root)
+        .list(&ListParams::default().labels(JOB_NAME))
+        .await;
+    for p in pods.map(|l| l.items).unwrap_or_default() {
+        let st = p.status.clone().unwrap_or_default();
+        let containers: Vec<String> = st
+            .container_statuses
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| format!("{}:{:?}", c.name, c.state))
+            .collect();
+        out += &format!(
+            "\n  validation pod {} job={:?} node={:?} phase={:?} deleting={} containers={containers:?}",
+            p.name_any(),
+            p.labels().get(JOB_NAME),
+            p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            st.phase,
+            p.metadata.deletion_timestamp.is_some(),
+        );
+    }
+    for n in bed.cluster.node_names() {
+        for e in node_events(bed, &n).await {
+            out += &format!(
+                "\n  event on node {n}: {:?} {:?}",
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default()
+            );
+        }
+    }
     out
 }
 
@@ -532,6 +631,39 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// rebound's Events about node `node` (written in `default`) that
+/// concern its devices.
+async fn node_events(bed: &Testbed, node: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let mut out = Vec::new();
+    for reason in ["DeviceIsolated", "ValidationFailed", "DeviceReturned"] {
+        out.extend(
+            events_with_reason(bed, "default", reason)
+                .await
+                .into_iter()
+                .filter(|e| {
+                    e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("Node") && r.name.as_deref() == Some(node)
+                    })
+                }),
+        );
+    }
+    out
+}
+
+/// How many times rebound said `reason` about node `node` (an Event's
+/// series counted), and the notes.
+async fn said_on_node(bed: &Testbed, node: &str, reason: &str) -> (i32, Vec<String>) {
+    let mut n = 0;
+    let mut notes = Vec::new();
+    for e in node_events(bed, node).await {
+        if e.reason.as_deref() == Some(reason) {
+            n += e.series.as_ref().map_or(1, |s| s.count.max(1));
+            notes.push(e.note.clone().unwrap_or_default());
+        }
+    }
+    (n, notes)
 }
 
 /// Milliseconds since `t`, for the step timings printed.
@@ -863,5 +995,440 @@ async fn a_faulty_gpu_is_isolated_by_a_device_taint_rule_and_only_its_job_restar
     ctl.shutdown().await;
 }
 
+/// rebound's validation Jobs for `node` in the root namespace.
+async fn validation_jobs(bed: &Testbed, node: &str) -> Vec<Job> {
+    Api::<Job>::namespaced(bed.client(), &bed.root())
+        .list(&ListParams::default().labels(&format!(
+            "{}={},rebound.dev/node={node}",
+            VALIDATION.0, VALIDATION.1
+        )))
+        .await
+        .expect("validation Jobs")
+        .items
+}
+
+/// The running pod of Job `job` (by the Job's uid), on `node`.
+async fn running_pod_of(bed: &Testbed, job: &Job, node: &str) -> Option<Pod> {
+    let uid = job.uid()?;
+    running(bed, &bed.root(), &format!("{CONTROLLER_UID}={uid}"))
+        .await
+        .into_iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+}
+
+/// The Job `name` of uid `uid` in the root namespace, as it is now.
+async fn job_now(bed: &Testbed, name: &str, uid: &str) -> Option<Job> {
+    Api::<Job>::namespaced(bed.client(), &bed.root())
+        .get_opt(name)
+        .await
+        .expect("get the validation Job")
+        .filter(|j| j.uid().as_deref() == Some(uid))
+}
+
+/// The controller's requests on Job `name` (its path) and its creates of
+/// Jobs in the root namespace from `since` on: milliseconds after `since`,
+/// verb and status, for the timings printed.
+fn job_requests(bed: &Testbed, name: &str, since: Instant) -> Vec<(u128, &'static str, u16)> {
+    let root = bed.root();
+    bed.requests()
+        .into_iter()
+        .filter(by_controller)
+        .filter(|r| {
+            r.resource == "jobs"
+                && (r.path.contains(name)
+                    || (r.verb == "create" && r.namespace.as_deref() == Some(root.as_str())))
+        })
+        .filter_map(|r| {
+            Some((
+                r.at.checked_duration_since(since)?.as_millis(),
+                r.verb,
+                r.status,
+            ))
+        })
+        .collect()
+}
+
+/// The reason of the Job's condition `type_` when it is True.
+fn condition(job: &Job, type_: &str) -> Option<String> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| c.reason.clone().unwrap_or_default())
+}
+
+/// The environment of container `container` of the Job's pod template.
+fn env_of(job: &Job, container: &str) -> std::collections::BTreeMap<String, String> {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|s| s.containers.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.name == container)
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
+async fn a_faulty_gpu_returns_to_service_only_after_its_validation_job_succeeds(
+    cp: &'static ControlPlane,
+) {
+    let t = Instant::now();
+    // Two nodes, as above: the breaker's 50% lets one of them lose a GPU.
+    let bed = dra_bed(cp, 2).await;
+    let names = bed.cluster.node_names();
+    let n = names[0].clone();
+    for node in &names {
+        publish_gpus(&bed, node).await;
+    }
+    let (bed, ctl) = ready_bed(bed, &validation_policy()).await;
+    let ns = bed.ns("ml");
+    let root = bed.root();
+    claim_templates(&bed, &ns).await;
+    // The policy is compiled with its validation (a `job` that is not a
+    // JobSpec would make it Ready=False).
+    let policies = Api::<DynamicObject>::namespaced_with(
+        bed.client(),
+        &root,
+        &kube::discovery::ApiResource {
+            group: "rebound.dev".into(),
+            version: "v1alpha1".into(),
+            api_version: "rebound.dev/v1alpha1".into(),
+            kind: "RecoveryPolicy".into(),
+            plural: "recoverypolicies".into(),
+        },
+    );
+    let served = until(&bed, &ns, "the root policy Ready=True", T, || async {
+        let p = policies.get_opt("default").await.ok()??;
+        let ready = p.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")?
+            .clone();
+        assert_ne!(
+            ready["status"], "False",
+            "the root policy with a validation is refused: {ready}"
+        );
+        (ready["status"] == "True").then(|| p.data["spec"]["nodeActions"].clone())
+    })
+    .await;
+    eprintln!("dra validation: the root policy's nodeActions as served: {served}");
+    eprintln!("dra validation: bed, slices, controller in {} ms", ms(t));
+
+    // XID 48 (ResetDevice) on GPU 3: rebound's rule, no cordon.
+    let t = Instant::now();
+    xid_device_condition(&bed, &n, "48", "3").await;
+    let rule = until(
+        &bed,
+        &ns,
+        "rebound's DeviceTaintRule for gpu-3",
+        T,
+        || async { rules_for(&bed, &n, "gpu-3").await.into_iter().next() },
+    )
+    .await;
+    let rule_name = rule.name_any();
+    let rule_uid = rule.uid().expect("the rule's uid");
+    eprintln!("dra validation: rule {rule_name} in {} ms", ms(t));
+    assert_eq!(
+        rule.labels().get(MANAGED_BY.0).map(String::as_str),
+        Some(MANAGED_BY.1),
+        "{rule:?}"
+    );
+    assert!(
+        !cordoned(&node(&bed, &n).await),
+        "device isolation does not cordon the node"
+    );
+    assert!(
+        validation_jobs(&bed, &n).await.is_empty(),
+        "no validation while the fault lasts"
+    );
+    // Nothing holds gpu-3 (no pod asked for it): from here the rule is
+    // the only thing that can keep a pod pinned to it waiting.
+    assert!(!allocated(&bed, &ns, &n, "gpu-3").await, "gpu-3 is free");
+    let the_rule_stays = |when: &'static str| {
+        let (bed, n, ns, rule_uid) = (&bed, &n, &ns, &rule_uid);
+        async move {
+            let rules = rules_for(bed, n, "gpu-3").await;
+            if !rules.iter().any(|r| r.uid().as_deref() == Some(rule_uid)) {
+                panic!(
+                    "the rule for gpu-3 went {when}, before a validation passed; the namespace:{}",
+                    describe(bed, ns).await
+                );
+            }
+        }
+    };
+
+    // The fault clears: rebound runs the validation on the node.
+    let t = Instant::now();
+    let cleared = t;
+    bed.cluster
+        .set_node_condition(
+            &n,
+            rebound::fault::wire::GPU_CONDITION,
+            "False",
+            "Healthy",
+            "",
+        )
+        .await
+        .expect("clear the condition");
+    let job = until(
+        &bed,
+        &ns,
+        "rebound's validation Job for gpu-3",
+        T,
+        || async { validation_jobs(&bed, &n).await.into_iter().next() },
+    )
+    .await;
+    let job_name = job.name_any();
+    let job_uid = job.uid().expect("the Job's uid");
+    eprintln!(
+        "dra validation: Job {root}/{job_name} made {} ms after the fault cleared",
+        ms(t)
+    );
+    assert!(job_name.starts_with("rebound-validate-"), "{job_name}");
+    assert_eq!(
+        job.labels().get(MANAGED_BY.0).map(String::as_str),
+        Some(MANAGED_BY.1),
+        "{:?}",
+        job.labels()
+    );
+    let spec = job.spec.clone().expect("the Job's spec");
+    assert_eq!(spec.backoff_limit, Some(0), "backoffLimit");
+    assert_eq!(
+        spec.active_deadline_seconds,
+        Some(600),
+        "activeDeadlineSeconds: the policy's timeout"
+    );
+    let pod_spec = spec.template.spec.clone().expect("the pod template");
+    assert_eq!(
+        pod_spec.node_name.as_deref(),
+        Some(n.as_str()),
+        "the validation pod is pinned to the node"
+    );
+    assert_eq!(pod_spec.restart_policy.as_deref(), Some("Never"));
+    let env = env_of(&job, DIAG);
+    eprintln!("dra validation: the {DIAG} container's env: {env:?}");
+    let want = [
+        ("REBOUND_DEVICE", "gpu-3".to_string()),
+        ("REBOUND_NODE", n.clone()),
+        ("REBOUND_DRA_DEVICE", format!("{DRIVER}/{n}/gpu-3")),
+        ("REBOUND_FAULT_CODE", "48".to_string()),
+        ("REBOUND_DEVICE_INDEX", "3".to_string()),
+        ("REBOUND_DEVICE_UUID", format!("GPU-{n}-3")),
+        ("REBOUND_DEVICE_PCI", "0000:1b:00.0".to_string()),
+    ];
+    for (k, v) in want {
+        assert_eq!(env.get(k), Some(&v), "{k} in the {DIAG} container: {env:?}");
+    }
+
+    // The real Job controller makes the pod, the simulated kubelet of the
+    // node runs it. While it runs the rule stays, and the scheduler
+    // refuses a pod pinned to gpu-3.
+    let pod = until(
+        &bed,
+        &ns,
+        "the validation pod running on the node",
+        LONG,
+        || running_pod_of(&bed, &job, &n),
+    )
+    .await;
+    eprintln!(
+        "dra validation: pod {} running {} ms after the fault cleared",
+        pod.name_any(),
+        ms(t)
+    );
+    the_rule_stays("while the validation runs").await;
+    gpu_pod(&bed, &ns, "probe-3", &n, &pinned(3)).await;
+    let why = failed_allocation(&bed, &ns, "probe-3").await;
+    assert_eq!(
+        bound_node(&bed, &ns, "probe-3").await,
+        None,
+        "a pod pinned to gpu-3 waits while the validation runs ({why})"
+    );
+    the_rule_stays("while the validation runs").await;
+    eprintln!("dra validation: probe-3 refused while validating: {why}");
+
+    // The validation fails (exit 1; backoffLimit 0): the Job controller
+    // marks the Job Failed, rebound says so once on the node and keeps
+    // the rule.
+    let t = Instant::now();
+    bed.cluster
+        .fail_container(&root, &pod.name_any(), DIAG, 1, "Error")
+        .await
+        .expect("end the validation container with 1");
+    let failed = until(&bed, &ns, "the validation Job Failed", LONG, || async {
+        condition(&job_now(&bed, &job_name, &job_uid).await?, "Failed")
+    })
+    .await;
+    eprintln!(
+        "dra validation: Job Failed ({failed}) {} ms after its container exited 1",
+        ms(t)
+    );
+    let notes = until(
+        &bed,
+        &ns,
+        "rebound's ValidationFailed Event on the node",
+        T,
+        || async {
+            let (count, notes) = said_on_node(&bed, &n, "ValidationFailed").await;
+            (count > 0).then_some(notes)
+        },
+    )
+    .await;
+    eprintln!(
+        "dra validation: ValidationFailed {} ms after the container exited: {notes:?}",
+        ms(t)
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|s| s.contains(&job_name) && s.contains(&rule_name)),
+        "the Event names the Job and the rule: {notes:?}"
+    );
+    // rebound reads a running validation's Job every 5 s.
+    eprintln!(
+        "dra validation: rebound's requests on the Job since the fault cleared (ms, verb, status): {:?}",
+        job_requests(&bed, &job_name, cleared)
+    );
+    the_rule_stays("after the validation failed").await;
+    assert_eq!(
+        bound_node(&bed, &ns, "probe-3").await,
+        None,
+        "a pod pinned to gpu-3 waits after the validation failed"
+    );
+
+    // The Job deleted: rebound runs it again (it reads a failed one every
+    // 30 s); the rule stays all along.
+    let t = Instant::now();
+    Api::<Job>::namespaced(bed.client(), &root)
+        .delete(
+            &job_name,
+            &DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .expect("delete the failed validation Job");
+    let again = until(
+        &bed,
+        &ns,
+        "the validation Job made again",
+        Duration::from_secs(90),
+        || async {
+            the_rule_stays("while the validation was to run again").await;
+            validation_jobs(&bed, &n).await.into_iter().find(|j| {
+                j.name_any() == job_name
+                    && j.uid().as_deref() != Some(job_uid.as_str())
+                    && j.metadata.deletion_timestamp.is_none()
+            })
+        },
+    )
+    .await;
+    let again_uid = again.uid().expect("the new Job's uid");
+    eprintln!(
+        "dra validation: Job {job_name} made again {} ms after the failed one was deleted",
+        ms(t)
+    );
+    // How rebound came to it: its reads of the failed Job (every 30 s)
+    // until one found it gone (404), then the create.
+    eprintln!(
+        "dra validation: rebound's requests on the Job since it was deleted (ms, verb, status): {:?}",
+        job_requests(&bed, &job_name, t)
+    );
+    assert_eq!(
+        env_of(&again, DIAG)
+            .get("REBOUND_DEVICE")
+            .map(String::as_str),
+        Some("gpu-3")
+    );
+    let pod = until(
+        &bed,
+        &ns,
+        "the new validation pod running on the node",
+        LONG,
+        || running_pod_of(&bed, &again, &n),
+    )
+    .await;
+    eprintln!(
+        "dra validation: new pod {} running {} ms after the failed Job was deleted",
+        pod.name_any(),
+        ms(t)
+    );
+    the_rule_stays("while the second validation runs").await;
+    assert_eq!(
+        bound_node(&bed, &ns, "probe-3").await,
+        None,
+        "a pod pinned to gpu-3 waits while the second validation runs"
+    );
+
+    // This one passes (exit 0): only now does the rule go, and gpu-3 is
+    // allocated again.
+    let t = Instant::now();
+    bed.cluster
+        .fail_container(&root, &pod.name_any(), DIAG, 0, "Completed")
+        .await
+        .expect("end the validation container with 0");
+    until(
+        &bed,
+        &ns,
+        "the new validation Job succeeded",
+        LONG,
+        || async {
+            let j = job_now(&bed, &job_name, &again_uid).await?;
+            (j.status?.succeeded.unwrap_or(0) >= 1).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "dra validation: Job succeeded {} ms after its container exited 0",
+        ms(t)
+    );
+    let t2 = Instant::now();
+    until(
+        &bed,
+        &ns,
+        "rebound's DeviceTaintRule for gpu-3 deleted",
+        T,
+        || async { rules_for(&bed, &n, "gpu-3").await.is_empty().then_some(()) },
+    )
+    .await;
+    eprintln!(
+        "dra validation: rule deleted {} ms after the Job succeeded",
+        ms(t2)
+    );
+    let dev = until(&bed, &ns, "the pod pinned to gpu-3 running", LONG, || {
+        pod_gpu(&bed, &ns, "probe-3", &n)
+    })
+    .await;
+    assert_eq!(dev, "gpu-3");
+    eprintln!(
+        "dra validation: gpu-3 allocated again {} ms after the validation passed",
+        ms(t)
+    );
+    let returned = until(
+        &bed,
+        &ns,
+        "rebound's DeviceReturned Event on the node",
+        T,
+        || async {
+            let (count, notes) = said_on_node(&bed, &n, "DeviceReturned").await;
+            (count > 0).then_some(notes)
+        },
+    )
+    .await;
+    eprintln!("dra validation: DeviceReturned: {returned:?}");
+    let (failures, notes) = said_on_node(&bed, &n, "ValidationFailed").await;
+    assert_eq!(failures, 1, "one ValidationFailed Event: {notes:?}");
+    assert!(!cordoned(&node(&bed, &n).await), "never cordoned");
+    ctl.shutdown().await;
+}
+
 dra!(a_hand_made_device_taint_rule_keeps_new_allocations_off_its_gpu);
 dra!(a_faulty_gpu_is_isolated_by_a_device_taint_rule_and_only_its_job_restarts);
+dra!(a_faulty_gpu_returns_to_service_only_after_its_validation_job_succeeds);
