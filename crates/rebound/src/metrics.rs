@@ -90,6 +90,7 @@ pub struct Metrics {
     pub leader: Gauge,
     pub watch_restarts: Family<KindLabels, Counter>,
     pub cordoned_nodes: Gauge,
+    pub isolated_devices: Gauge,
     pub clusterd_writes: Family<VerbLabels, Counter>,
     pub clusterd_errors: Family<VerbLabels, Counter>,
     pub rank_table_writes: Family<StatusLabels, Counter>,
@@ -124,6 +125,7 @@ pub const NAMES: &[&str] = &[
     "rebound_leader",
     "rebound_watch_restarts_total",
     "rebound_cordoned_nodes",
+    "rebound_isolated_devices",
     "rebound_clusterd_view_writes_total",
     "rebound_clusterd_view_errors_total",
     "rebound_rank_table_writes_total",
@@ -277,6 +279,12 @@ impl Metrics {
             "Nodes currently cordoned by rebound",
             cordoned_nodes.clone(),
         );
+        let isolated_devices = Gauge::default();
+        r.register(
+            "rebound_isolated_devices",
+            "Devices currently out of scheduling by rebound's DeviceTaintRules",
+            isolated_devices.clone(),
+        );
         let clusterd_writes = Family::<VerbLabels, Counter>::default();
         r.register(
             "rebound_clusterd_view_writes",
@@ -358,6 +366,7 @@ impl Metrics {
             leader,
             watch_restarts,
             cordoned_nodes,
+            isolated_devices,
             clusterd_writes,
             clusterd_errors,
             rank_table_writes,

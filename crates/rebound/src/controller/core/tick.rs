@@ -93,5 +93,8 @@ impl Core {
         self.metrics
             .breaker_open
             .set(i64::from(self.nodes.held_count() > 0));
+        self.metrics
+            .isolated_devices
+            .set(self.store.dra.rule_count() as i64);
     }
 }

@@ -393,6 +393,11 @@ impl DraIndex {
         out.into_iter().collect()
     }
 
+    /// How many DeviceTaintRules of rebound's there are.
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
     /// rebound's DeviceTaintRules on `node`'s devices, by device.
     pub fn rules_on(&self, node: &str) -> BTreeMap<DeviceRef, RuleInfo> {
         self.rules

@@ -130,11 +130,22 @@ fn with_device_isolation_a_reset_fault_isolates_the_gpu_and_not_the_node() {
     // Decided again (a tick, a relist of the node): not isolated twice.
     b.pass(3);
     assert_eq!(isolations(&b).len(), 1);
+    let gauge = |b: &Bed| {
+        b.core
+            .metrics
+            .encode()
+            .lines()
+            .find(|l| l.starts_with("rebound_isolated_devices "))
+            .map(str::to_string)
+    };
+    assert_eq!(gauge(&b).as_deref(), Some("rebound_isolated_devices 1"));
     // The fault clears: the device returns to scheduling.
     b.m.node_clear("n0");
     b.pump();
     assert_eq!(lifts(&b), 1);
     assert_eq!(b.cordons(), 0);
+    b.pass(1);
+    assert_eq!(gauge(&b).as_deref(), Some("rebound_isolated_devices 0"));
 }
 
 #[test]
