@@ -11,7 +11,7 @@ pub(super) async fn start_controller(env: &SimEnv, args: &SimArgs) -> anyhow::Re
     cargs.burst = (args.qps as u32).max(1) * 2;
     cargs.leader_election = false;
     if args.in_process {
-        return Ok(Ctl::InProcess(bed.start_controller(cargs).await?));
+        return Ok(Ctl::InProcess(Box::new(bed.start_controller(cargs).await?)));
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

@@ -61,7 +61,7 @@ spec:
 enum Ctl {
     /// The process, its pid, and the port of its `/metrics`.
     Child(tokio::process::Child, u32, u16),
-    InProcess(rebound::controller::ControllerHandle),
+    InProcess(Box<rebound::controller::ControllerHandle>),
 }
 
 /// Run a scenario and print the report.
