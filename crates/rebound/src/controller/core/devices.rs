@@ -70,14 +70,18 @@ impl Core {
     /// bound): what waited for them is decided with the node as scope.
     pub(super) fn dra_tick(&mut self, now: Now) {
         let dra = &self.store.dra;
-        let waiting = dra.served.is_some_and(|(c, _)| c)
+        let given_up = dra.listed(false, now.wall) == Listed::Never
+            || dra.listed(true, now.wall) == Listed::Never;
+        if let Some((claims, rules)) = dra.served
+            && given_up
             && !self.nodes.dra_given_up
-            && dra.listed(false, now.wall) == Listed::Never;
-        if waiting {
+        {
             self.nodes.dra_given_up = true;
-            tracing::warn!(
-                "the ResourceSlices or ResourceClaims could not be listed in time: device faults keep their node as scope until they are"
-            );
+            if claims && !(dra.ready() && (!rules || dra.rules_synced)) {
+                tracing::warn!(
+                    "the ResourceSlices, ResourceClaims or DeviceTaintRules could not be listed in time: device faults keep their node as scope until they are"
+                );
+            }
             self.dirty_nodes.extend(self.store.nodes.keys().cloned());
             self.decide_waiting(now);
         }
