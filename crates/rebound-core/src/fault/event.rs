@@ -158,6 +158,7 @@ fn structured(
         .filter(|n| !n.is_empty())
         .or_else(|| involved_node(ev));
     f.device = wf.device.filter(|d| !d.is_empty());
+    f.holders = wf.pods.map(|p| wire::clean_pods(p).into());
     // The reporter's occurrence identity (rebound's agent writes it): the
     // same times and count as the Node condition line of this fault, so
     // the two channels name the same occurrences.

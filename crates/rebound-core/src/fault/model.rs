@@ -38,6 +38,11 @@ pub struct Fault {
     /// conditions, device-plugin ConfigMaps in kube-system, Events in the
     /// root namespace). Only trusted faults may act on nodes.
     pub trusted: bool,
+    /// The pods (`namespace/name`) holding `device` as its reporter saw
+    /// them (the node agent from the kubelet's PodResources API): device
+    /// scope where DRA cannot tell. Read from trusted reporters only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Box<[String]>>,
 }
 
 impl Fault {
@@ -65,6 +70,7 @@ impl Fault {
             last_seen: now,
             count: 1,
             trusted: false,
+            holders: None,
         }
     }
 }

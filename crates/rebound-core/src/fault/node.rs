@@ -108,6 +108,7 @@ pub fn node_faults(node: &Node, watched: &[String], now: DateTime<Utc>) -> Vec<F
                     }
                 };
                 f.device = wf.device;
+                f.holders = wf.pods.map(|p| wire::clean_pods(p).into());
                 out.push(f);
             }
             if out.len() == before {

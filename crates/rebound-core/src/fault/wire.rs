@@ -67,6 +67,28 @@ pub struct WireFault {
     /// pods created after it happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<String>,
+    /// The pods holding `device` when the reporter saw the fault
+    /// (`namespace/name`), where only the node knows (the kubelet's
+    /// PodResources API under device plugins): a trusted reporter's list
+    /// scopes the fault to those pods' jobs (docs/devices.md). At most
+    /// [`MAX_PODS`] are read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<Vec<String>>,
+}
+
+/// The most pods a fault line names ([`WireFault::pods`]); more are not read.
+pub const MAX_PODS: usize = 64;
+
+/// `pods` as readers keep it: names of the form `namespace/name`, at most
+/// [`MAX_PODS`], others dropped.
+pub fn clean_pods(pods: Vec<String>) -> Vec<String> {
+    pods.into_iter()
+        .filter(|p| {
+            p.split_once('/')
+                .is_some_and(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+        })
+        .take(MAX_PODS)
+        .collect()
 }
 
 impl WireFault {
@@ -118,7 +140,7 @@ pub fn format_annotation(fault: &WireFault) -> String {
 }
 
 /// Render a Node condition message: one line per fault,
-/// `source=S code=C [device=D] [at=T] [n=N] [last=T] | free text`, readable in
+/// `source=S code=C [device=D] [at=T] [n=N] [last=T] [pods=NS/P,...] | free text`, readable in
 /// `kubectl describe`.
 pub fn format_condition_message(faults: &[WireFault]) -> String {
     let mut out = String::new();
@@ -144,6 +166,10 @@ pub fn format_condition_message(faults: &[WireFault]) -> String {
         if let Some(t) = &f.last {
             out.push_str(" last=");
             out.push_str(&token(t));
+        }
+        if let Some(p) = f.pods.as_ref().filter(|p| !p.is_empty()) {
+            out.push_str(" pods=");
+            out.push_str(&token(&p.join(",")));
         }
         if let Some(m) = &f.message {
             out.push_str(" | ");
@@ -183,6 +209,9 @@ fn parse_condition_line(line: &str) -> Result<WireFault, WireError> {
                 "node" => f.node = Some(v.to_string()),
                 "at" => f.at = Some(v.to_string()),
                 "last" => f.last = Some(v.to_string()),
+                "pods" => {
+                    f.pods = Some(clean_pods(v.split(',').map(str::to_string).collect()));
+                }
                 // Clamped at the parse: the agent restores its counts from
                 // these lines, and the controller names occurrences by them.
                 "n" => f.count = v.parse::<u64>().ok().map(|n| u64::from(clamp_count(n))),
@@ -213,6 +242,28 @@ fn token(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pods_holding_a_device_round_trip_bounded() {
+        let f = WireFault {
+            source: "NvidiaXid".into(),
+            code: "13".into(),
+            device: Some("3".into()),
+            pods: Some(vec!["team-a/llm-0".into(), "team-b/x-1".into()]),
+            ..Default::default()
+        };
+        let msg = format_condition_message(std::slice::from_ref(&f));
+        assert!(msg.contains(" pods=team-a/llm-0,team-b/x-1"), "{msg}");
+        let back = parse_condition_message(&msg).remove(0).expect("parses");
+        assert_eq!(back, f);
+        let many: Vec<String> = (0..100).map(|i| format!("ns/p{i}")).collect();
+        let line = format!(
+            "source=NvidiaXid code=13 pods={},bad,/x,a/b/c",
+            many.join(",")
+        );
+        let back = parse_condition_message(&line).remove(0).expect("parses");
+        assert_eq!(back.pods.as_ref().map(Vec::len), Some(MAX_PODS));
+    }
 
     #[test]
     fn condition_message_round_trips() {

@@ -91,6 +91,7 @@ impl AgentFault {
             at: None,
             count: None,
             last: None,
+            pods: None,
         }
     }
 }

@@ -196,6 +196,9 @@ impl Core {
         let refs: Vec<JobRef> = match (&occ.scope, device) {
             (Scope::Pod(j), _) => vec![(*self.store.resolve(j)).clone()],
             (_, super::devices::DeviceScope::Device(dev)) => self.jobs_on_device(&dev, since),
+            (_, super::devices::DeviceScope::Pods(pods)) => {
+                self.jobs_of_pods(occ.fault.node.as_deref(), &pods, since)
+            }
             _ => occ
                 .fault
                 .node

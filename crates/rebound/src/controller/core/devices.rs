@@ -34,6 +34,10 @@ use std::collections::BTreeMap;
 pub(super) enum DeviceScope {
     /// That device alone (and the jobs holding it).
     Device(DeviceRef),
+    /// The jobs of these pods (`namespace/name`), which its trusted
+    /// reporter saw holding the device (the node agent, from the kubelet's
+    /// PodResources API, where DRA cannot tell): job levels only.
+    Pods(Box<[String]>),
     /// Its node (and every job on it).
     Node,
     /// Not known yet: decided once the DRA lists are in.
@@ -56,14 +60,45 @@ impl Core {
                 return DeviceScope::Node;
             }
         }
+        // What the node itself reported holding the device, if trusted and
+        // not empty (an empty list may be a lookup that missed: the node).
+        let reported = || {
+            f.holders
+                .clone()
+                .filter(|h| f.trusted && !rules && !h.is_empty())
+                .map(DeviceScope::Pods)
+        };
         match self.store.dra.listed(rules, now.wall) {
-            Listed::Never => DeviceScope::Node,
-            Listed::NotYet => DeviceScope::Wait,
+            Listed::Never => reported().unwrap_or(DeviceScope::Node),
+            Listed::NotYet => reported().unwrap_or(DeviceScope::Wait),
             Listed::Yes => match self.store.dra.resolve(node, device) {
                 Some(d) => DeviceScope::Device(d),
-                None => DeviceScope::Node,
+                None => reported().unwrap_or(DeviceScope::Node),
             },
         }
+    }
+
+    /// The jobs of the live pods `pods` (`namespace/name`) on `node` that
+    /// existed at `since`.
+    pub(super) fn jobs_of_pods(
+        &self,
+        node: Option<&str>,
+        pods: &[String],
+        since: Option<i64>,
+    ) -> Vec<JobRef> {
+        let mut out: BTreeMap<(String, String, String), JobRef> = BTreeMap::new();
+        for (ns, name) in pods.iter().filter_map(|p| p.split_once('/')) {
+            let Some(p) = self.store.pod(ns, name) else {
+                continue;
+            };
+            // A pod the line names on another node is not this fault's.
+            if p.deleting || p.node.as_deref() != node || since.is_some_and(|t| p.created > t) {
+                continue;
+            }
+            out.entry(super::store::job_key(&p.job))
+                .or_insert_with(|| (*p.job).clone());
+        }
+        out.into_values().collect()
     }
 
     /// The DRA lists were given up on (served, not listed within their
@@ -145,7 +180,8 @@ impl Core {
                 // Not known yet: neither the device nor the node is taken
                 // out for it until the lists are in.
                 DeviceScope::Wait => waiting = true,
-                DeviceScope::Node => scoped.push((c, sticky, None)),
+                // (Reported holders scope job levels only, never these.)
+                DeviceScope::Node | DeviceScope::Pods(_) => scoped.push((c, sticky, None)),
             }
         }
         let too_many = wanted.len() > cfg.max_isolated_devices as usize;

@@ -482,3 +482,65 @@ fn a_device_isolation_the_breaker_holds_holds_the_restart_of_its_job() {
     assert!(restarted(&b).contains(&"j0".to_string()));
     assert_eq!(b.cordons(), 1, "j0's node is never cordoned");
 }
+
+#[test]
+fn without_dra_the_pods_the_agent_reports_holding_the_gpu_scope_a_job_level_fault() {
+    // Device plugins, no DRA: the agent names the pods holding GPU 3.
+    let mut b = Bed::on(Model::new(1, 2, 1), None);
+    let (j0_pod, _) = b.pods_of("j0").into_iter().next().expect("j0's pod");
+    b.m.holders.insert(
+        ("n0".into(), "3".into()),
+        vec![format!("{}/{j0_pod}", model::NS)],
+    );
+    b.m.node_fault_on("n0", "13", "3");
+    b.pump();
+    assert_eq!(restarted(&b), ["j0"], "only the job the agent named");
+    // The way back: a reset-level fault keeps the node as its scope (a
+    // device plugin cannot take one GPU out): cordoned, every job.
+    let mut b = Bed::on(Model::new(1, 2, 1), None);
+    let (j0_pod, _) = b.pods_of("j0").into_iter().next().expect("j0's pod");
+    b.m.holders.insert(
+        ("n0".into(), "3".into()),
+        vec![format!("{}/{j0_pod}", model::NS)],
+    );
+    b.m.node_fault_on("n0", "48", "3");
+    b.pump();
+    assert_eq!(b.cordons(), 1);
+    assert_eq!(restarted(&b), ["j0", "j1"]);
+    // An empty list (a lookup that found nothing) is not trusted to mean
+    // "no job": the node's jobs.
+    let mut b = Bed::on(Model::new(1, 2, 1), None);
+    b.m.holders.insert(("n0".into(), "3".into()), Vec::new());
+    b.m.node_fault_on("n0", "13", "3");
+    b.pump();
+    assert_eq!(restarted(&b), ["j0", "j1"]);
+}
+
+#[test]
+fn a_tenant_event_naming_pods_does_not_scope_anything() {
+    // The holders of an untrusted fault are never read: a tenant's Event
+    // naming another tenant's pod restarts only its own namespace's jobs,
+    // as every tenant fault does (trust.rs); here it has none.
+    let mut f = crate::fault::Fault::new(
+        crate::fault::FaultSource::NvidiaXid,
+        "13",
+        chrono::Utc::now(),
+    );
+    f.node = Some("n0".into());
+    f.device = Some("3".into());
+    f.holders = Some(vec!["ml/j0-5".to_string()].into_boxed_slice());
+    f.trusted = false;
+    let b = Bed::on(Model::new(1, 2, 1), None);
+    let scope = b
+        .core
+        .device_scope(&f, crate::fault::Level::RestartJob, b.m.now());
+    assert_eq!(scope, super::super::devices::DeviceScope::Node);
+    f.trusted = true;
+    let scope = b
+        .core
+        .device_scope(&f, crate::fault::Level::RestartJob, b.m.now());
+    assert!(
+        matches!(scope, super::super::devices::DeviceScope::Pods(_)),
+        "{scope:?}"
+    );
+}

@@ -112,6 +112,8 @@ pub struct Model {
     pub not_ready: std::collections::BTreeSet<String>,
     /// When each node's Ready condition last changed.
     pub ready_changed: BTreeMap<String, String>,
+    /// The pods the agent reports holding a node's GPU (by node, device).
+    pub holders: BTreeMap<(String, String), Vec<String>>,
     /// What a validation Job's read answers (`Running`, `Succeeded`,
     /// `Failed: …`; empty: the Job is gone).
     pub validation: String,
@@ -146,6 +148,7 @@ impl Model {
             not_ready: Default::default(),
             ready_changed: BTreeMap::new(),
             validation: "Running".into(),
+            holders: BTreeMap::new(),
         };
         for i in 0..nodes {
             let name = format!("n{i}");
@@ -400,6 +403,7 @@ impl Model {
                     at: DateTime::from_timestamp_millis(*at).map(wire::format_at),
                     count: Some(u64::from(*n)),
                     last,
+                    pods: self.holders.get(&(name.to_string(), device.clone())).cloned(),
                     ..Default::default()
                 }
             })
