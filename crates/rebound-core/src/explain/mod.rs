@@ -200,7 +200,7 @@ pub fn note_device_scope(engine: &Engine, d: &mut Decision) {
     }
     for j in &mut d.jobs {
         j.reasons.push(format!(
-            "device scope: where GPUs are allocated through DRA, only jobs whose pods' ResourceClaims hold device {device} are restarted"
+            "device scope: where GPUs are allocated through DRA, only jobs whose pods' ResourceClaims hold device {device} are restarted (with device plugins, the jobs of the pods the node agent reports holding it)"
         ));
     }
 }
