@@ -235,8 +235,8 @@ fn agent_daemonset_reads_only_the_kernel_log() {
         .collect();
     assert_eq!(
         hp,
-        ["/dev/kmsg"],
-        "the agent mounts only /dev/kmsg from the host"
+        ["/dev/kmsg", "/var/lib/kubelet/pod-resources"],
+        "the agent mounts only /dev/kmsg and the kubelet's PodResources socket directory from the host"
     );
     let terms = serde_json::to_string(&pod["affinity"]["nodeAffinity"]).unwrap();
     assert!(
@@ -265,12 +265,13 @@ fn agent_daemonset_reads_only_the_kernel_log() {
     ] {
         assert!(t.contains(line), "chart daemonset lacks `{line}`");
     }
-    // /dev/kmsg, and the driver's library directory only when
-    // agent.nvml.hostLibDir asks for it (read-only like every mount, above).
+    // /dev/kmsg, the kubelet's PodResources socket directory, and the
+    // driver's library directory only when agent.nvml.hostLibDir asks for
+    // it (read-only like every mount, above).
     assert_eq!(
         t.matches("hostPath:").count(),
-        2,
-        "chart agent: /dev/kmsg and the optional driver library directory"
+        3,
+        "chart agent: /dev/kmsg, the PodResources socket directory and the optional driver library directory"
     );
     assert!(
         t.contains("{{- with .Values.agent.nvml.hostLibDir }}\n      - name: driver-lib"),

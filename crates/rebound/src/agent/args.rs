@@ -89,6 +89,15 @@ pub struct AgentArgs {
     )]
     pub nvidia_proc_dir: PathBuf,
 
+    /// The kubelet's PodResources socket, asked which pods hold a GPU a
+    /// fault names (device plugins); empty: do not ask.
+    #[arg(
+        long,
+        env = "REBOUND_POD_RESOURCES_SOCKET",
+        default_value = super::pod_resources::DEFAULT_SOCKET
+    )]
+    pub pod_resources_socket: PathBuf,
+
     /// Run `dcgmi diag` periodically (a node without `dcgmi` logs it once).
     #[arg(long, env = "REBOUND_DCGM", default_value_t = true, action = ArgAction::Set)]
     pub dcgm: bool,

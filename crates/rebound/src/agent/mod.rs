@@ -4,7 +4,8 @@
 //! Sources (`kmsg`, `nvml`, `dcgm`, `npusmi`) produce [`fault::AgentFault`]s;
 //! `supervise` keeps them running (restarts with `backoff`), `health` says
 //! how each fares on `/healthz`; `state` folds repeats and applies the quiet
-//! period; `report` writes Node conditions and Events; `run` wires them.
+//! period; `pod_resources` asks the kubelet which pods hold a faulty GPU;
+//! `report` writes Node conditions and Events; `run` wires them.
 //! See `docs/agent.md`.
 
 pub mod args;
@@ -19,6 +20,7 @@ pub mod metrics;
 pub mod npusmi;
 pub mod nvml;
 pub mod pci;
+pub mod pod_resources;
 pub mod report;
 pub mod run;
 pub mod sources;

@@ -14,6 +14,7 @@ use super::fault::SourceEvent;
 use super::health::Health;
 use super::metrics::Metrics;
 use super::pci::DeviceMap;
+use super::pod_resources::PodResolver;
 use super::report::KubeReporter;
 use super::sources::{DcgmExporterSource, DcgmSource, KmsgSource, NpuSmiSource, boot_time};
 use super::state::{FoldState, Observed};
@@ -43,6 +44,22 @@ pub fn device_map(args: &AgentArgs) -> anyhow::Result<DeviceMap> {
         }
     }
     Ok(map)
+}
+
+/// Who asks the kubelet which pods hold a faulty GPU; `None` when
+/// `--pod-resources-socket` is empty.
+fn pod_resolver(args: &AgentArgs) -> Option<PodResolver> {
+    if args.pod_resources_socket.as_os_str().is_empty() {
+        return None;
+    }
+    // The kernel-log source fails on a bad map itself; here a GPU without
+    // a mapped index is matched by its proc order.
+    let map = device_map(args).unwrap_or_default();
+    Some(PodResolver::new(
+        args.pod_resources_socket.clone(),
+        args.nvidia_proc_dir.clone(),
+        map,
+    ))
 }
 
 fn dcgm_source(args: &AgentArgs) -> DcgmSource {
@@ -180,11 +197,12 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
         }
     };
 
+    let mut pods = pod_resolver(&args);
     if args.once {
         for ev in collect_once(&args).await? {
             handle(ev, &mut state, &obs);
         }
-        flush(&mut state, &mut sink, &args, &node, metrics).await;
+        flush(&mut state, &mut sink, &args, &node, metrics, pods.as_mut()).await;
         return Ok(());
     }
 
@@ -206,12 +224,12 @@ pub async fn run_with_client(args: AgentArgs, client: Option<kube::Client>) -> a
                         handle(more, &mut state, &obs);
                     }
                     if new {
-                        flush(&mut state, &mut sink, &args, &node, metrics).await;
+                        flush(&mut state, &mut sink, &args, &node, metrics, pods.as_mut()).await;
                     }
                 }
                 None => sources_open = false,
             },
-            _ = ticker.tick() => flush(&mut state, &mut sink, &args, &node, metrics).await,
+            _ = ticker.tick() => flush(&mut state, &mut sink, &args, &node, metrics, pods.as_mut()).await,
             _ = shutdown() => {
                 tracing::info!("stopping");
                 return Ok(());

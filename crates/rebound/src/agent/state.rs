@@ -80,6 +80,12 @@ pub struct Folded {
     /// Insertion order: ties of `first_seen` (a batch read at once, faults
     /// restored from a condition message) keep the order they came in.
     pub seq: u64,
+    /// The pods holding the device when the fault was first reported (the
+    /// kubelet's PodResources API, `pods=` on the line); `None`: not known.
+    pub pods: Option<Vec<String>>,
+    /// Whether `pods` was looked up (or restored): once per fault, so its
+    /// line does not change after the controller read it.
+    pub pods_resolved: bool,
 }
 
 impl Folded {
@@ -89,6 +95,7 @@ impl Folded {
         let mut w = self.fault.to_wire(node);
         w.at = Some(crate::fault::wire::format_at(self.first_seen.into()));
         w.count = Some(self.count);
+        w.pods = self.pods.clone().filter(|p| !p.is_empty());
         // A repeat's own time, for readers that see the count late.
         w.last = self
             .repeat_at
@@ -262,6 +269,8 @@ impl FoldState {
                 sticky,
                 event: EventState::Pending,
                 seq,
+                pods: None,
+                pods_resolved: false,
             },
         );
         Observed::New
@@ -303,8 +312,48 @@ impl FoldState {
                 sticky,
                 event: EventState::Restored,
                 seq,
+                pods: None,
+                pods_resolved: true,
             },
         );
+    }
+
+    /// Set the pods of a restored fault (the `pods=` its line carried).
+    pub fn restore_pods(&mut self, key: &FaultKey, pods: Option<Vec<String>>) {
+        if let Some(e) = self.entries.get_mut(key)
+            && e.event == EventState::Restored
+        {
+            e.pods = pods;
+            e.pods_resolved = true;
+        }
+    }
+
+    /// Devices of active GPU faults whose holders were not looked up yet
+    /// (sorted, distinct).
+    pub fn unresolved_gpu_devices(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .entries
+            .values()
+            .filter(|e| e.fault.family == Accelerator::Gpu && !e.pods_resolved)
+            .filter_map(|e| e.fault.device.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Look up the holders of every GPU fault naming a device not looked up
+    /// yet, with `holders(device)`; each fault is looked up once.
+    pub fn resolve_pods(&mut self, mut holders: impl FnMut(&str) -> Option<Vec<String>>) {
+        for e in self.entries.values_mut() {
+            if e.fault.family != Accelerator::Gpu || e.pods_resolved {
+                continue;
+            }
+            if let Some(d) = &e.fault.device {
+                e.pods = holders(d);
+                e.pods_resolved = true;
+            }
+        }
     }
 
     fn bump(&mut self) -> u64 {

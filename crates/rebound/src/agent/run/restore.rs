@@ -10,7 +10,7 @@ use super::super::fault::{
 use super::super::npusmi::REASON_NPU;
 use super::super::nvml::REASON_NVML;
 use super::super::report::{ExistingCondition, timestamp};
-use super::super::state::FoldState;
+use super::super::state::{FaultKey, FoldState};
 use super::super::xid::{REASON_SXID, REASON_XID};
 use crate::fault::wire::WireFault;
 
@@ -84,7 +84,10 @@ pub fn restore(
                     .map(SystemTime::from)
                     .map(|t| t + std::time::Duration::from_secs(1));
                 let repeat = w.last_time().map(SystemTime::from);
+                let key = FaultKey::of(&f);
                 state.restore(f, first, w.count.unwrap_or(1), repeat, written, now);
+                // The holders the line named stay its holders.
+                state.restore_pods(&key, w.pods.clone());
             }
         }
     }

@@ -7,9 +7,14 @@ use std::time::SystemTime;
 use super::super::args::AgentArgs;
 use super::super::fault::Accelerator;
 use super::super::metrics::Metrics;
+use super::super::pod_resources::PodResolver;
 use super::super::report::{KubeReporter, build_event};
 use super::super::state::{DesiredCondition, EventDue, FoldState};
 use super::dry_run::ConditionView;
+
+/// The `source` label of the PodResources API's errors
+/// (`rebound_agent_source_errors_total`).
+pub(super) const POD_RESOURCES_SOURCE: &str = "pod_resources";
 
 /// Where reports go: the cluster, or stdout (`--dry-run`).
 pub(super) enum Sink {
@@ -128,10 +133,18 @@ pub(super) async fn flush(
     args: &AgentArgs,
     node: &str,
     metrics: &Metrics,
+    pods: Option<&mut PodResolver>,
 ) {
     let now = SystemTime::now();
     for gone in state.expire(now) {
         tracing::info!(source = gone.fault.source, code = %gone.fault.code, device = ?gone.fault.device, "fault cleared after quiet period");
+    }
+    // Who holds the devices of new GPU faults: one List for all of them,
+    // before their first line is written; best effort (logged by resolve).
+    if let Some(r) = pods
+        && r.resolve(state).await.is_err()
+    {
+        metrics.source_error(POD_RESOURCES_SOURCE);
     }
     for family in Accelerator::ALL {
         let c = state.condition(family, node);

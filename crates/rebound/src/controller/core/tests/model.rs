@@ -403,7 +403,10 @@ impl Model {
                     at: DateTime::from_timestamp_millis(*at).map(wire::format_at),
                     count: Some(u64::from(*n)),
                     last,
-                    pods: self.holders.get(&(name.to_string(), device.clone())).cloned(),
+                    pods: self
+                        .holders
+                        .get(&(name.to_string(), device.clone()))
+                        .cloned(),
                     ..Default::default()
                 }
             })
