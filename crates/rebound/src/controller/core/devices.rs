@@ -101,6 +101,43 @@ impl Core {
         out.into_values().collect()
     }
 
+    /// Why a fault on one device cordons its node although the root policy
+    /// asks for `isolation: Device` (said in the cordon's Event), if so.
+    pub(super) fn device_fallback(
+        &self,
+        f: &Fault,
+        sticky: bool,
+        cfg: &crate::policy::NodeConfig,
+        now: Now,
+    ) -> Option<String> {
+        if cfg.isolation != Isolation::Device {
+            return None;
+        }
+        let device = f.device.as_deref()?;
+        let node = f.node.as_deref()?;
+        let why = if sticky {
+            "the fault came in an Event, which sends no clear signal".to_string()
+        } else {
+            match self.store.dra.served {
+                Some((false, _)) | None => {
+                    "the API server serves no ResourceSlices and ResourceClaims (no DRA)".into()
+                }
+                Some((true, false)) => "the API server serves no DeviceTaintRules (Kubernetes 1.36 needs resource.k8s.io/v1beta2 and the DRADeviceTaintRules gate)".into(),
+                Some((true, true)) => match self.store.dra.listed(true, now.wall) {
+                    Listed::Yes => match self.store.dra.resolve(node, device) {
+                        None => format!("no ResourceSlice of the node publishes device {device}"),
+                        Some(_) => format!(
+                            "more than maxIsolatedDevices ({}) of its devices are faulty",
+                            cfg.max_isolated_devices
+                        ),
+                    },
+                    _ => "the DRA objects could not be listed".into(),
+                },
+            }
+        };
+        Some(format!("isolation: Device fell back to the node: {why}"))
+    }
+
     /// The DRA lists were given up on (served, not listed within their
     /// bound): what waited for them is decided with the node as scope.
     pub(super) fn dra_tick(&mut self, now: Now) {

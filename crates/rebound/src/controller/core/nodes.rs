@@ -336,12 +336,16 @@ impl Core {
                     NodeAction::Taint { key } => Some(key.clone()),
                     _ => None,
                 });
+                let mut reasons = d.reasons.clone();
+                if let Some(why) = self.device_fallback(&c.fault, sticky, &cfg, now) {
+                    reasons.push(why);
+                }
                 let note = format!(
                     "Cordoned{} at level {} after {}: {}",
                     if taint.is_some() { " and tainted" } else { "" },
                     c.level,
                     describe(&c.fault),
-                    d.reasons.join("; ")
+                    reasons.join("; ")
                 );
                 self.nodes.held.remove(name);
                 self.nodes.announced.remove(name);

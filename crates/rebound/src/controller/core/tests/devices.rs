@@ -172,6 +172,45 @@ fn a_node_losing_more_devices_than_allowed_is_cordoned_instead() {
     b.m.node_fault_on("n0", "48", "5");
     b.pump();
     assert_eq!(b.cordons(), 1, "a second one takes the node out");
+    assert!(
+        cordon_notes(&b).iter().any(|n| n
+            .contains("isolation: Device fell back to the node: more than maxIsolatedDevices (1)")),
+        "{:?}",
+        cordon_notes(&b)
+    );
+}
+
+/// The notes of the node Events saying a node was cordoned or tainted.
+fn cordon_notes(b: &Bed) -> Vec<String> {
+    b.log
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EffectKind::Event { notice, .. }
+                if notice.reason == "NodeCordoned" || notice.reason == "NodeTainted" =>
+            {
+                Some(notice.note.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn without_dra_device_isolation_cordons_the_node_and_says_why() {
+    let mut spec = model::default_policy_spec();
+    spec["nodeActions"]["isolation"] = json!("Device");
+    let mut b = Bed::on(Model::new(1, 2, 1), Some(spec));
+    b.m.node_fault_on("n0", "48", "3");
+    b.pump();
+    assert_eq!(b.cordons(), 1);
+    assert!(isolations(&b).is_empty());
+    assert!(
+        cordon_notes(&b).iter().any(|n| n.contains(
+            "isolation: Device fell back to the node: the API server serves no ResourceSlices"
+        )),
+        "{:?}",
+        cordon_notes(&b)
+    );
 }
 
 #[test]
