@@ -12,9 +12,9 @@ pub use classification::{
 };
 pub use conditions::Condition;
 pub use policy::{
-    GradedEscalation, HangDetection, Isolation, NodeActions, PolicyAction, PreserveLogs,
-    RecoveryPolicy, RecoveryPolicySpec, RecoveryPolicyStatus, RecoveryTier, RestartBudget,
-    RestartSpec, RetryLimitAction, WorkloadKind, WorkloadSelector,
+    DeviceScope, GradedEscalation, HangDetection, Isolation, NodeActions, PolicyAction,
+    PreserveLogs, RecoveryPolicy, RecoveryPolicySpec, RecoveryPolicyStatus, RecoveryTier,
+    RestartBudget, RestartSpec, RetryLimitAction, Validation, WorkloadKind, WorkloadSelector,
 };
 
 use kube::CustomResourceExt;

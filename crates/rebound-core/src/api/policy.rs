@@ -78,6 +78,23 @@ pub struct RecoveryPolicySpec {
     /// recreate every pod), and the bounds of a restart in progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartSpec>,
+    /// Which of this policy's jobs a fault on one device (a GPU) restarts,
+    /// where rebound can tell which pods hold it (DRA, or the node agent
+    /// reading the kubelet): `Device` (default), only the jobs holding it;
+    /// `Node`, every job of this policy with a pod on the device's node,
+    /// as for a fault of the node. docs/devices.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_scope: Option<DeviceScope>,
+}
+
+/// Which jobs a fault on one device concerns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DeviceScope {
+    /// The jobs whose pods hold the device.
+    #[default]
+    Device,
+    /// Every job with a pod on the device's node.
+    Node,
 }
 
 /// How restarts are carried out (docs/in-place.md).

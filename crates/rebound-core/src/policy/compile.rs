@@ -176,6 +176,8 @@ pub struct CompiledPolicy {
     pub node: Option<NodeConfig>,
     /// `spec.restart`, compiled.
     pub restart: RestartConfig,
+    /// `spec.deviceScope`.
+    pub device_scope: crate::api::DeviceScope,
     /// The measured CEL time of the policy's namespace (set by the
     /// [`super::PolicySet`] it is in; none for the root namespace).
     pub cel_meter: super::cel_meter::MeterRef,
@@ -365,6 +367,7 @@ impl CompiledPolicy {
         };
         Ok(CompiledPolicy {
             restart,
+            device_scope: s.device_scope.unwrap_or_default(),
             namespace: p.namespace().unwrap_or_default(),
             name: p.name_any(),
             generation: p.metadata.generation,

@@ -193,7 +193,11 @@ impl Core {
             self.ledger.set(id, c.level, Fate::Pending { until: None });
             return;
         }
-        let refs: Vec<JobRef> = match (&occ.scope, device) {
+        let device_scoped = matches!(
+            device,
+            super::devices::DeviceScope::Device(_) | super::devices::DeviceScope::Pods(_)
+        );
+        let mut refs: Vec<JobRef> = match (&occ.scope, device) {
             (Scope::Pod(j), _) => vec![(*self.store.resolve(j)).clone()],
             (_, super::devices::DeviceScope::Device(dev)) => self.jobs_on_device(&dev, since),
             (_, super::devices::DeviceScope::Pods(pods)) => {
@@ -205,10 +209,26 @@ impl Core {
                 .as_deref()
                 .map(|n| self.store.jobs_on_node(n, since))
                 .unwrap_or_default(),
+        };
+        if device_scoped && let Some(n) = occ.fault.node.as_deref() {
+            // Jobs whose policy takes a device's fault for its node's.
+            for r in self.store.jobs_on_node(n, since) {
+                let key = job_key(&r);
+                if refs.iter().any(|x| job_key(x) == key) {
+                    continue;
+                }
+                let node_scope = self
+                    .policy_of(&key)
+                    .is_some_and(|p| p.device_scope == crate::api::DeviceScope::Node);
+                if node_scope {
+                    refs.push(r);
+                }
+            }
         }
-        .into_iter()
-        .filter(|r| domain.may_touch(&r.namespace))
-        .collect();
+        let refs: Vec<JobRef> = refs
+            .into_iter()
+            .filter(|r| domain.may_touch(&r.namespace))
+            .collect();
         // A new term restarts no job before it has read the records of
         // its kind afresh (an earlier term may have restarted it).
         if refs.iter().any(|r| self.waits_for_records(r.kind, now)) {

@@ -583,3 +583,19 @@ fn a_tenant_event_naming_pods_does_not_scope_anything() {
         "{scope:?}"
     );
 }
+
+#[test]
+fn a_policy_with_device_scope_node_takes_a_gpus_fault_for_its_nodes() {
+    let mut spec = model::default_policy_spec();
+    spec["deviceScope"] = json!("Node");
+    let mut b = Bed::on(Model::new(1, 2, 1), Some(spec));
+    let ins = dra_inputs(&b);
+    b.feed(ins);
+    b.m.node_fault_on("n0", "13", "3");
+    b.pump();
+    assert_eq!(
+        restarted(&b),
+        ["j0", "j1"],
+        "every job of the policy on the node"
+    );
+}
