@@ -167,11 +167,6 @@ pub fn explain_on(
     engine.decide(fault, target.as_ref(), node.as_ref(), &jobs, now)
 }
 
-/// What the in-place tiers of the chosen policy depend on, added to the
-/// reasons of each job restart: the job's wiring (`wiring`: `template`,
-/// `admission` or `none`, as `--wiring` says; unsaid, what in place needs).
-/// The controller says the same in its decisions and `JobRestarted` Events,
-/// from the pods it sees; offline there are no pods, so the user says.
 /// What a fault on one device does on a DRA cluster, which explain
 /// (offline, no ResourceSlices or ResourceClaims) cannot decide itself:
 /// said on the node's and the jobs' decisions (docs/devices.md).
@@ -205,6 +200,11 @@ pub fn note_device_scope(engine: &Engine, d: &mut Decision) {
     }
 }
 
+/// What the in-place tiers of the chosen policy depend on, added to the
+/// reasons of each job restart: the job's wiring (`wiring`: `template`,
+/// `admission` or `none`, as `--wiring` says; unsaid, what in place needs).
+/// The controller says the same in its decisions and `JobRestarted` Events,
+/// from the pods it sees; offline there are no pods, so the user says.
 pub fn note_wiring(engine: &Engine, d: &mut Decision, wiring: Option<&str>) {
     use crate::api::RecoveryTier;
     use crate::policy::JobAction;
