@@ -49,6 +49,7 @@ mod endings;
 mod event_series;
 mod external;
 mod hang;
+mod held_cordon_real;
 mod install;
 mod jobs;
 mod nodes;

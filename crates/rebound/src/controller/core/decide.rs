@@ -455,6 +455,10 @@ impl Core {
             }
             None => return Fate::Skipped("ActionNone"),
         };
+        if self.separation_pending(&occ.fault, decision.level) {
+            self.metrics.decision(action, "SeparationPending");
+            return Fate::Pending { until: None };
+        }
         if let Some(skip) = self
             .cordon_held_skip(&occ.fault, decision.level, &mut reasons)
             .or_else(|| self.final_exit_skip(&key, &occ.fault, &cfg, &mut reasons))

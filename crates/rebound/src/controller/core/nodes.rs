@@ -80,6 +80,9 @@ pub struct NodeBook {
     pub(super) dra_given_up: bool,
     /// Nodes whose device isolation the breaker holds back.
     pub(super) device_held: HashSet<String>,
+    /// Nodes whose last separation request (cordon, device isolation)
+    /// failed and is to be tried again.
+    separation_failed: HashSet<String>,
 }
 
 impl NodeBook {
@@ -93,6 +96,17 @@ impl NodeBook {
     pub fn raise_level(&mut self, node: &str, level: Level) {
         let l = self.levels.entry(node.to_string()).or_insert(level);
         *l = (*l).max(level);
+    }
+
+    /// Whether a separation of `node` (its cordon, or a device's
+    /// isolation) is under way: sent and not answered, or failed and to be
+    /// tried again. Restarts wait for it (plan.rs).
+    pub fn separation_pending(&self, node: &str) -> bool {
+        match self.inflight.get(node) {
+            Some(InFlight::Cordon { .. } | InFlight::Isolate { .. }) => true,
+            Some(_) => false,
+            None => self.separation_failed.contains(node),
+        }
     }
 
     /// Whether the breaker holds a separation of `node` back.
@@ -152,6 +166,7 @@ impl NodeBook {
         self.too_many_devices.remove(node);
         self.isolating.remove(node);
         self.device_held.remove(node);
+        self.separation_failed.remove(node);
         self.noted_devices.retain(|(n, _)| n != node);
         self.inflight.remove(node);
         self.held.remove(node);
@@ -209,7 +224,12 @@ impl Core {
                 self.store.nodes.get(n).and_then(|x| x.separated_at),
                 isolated.get(n).copied().flatten(),
             ];
-            if shown.into_iter().flatten().any(|s| s >= *t) {
+            // Shown at the precision the cluster keeps (the annotation to
+            // the millisecond, a rule's creation to the second): a second's
+            // slack, so that a cordon that landed in the same instant as
+            // it was sent is not counted again at its landing bound.
+            let slack = chrono::Duration::seconds(1);
+            if shown.into_iter().flatten().any(|s| s + slack >= *t) {
                 continue;
             }
             keep(n, t.checked_add_signed(landing).unwrap_or(*t));
@@ -475,6 +495,16 @@ impl Core {
         let Some(what) = self.nodes.inflight.remove(name) else {
             return;
         };
+        let separation = matches!(what, InFlight::Cordon { .. } | InFlight::Isolate { .. });
+        match &outcome {
+            Outcome::Failed(_) if separation => {
+                self.nodes.separation_failed.insert(name.to_string());
+            }
+            Outcome::Ok(_) | Outcome::Gone(_) => {
+                self.nodes.separation_failed.remove(name);
+            }
+            _ => {}
+        }
         match outcome {
             Outcome::Ok(_) if matches!(what, InFlight::Isolate { .. } | InFlight::Lift { .. }) => {
                 self.nodes.retry_at.remove(name);
@@ -552,6 +582,11 @@ impl Core {
             }
         }
         self.dirty_nodes.insert(name.to_string());
+        // Restarts that waited for this separation go on now (or wait for
+        // its retry).
+        for id in self.ledger.due(now.wall) {
+            self.decide_current(id, now);
+        }
     }
 
     /// Write an Event about a node.

@@ -118,6 +118,22 @@ impl Core {
         (Tier::Recreate, join(why))
     }
 
+    /// Whether the restart for a trusted fault of `level` waits for its
+    /// node's separation (the cordon, or the device's isolation) to be
+    /// made: sent in this step and not answered yet, or failed and to be
+    /// tried again. A restart sent beside its cordon can have its new pods
+    /// bound to the node before the cordon lands, and after a failed cordon
+    /// they would stay there. Silent: a request's round trip, or a retry;
+    /// the node's answer decides it again at once.
+    pub(super) fn separation_pending(&self, fault: &crate::fault::Fault, level: Level) -> bool {
+        fault.trusted
+            && level.cordons_node()
+            && fault
+                .node
+                .as_deref()
+                .is_some_and(|n| self.nodes.separation_pending(n))
+    }
+
     /// Whether the restart must wait for its fault's node to be cordoned:
     /// a trusted fault at a cordoning level whose cordon the circuit
     /// breaker holds back. Restarted now, the job's new pods could be put

@@ -93,18 +93,32 @@ fn failed_cordons_and_restarts_are_retried_until_they_succeed() {
     b.m.node_fault("n1", "79");
     let ins = b.m.deliver(Kind::Nodes, 100);
     b.feed(ins);
-    // Every action fails once.
+    // The cordon first; the restart waits for it (its new pods must not
+    // be put on the node before it is cordoned).
     let first = std::mem::take(&mut b.queue);
     assert!(
         first
             .iter()
             .any(|e| matches!(e.kind, EffectKind::Cordon { .. }))
     );
+    assert!(
+        !first
+            .iter()
+            .any(|e| matches!(e.kind, EffectKind::RestartJob { .. })),
+        "no restart beside the cordon"
+    );
+    // Every action fails once: the cordon, then the restart.
     for e in first {
         b.feed(vec![Input::Done(e.id, Outcome::Failed("500".into()))]);
     }
-    b.pass(40);
+    assert_eq!(b.restarts(), 0, "nor after it failed, before it is retried");
+    b.refuse = |k| matches!(k, EffectKind::RestartJob { .. });
+    b.pass(20);
     assert!(b.cordons() >= 2, "the cordon was retried");
+    assert_eq!(b.m.nodes["n1"]["spec"]["unschedulable"], json!(true));
+    assert!(b.restarts() >= 1, "restarted once cordoned (refused)");
+    b.refuse = |_| false;
+    b.pass(40);
     assert!(b.restarts() >= 2, "the restart was retried");
     assert_eq!(b.m.nodes["n1"]["spec"]["unschedulable"], json!(true));
     // The job's operator makes its pods anew; then the recovery ends (its
