@@ -31,10 +31,8 @@ use super::*;
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 use kube::api::PostParams;
-use rebound_sim::cluster::{Operators, SharedCluster};
-use rebound_sim::envtest::{
-    ControlPlane, ControlPlaneConfig, real_server_required, resolve_scheduler,
-};
+use rebound_sim::cluster::SharedCluster;
+use rebound_sim::envtest::{ControlPlane, ControlPlaneConfig, resolve_scheduler};
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 
@@ -83,78 +81,15 @@ fn plane_config() -> Result<ControlPlaneConfig, String> {
     Ok(cfg)
 }
 
-/// This module's control plane, started once per test process on a
-/// keeper thread (its processes die with the test binary); `None` (with
-/// the reason printed) when the binaries are missing, a panic when they
-/// are missing and `REBOUND_REQUIRE_REAL_SERVER=1`, or when it fails to
-/// start.
+/// This module's control plane (see [`super::own_plane`]).
 async fn plane_or_skip(test: &str) -> Option<&'static ControlPlane> {
     static CP: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
-    let cfg = match plane_config() {
-        Ok(cfg) => cfg,
-        Err(why) if real_server_required() => panic!(
-            "{test}: no real control plane with kube-scheduler: {why} ({} is set)",
-            rebound_sim::envtest::REQUIRE_ENV
-        ),
-        Err(why) => {
-            eprintln!("SKIPPED on the real server: {test}: {why}");
-            return None;
-        }
-    };
-    let started = tokio::task::spawn_blocking(move || {
-        CP.get_or_init(|| {
-            let t = Instant::now();
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::Builder::new()
-                .name("held-cordon-envtest".into())
-                .spawn(move || {
-                    let r = ControlPlane::start(&cfg).map_err(|e| e.to_string());
-                    let ok = r.is_ok();
-                    let _ = tx.send(r);
-                    if ok {
-                        loop {
-                            std::thread::park();
-                        }
-                    }
-                })
-                .expect("keeper thread");
-            let r = rx
-                .recv()
-                .unwrap_or_else(|_| Err("keeper thread died".into()));
-            eprintln!(
-                "held_cordon_real: control plane with kube-scheduler started in {:?}",
-                t.elapsed()
-            );
-            r
-        })
-        .as_ref()
-    })
-    .await
-    .expect("control plane start");
-    match started {
-        Ok(cp) => Some(cp),
-        Err(e) => panic!("{test}: the control plane with kube-scheduler did not start: {e}"),
-    }
+    super::own_plane::plane_or_skip(test, "with kube-scheduler", &CP, plane_config).await
 }
 
-/// A bed of `nodes` fake nodes on the control plane, no job operator
-/// simulated (the batch Jobs are kube-controller-manager's).
+/// A bed of `nodes` fake nodes on the control plane.
 async fn plane_bed(cp: &ControlPlane, nodes: usize) -> Testbed {
-    init_logs();
-    let upstream = cp.client_config().await.expect("client config");
-    let cfg = SimConfig {
-        nodes,
-        operators: Operators {
-            kubeflow: false,
-            volcano: false,
-            jobset: false,
-            batch: false,
-        },
-        ..SimConfig::default()
-    };
-    Testbed::connect_config(upstream, cfg)
-        .await
-        .expect("test bed")
+    super::own_plane::bed_on(cp, nodes).await
 }
 
 /// The root policy of [`BASE`] with a breaker of one separation per

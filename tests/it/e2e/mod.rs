@@ -55,6 +55,7 @@ mod jobs;
 mod nodes;
 mod operator_restarts;
 mod operators;
+mod own_plane;
 mod policies;
 mod proxy;
 mod rbac;
