@@ -149,7 +149,7 @@ pub const API_VERBS: [&str; 4] = ["delete", "patch", "patch_status", "action"];
 pub const PARSE_KINDS: [&str; 3] = ["Event", "ConfigMap", "Pod"];
 /// `kind` of `rebound_watch_restarts_total`: the controller's watches
 /// (controller/watches.rs; a test checks the names there).
-pub const WATCHES: [&str; 9] = [
+pub const WATCHES: [&str; 12] = [
     "pods",
     "nodes",
     "events",
@@ -159,6 +159,9 @@ pub const WATCHES: [&str; 9] = [
     "crds",
     "discovery",
     "jobs",
+    "resourceslices",
+    "resourceclaims",
+    "devicetaintrules",
 ];
 /// `action` of the critical-path histogram.
 pub const PATH_ACTIONS: [&str; 4] = ["restart_job", "delete_pods", "record", "cordon"];
