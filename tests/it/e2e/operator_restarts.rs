@@ -41,10 +41,23 @@ fn child_job(bed: &Testbed, container: &str, nodes: u32, labels: &Value) -> Valu
 
 async fn create(bed: &Testbed, ns: &str, res: &kube::api::ApiResource, obj: Value) {
     let obj: DynamicObject = serde_json::from_value(obj).expect("object");
-    Api::<DynamicObject>::namespaced_with(bed.client(), ns, res)
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create");
+    let api = Api::<DynamicObject>::namespaced_with(bed.client(), ns, res);
+    // The real Trainer's webhook reads TrainingRuntimes from its cache: a
+    // runtime created a moment ago may not be there yet ("must be created
+    // before the TrainJob"); asked again until it is.
+    wait(&format!("{} created", res.kind), T, || async {
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => Some(Ok(())),
+            Err(kube::Error::Api(e))
+                if e.code == 403 && e.message.contains("must be created before") =>
+            {
+                None
+            }
+            Err(e) => Some(Err(e.to_string())),
+        }
+    })
+    .await
+    .expect("create");
 }
 
 /// Fails one container of the job's running pods `times` times, each

@@ -135,7 +135,7 @@ impl NodeBook {
     }
 
     /// Whether this is the first time `node` has more faulty devices than
-    /// it may isolate (cleared when it has not).
+    /// it may isolate (logged once while the node is known).
     pub fn note_too_many_devices(&mut self, node: &str) -> bool {
         self.too_many_devices.insert(node.to_string())
     }
