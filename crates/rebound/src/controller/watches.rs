@@ -130,24 +130,37 @@ pub fn spawn_dra(client: kube::Client, tx: Tx) -> tokio::task::JoinHandle<()> {
     use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
     use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
     tokio::spawn(async move {
-        let names = |list: Result<
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList,
-            kube::Error,
-        >| {
-            list.map(|l| l.resources.into_iter().map(|r| r.name).collect::<Vec<_>>())
-                .unwrap_or_default()
+        // What a group version serves: its resources' names, none when the
+        // server answers 404 (not served); any other error (the server
+        // down, a timeout) is asked again with backoff, so that a hiccup at
+        // start does not turn device scope off until the next restart.
+        let served_names = |version: &'static str| {
+            let client = client.clone();
+            async move {
+                let mut wait = Duration::from_secs(1);
+                loop {
+                    match client.list_api_group_resources(version).await {
+                        Ok(l) => {
+                            return l.resources.into_iter().map(|r| r.name).collect::<Vec<_>>();
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 404 => return Vec::new(),
+                        Err(e) => {
+                            tracing::warn!(version, error = %e, retry_in = ?wait, "asking which DRA resources are served failed; asked again");
+                            tokio::time::sleep(wait).await;
+                            wait = (wait * 2).min(Duration::from_secs(30));
+                        }
+                    }
+                }
+            }
         };
-        let v1 = names(client.list_api_group_resources("resource.k8s.io/v1").await);
+        let v1 = served_names("resource.k8s.io/v1").await;
         let claims = ["resourceclaims", "resourceslices"]
             .iter()
             .all(|n| v1.iter().any(|r| r == n));
-        let rules = names(
-            client
-                .list_api_group_resources("resource.k8s.io/v1beta2")
-                .await,
-        )
-        .iter()
-        .any(|r| r == "devicetaintrules");
+        let rules = served_names("resource.k8s.io/v1beta2")
+            .await
+            .iter()
+            .any(|r| r == "devicetaintrules");
         tracing::info!(
             claims,
             rules,

@@ -141,14 +141,13 @@ impl Core {
     /// The DRA lists were given up on (served, not listed within their
     /// bound): what waited for them is decided with the node as scope.
     pub(super) fn dra_tick(&mut self, now: Now) {
+        self.store.dra.asked_at.get_or_insert(now.wall);
         let dra = &self.store.dra;
         let given_up = dra.listed(false, now.wall) == Listed::Never
             || dra.listed(true, now.wall) == Listed::Never;
-        if let Some((claims, rules)) = dra.served
-            && given_up
-            && !self.nodes.dra_given_up
-        {
+        if given_up && !self.nodes.dra_given_up {
             self.nodes.dra_given_up = true;
+            let (claims, rules) = dra.served.unwrap_or((true, true));
             if claims && !(dra.ready() && (!rules || dra.rules_synced)) {
                 tracing::warn!(
                     "the ResourceSlices, ResourceClaims or DeviceTaintRules could not be listed in time: device faults keep their node as scope until they are"

@@ -93,6 +93,9 @@ pub struct DraIndex {
     /// When the core learned what is served: lists not complete
     /// [`LIST_BOUND`] later are given up on (the node is the scope).
     pub served_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Since when the core waits to learn what is served (its first tick):
+    /// not answered within [`LIST_BOUND`], the node is the scope meanwhile.
+    pub asked_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Longest device-scope decisions wait for the DRA lists at start.
@@ -337,13 +340,16 @@ impl DraIndex {
         if complete {
             return Listed::Yes;
         }
+        let bound = chrono::Duration::from_std(LIST_BOUND).unwrap_or_default();
         let Some((claims, rules_served)) = self.served else {
-            return Listed::NotYet;
+            return match self.asked_at {
+                Some(t) if now - t >= bound => Listed::Never,
+                _ => Listed::NotYet,
+            };
         };
         if !claims || (rules && !rules_served) {
             return Listed::Never;
         }
-        let bound = chrono::Duration::from_std(LIST_BOUND).unwrap_or_default();
         match self.served_at {
             Some(t) if now - t >= bound => Listed::Never,
             _ => Listed::NotYet,

@@ -599,3 +599,23 @@ fn a_policy_with_device_scope_node_takes_a_gpus_fault_for_its_nodes() {
         "every job of the policy on the node"
     );
 }
+
+#[test]
+fn a_server_that_never_says_what_it_serves_holds_device_faults_at_most_the_bound() {
+    // The model's start says DRA is not served; here that answer never
+    // came (discovery asked again while the server fails).
+    let mut b = Bed::on(Model::new(1, 2, 1), None);
+    b.core.store.dra.served = None;
+    b.core.store.dra.served_at = None;
+    b.m.node_fault_on("n0", "13", "3");
+    b.pump();
+    b.pass(2);
+    assert!(restarted(&b).is_empty(), "waits to learn what is served");
+    let bound = super::super::store::dra::LIST_BOUND.as_secs() as i64;
+    b.pass(bound);
+    assert_eq!(
+        restarted(&b),
+        ["j0", "j1"],
+        "the node's jobs past the bound"
+    );
+}
