@@ -109,18 +109,27 @@ async fn dra_bed(cp: &ControlPlane, nodes: usize) -> Testbed {
     super::own_plane::bed_on(cp, nodes).await
 }
 
+/// Two fake nodes publishing their GPUs, the controller with the root
+/// policy `policy`, the claim templates in `ml`: the bed, the controller,
+/// the first node's name and `ml`'s.
+async fn gpu_bed(cp: &ControlPlane, policy: &str) -> (Testbed, ControllerHandle, String, String) {
+    let bed = dra_bed(cp, 2).await;
+    let names = bed.cluster.node_names();
+    for node in &names {
+        publish_gpus(&bed, node).await;
+    }
+    let (bed, ctl) = ready_bed(bed, policy).await;
+    let ns = bed.ns("ml");
+    claim_templates(&bed, &ns).await;
+    (bed, ctl, names[0].clone(), ns)
+}
+
 /// The root policy of [`BASE`] with `isolation: Device`.
 fn device_isolation_policy() -> String {
-    let policy = BASE
-        .split("---")
-        .find(|d| d.contains("kind: RecoveryPolicy"))
-        .expect("the root policy in BASE");
-    let out = policy.replace(
+    root_policy_with(
         "  nodeActions:\n",
         "  nodeActions:\n    isolation: Device\n",
-    );
-    assert_ne!(out, policy, "BASE's root policy has nodeActions");
-    out
+    )
 }
 
 /// [`device_isolation_policy`] with a validation: a Job of one container
@@ -708,15 +717,8 @@ async fn a_faulty_gpu_is_isolated_by_a_device_taint_rule_and_only_its_job_restar
     // Two nodes: the second publishes the same device names in its own
     // pool (a rule must select by pool), and with two the breaker's 50%
     // would let a wrongful cordon of the first through.
-    let bed = dra_bed(cp, 2).await;
+    let (bed, ctl, n, ns) = gpu_bed(cp, &device_isolation_policy()).await;
     let names = bed.cluster.node_names();
-    let n = names[0].clone();
-    for node in &names {
-        publish_gpus(&bed, node).await;
-    }
-    let (bed, ctl) = ready_bed(bed, &device_isolation_policy()).await;
-    let ns = bed.ns("ml");
-    claim_templates(&bed, &ns).await;
     let policy = Api::<DynamicObject>::namespaced_with(
         bed.client(),
         &bed.root(),
@@ -1013,16 +1015,8 @@ async fn a_faulty_gpu_returns_to_service_only_after_its_validation_job_succeeds(
 ) {
     let t = Instant::now();
     // Two nodes, as above: the breaker's 50% lets one of them lose a GPU.
-    let bed = dra_bed(cp, 2).await;
-    let names = bed.cluster.node_names();
-    let n = names[0].clone();
-    for node in &names {
-        publish_gpus(&bed, node).await;
-    }
-    let (bed, ctl) = ready_bed(bed, &validation_policy()).await;
-    let ns = bed.ns("ml");
+    let (bed, ctl, n, ns) = gpu_bed(cp, &validation_policy()).await;
     let root = bed.root();
-    claim_templates(&bed, &ns).await;
     // The policy is compiled with its validation (a `job` that is not a
     // JobSpec would make it Ready=False).
     let policies = Api::<DynamicObject>::namespaced_with(

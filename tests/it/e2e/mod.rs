@@ -214,6 +214,18 @@ pub async fn ready_bed_with_args(
     (bed, ctl)
 }
 
+/// The root policy of [`BASE`] with `from` replaced by `to` (which must
+/// change it), as the `extra` of a bed that replaces BASE's.
+pub fn root_policy_with(from: &str, to: &str) -> String {
+    let policy = BASE
+        .split("---")
+        .find(|d| d.contains("kind: RecoveryPolicy"))
+        .expect("the root policy in BASE");
+    let out = policy.replace(from, to);
+    assert_ne!(out, policy, "BASE's root policy has {from:?}");
+    out
+}
+
 /// [`wait`], and on a timeout also `last()`: what was last seen.
 pub async fn wait_for<T, F, Fut>(
     what: &str,
