@@ -282,6 +282,10 @@ impl Executor {
                 self.answered(sent);
                 self.metrics.request("patch", r.is_ok());
                 match r {
+                    Ok(o) if !write.append && !write.retract.is_empty() => Outcome::Ok(format!(
+                        "the record of the restart never made taken back ({} restart(s) left)",
+                        o.restart_count
+                    )),
                     Ok(o) => Outcome::Ok(format!(
                         "restart {} recorded (generation {})",
                         o.restart_count, write.generation

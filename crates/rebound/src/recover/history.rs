@@ -5,7 +5,7 @@ use super::error::{RecoverError, api_code, api_error};
 use super::tally::RESTART_TALLY_ANNOTATION;
 use crate::policy::RestartRecord;
 use crate::workload::JobRef;
-use chrono::SecondsFormat;
+use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -93,6 +93,13 @@ pub struct RecordWrite {
     /// Append the record (a new restart), or only set the generation
     /// annotations (a fallback within the same restart).
     pub append: bool,
+    /// Records to take back (by their `at`), in the same patch: each was
+    /// written at once with its restart's delete, and that delete never
+    /// went through. Left on the job, one would tell a later leader that
+    /// its fault was handled (and the fault would be lost), and count
+    /// towards cooldowns and budgets a restart that never happened. With
+    /// `append` false and no generation change, only these go.
+    pub retract: Vec<DateTime<Utc>>,
 }
 
 /// Write `w` on the job in one merge patch, with the job's uid in the patch
@@ -116,8 +123,15 @@ pub async fn write_record(
 /// the generation annotations, the resourceVersion of `seen` and the job's
 /// `uid` as preconditions.
 pub fn record_write_patch(seen: &ObjectMeta, w: &RecordWrite, uid: Option<&str>) -> (Value, u64) {
+    if !w.append && !w.retract.is_empty() {
+        let (mut patch, count) = history_patch(seen, None, None, &w.retract);
+        if let Some(uid) = uid {
+            patch["metadata"]["uid"] = json!(uid);
+        }
+        return (patch, count);
+    }
     let (mut patch, restart_count) = if w.append {
-        records_patch(seen, &w.record, w.root_cause.as_deref())
+        history_patch(seen, Some(&w.record), w.root_cause.as_deref(), &w.retract)
     } else {
         let mut m = json!({"metadata": {"annotations": {}}});
         if let Some(rv) = &seen.resource_version {
@@ -243,6 +257,21 @@ fn records_patch(
     record: &RestartRecord,
     root_cause: Option<&str>,
 ) -> (Value, u64) {
+    history_patch(seen, Some(record), root_cause, &[])
+}
+
+/// The merge patch of the job's restart history and the restart count
+/// after it: `retract` taken out (records of restarts never made), then
+/// `record` appended, the oldest beyond [`HISTORY_LEN`] kept in the tally.
+/// A record already there (a retry after a lost answer) is not appended,
+/// nor counted, twice; with nothing to append or take back nothing but the
+/// resourceVersion precondition is patched.
+fn history_patch(
+    seen: &ObjectMeta,
+    record: Option<&RestartRecord>,
+    root_cause: Option<&str>,
+    retract: &[DateTime<Utc>],
+) -> (Value, u64) {
     let empty = BTreeMap::new();
     let annotations = seen.annotations.as_ref().unwrap_or(&empty);
     let mut history = read_history(annotations);
@@ -250,38 +279,43 @@ fn records_patch(
         .get(RESTART_COUNT_ANNOTATION)
         .and_then(|c| c.trim().parse::<u64>().ok())
         .unwrap_or(history.len() as u64);
-    // Written already (a retry after a lost answer): the same record is
-    // not appended, nor counted, twice.
-    if history
-        .iter()
-        .any(|r| r.at == record.at && r.generation == record.generation)
-    {
-        let mut metadata = json!({"annotations": {}});
-        if let Some(rv) = &seen.resource_version {
-            metadata["resourceVersion"] = json!(rv);
-        }
-        return (json!({ "metadata": metadata }), previous);
-    }
-    history.push(record.clone());
-    history.sort_by_key(|r| r.at);
-    let newest = history.last().map_or(record.at, |r| r.at);
-    let excess = history.len().saturating_sub(HISTORY_LEN);
-    let older: Vec<RestartRecord> = history.drain(..excess).collect();
-    let tally = super::tally::write(&older, newest);
-    let count = previous.saturating_add(1);
-    let history = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
-    let mut metadata = json!({
-        "annotations": {
-            RESTART_COUNT_ANNOTATION: count.to_string(),
-            LAST_RESTART_ANNOTATION: record.at.to_rfc3339_opts(SecondsFormat::Secs, true),
-            RESTART_HISTORY_ANNOTATION: history,
-            RESTART_TALLY_ANNOTATION: tally,
-            ROOT_CAUSE_ANNOTATION: root_cause,
-        }
-    });
+    let mut metadata = json!({"annotations": {}});
     if let Some(rv) = &seen.resource_version {
         metadata["resourceVersion"] = json!(rv);
     }
+    let written = record.is_some_and(|record| {
+        history
+            .iter()
+            .any(|r| r.at == record.at && r.generation == record.generation)
+    });
+    let before = history.len();
+    history.retain(|r| !retract.contains(&r.at));
+    let removed = (before - history.len()) as u64;
+    let record = record.filter(|_| !written);
+    if record.is_none() && removed == 0 {
+        return (json!({ "metadata": metadata }), previous);
+    }
+    if let Some(record) = record {
+        history.push(record.clone());
+    }
+    history.sort_by_key(|r| r.at);
+    let newest = history.last().map(|r| r.at);
+    let excess = history.len().saturating_sub(HISTORY_LEN);
+    let older: Vec<RestartRecord> = history.drain(..excess).collect();
+    let tally = super::tally::write(&older, newest.unwrap_or(DateTime::<Utc>::UNIX_EPOCH));
+    let count = previous
+        .saturating_sub(removed)
+        .saturating_add(u64::from(record.is_some()));
+    let mut a = json!({
+        RESTART_COUNT_ANNOTATION: count.to_string(),
+        LAST_RESTART_ANNOTATION: newest.map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+        RESTART_HISTORY_ANNOTATION: serde_json::to_string(&history).unwrap_or_else(|_| "[]".into()),
+        RESTART_TALLY_ANNOTATION: tally,
+    });
+    if record.is_some() {
+        a[ROOT_CAUSE_ANNOTATION] = json!(root_cause);
+    }
+    metadata["annotations"] = a;
     (json!({ "metadata": metadata }), count)
 }
 
@@ -403,6 +437,7 @@ mod tests {
             generation: 3,
             released: 2,
             append: true,
+            retract: Vec::new(),
         };
         let (patch, count) = record_write_patch(&meta, &w, Some("uid-1"));
         assert_eq!(count, 1);
@@ -429,6 +464,68 @@ mod tests {
         let (patch, _) = record_write_patch(&meta, &w, None);
         assert_eq!(patch["metadata"]["labels"][STATE_LABEL], "3-3");
         assert!(patch["metadata"]["annotations"][RESTART_COUNT_ANNOTATION].is_null());
+    }
+
+    #[test]
+    fn a_record_of_a_restart_never_made_is_taken_back() {
+        let two = serde_json::to_string(&[at(10), at(20)]).unwrap_or_default();
+        let meta = ObjectMeta {
+            resource_version: Some("7".into()),
+            annotations: Some(annotated(&[
+                (RESTART_HISTORY_ANNOTATION, &two),
+                (RESTART_COUNT_ANNOTATION, "2"),
+            ])),
+            ..ObjectMeta::default()
+        };
+        let take_back = RecordWrite {
+            record: at(20),
+            root_cause: None,
+            generation: 1,
+            released: 1,
+            append: false,
+            retract: vec![at(20).at],
+        };
+        let (patch, count) = record_write_patch(&meta, &take_back, None);
+        assert_eq!(count, 1);
+        let a = &patch["metadata"]["annotations"];
+        assert_eq!(a[RESTART_COUNT_ANNOTATION], "1");
+        let kept: Vec<RestartRecord> =
+            serde_json::from_str(a[RESTART_HISTORY_ANNOTATION].as_str().unwrap_or(""))
+                .unwrap_or_default();
+        assert_eq!(
+            kept.iter().map(|r| r.at).collect::<Vec<_>>(),
+            vec![at(10).at]
+        );
+        assert!(
+            a.get(crate::inplace::GENERATION_ANNOTATION).is_none(),
+            "taking back changes no generation"
+        );
+        // Taken back already (a retry): nothing but the precondition.
+        let gone = ObjectMeta {
+            annotations: Some(annotated(&[(RESTART_HISTORY_ANNOTATION, "[]")])),
+            ..meta.clone()
+        };
+        let (patch, _) = record_write_patch(&gone, &take_back, None);
+        assert_eq!(patch["metadata"]["annotations"], json!({}));
+        // The next record takes it back in the same patch: one restart
+        // added, one taken back.
+        let next = RecordWrite {
+            record: at(30),
+            append: true,
+            ..take_back
+        };
+        let (patch, count) = record_write_patch(&meta, &next, None);
+        assert_eq!(count, 2);
+        let h: Vec<RestartRecord> = serde_json::from_str(
+            patch["metadata"]["annotations"][RESTART_HISTORY_ANNOTATION]
+                .as_str()
+                .unwrap_or(""),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            h.iter().map(|r| r.at).collect::<Vec<_>>(),
+            vec![at(10).at, at(30).at]
+        );
     }
 
     #[test]

@@ -110,6 +110,15 @@ impl Core {
         let Some(occ) = self.current.get(&id).cloned() else {
             return;
         };
+        #[cfg(test)]
+        if !occ.fault.trusted
+            && self
+                .ledger
+                .get(id)
+                .is_some_and(|e| !matches!(e.fate, Fate::Pending { .. }))
+        {
+            self.probe.redecided_untrusted += 1;
+        }
         let view = self.node_view(occ.fault.node.as_deref());
         let c = self
             .engine

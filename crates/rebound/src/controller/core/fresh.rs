@@ -213,12 +213,24 @@ impl Core {
         self.decide_waiting(now);
     }
 
-    /// Decide what waited for the read (the occurrences not decided yet).
+    /// Decide what waited for the read (the occurrences not decided yet,
+    /// or held): a tenant's thousands of decided occurrences are not
+    /// classified again (a lasting trusted fault is the rescan's).
     pub(super) fn decide_waiting(&mut self, now: Now) {
         if !self.acting() {
             return;
         }
-        let ids: Vec<OccurrenceId> = self.current.keys().copied().collect();
+        let ledger = &self.ledger;
+        let ids: Vec<OccurrenceId> = self
+            .current
+            .keys()
+            .filter(|id| {
+                ledger
+                    .get(**id)
+                    .is_none_or(|e| matches!(e.fate, super::occurrence::Fate::Pending { .. }))
+            })
+            .copied()
+            .collect();
         for id in ids {
             self.decide_current(id, now);
         }

@@ -42,13 +42,19 @@ impl Core {
         };
         // A carrier that sends a clear signal (a Node's conditions, a
         // device plugin's ConfigMap) no longer carrying a fault: its
-        // episode ends, unless the rewrite carries the same line on.
-        let mut ended: Vec<HistoryKey> = Vec::new();
+        // episode ends, unless the rewrite carries the same line on. A
+        // line of the same key that began at another time is not the same
+        // line: the fault cleared in between, though this reader never saw
+        // the carrier clear (a relist, or writes faster than the watch).
+        let mut ended: Vec<(HistoryKey, i64)> = Vec::new();
         for id in old.iter().filter(|id| !new_ids.contains(id)) {
             if let Some(o) = self.current.remove(id)
                 && clears
             {
-                ended.push(HistoryKey::of(&o.fault));
+                ended.push((
+                    HistoryKey::of(&o.fault),
+                    o.fault.first_seen.timestamp_millis(),
+                ));
             }
             if let Some(e) = self.ledger.get(*id)
                 && matches!(e.fate, occurrence::Fate::Pending { .. })
@@ -56,12 +62,19 @@ impl Core {
                 self.ledger.forget(*id);
             }
         }
-        let carried: HashSet<HistoryKey> = if ended.is_empty() {
+        let carried: HashSet<(HistoryKey, i64)> = if ended.is_empty() {
             HashSet::default()
         } else {
-            occs.iter().map(|o| HistoryKey::of(&o.fault)).collect()
+            occs.iter()
+                .map(|o| {
+                    (
+                        HistoryKey::of(&o.fault),
+                        o.fault.first_seen.timestamp_millis(),
+                    )
+                })
+                .collect()
         };
-        for k in ended.iter().filter(|k| !carried.contains(*k)) {
+        for (k, _) in ended.iter().filter(|k| !carried.contains(*k)) {
             self.engine.classifier.end_episode(k);
         }
         for mut o in occs {

@@ -191,6 +191,20 @@ pub struct Core {
     /// The wall time of the step under way.
     clock: DateTime<Utc>,
     out: Vec<Effect>,
+    /// What the adversarial simulation counts of the core's work.
+    #[cfg(test)]
+    pub(super) probe: Probe,
+}
+
+/// Work of the core that its promises bound, counted for the adversarial
+/// simulation (tests/adversary).
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(super) struct Probe {
+    /// Decisions taken again of a tenant's occurrence that was not
+    /// waiting for one (a tenant's fault entering a rescan: each costs a
+    /// classification, and a tenant has up to thousands of them).
+    pub redecided_untrusted: u64,
 }
 
 /// How long an effect may stay without an outcome before it counts as
@@ -251,6 +265,8 @@ impl Core {
             last_scan: None,
             clock: DateTime::<Utc>::UNIX_EPOCH,
             out: Vec::new(),
+            #[cfg(test)]
+            probe: Probe::default(),
         }
     }
 

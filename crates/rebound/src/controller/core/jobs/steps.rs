@@ -241,25 +241,20 @@ impl Core {
             Tier::InPlace | Tier::ReplaceFaulty { .. } => rec.released,
             _ => rec.generation,
         };
-        let record = RestartRecord {
-            at: rec.started,
-            infrastructure: rec.cause.infrastructure,
-            pod_only: matches!(rec.tier, Tier::PodFirst { .. }),
-            generation: Some(rec.generation),
-            tier: Some(rec.tier.name().to_string()),
-            pod: match &rec.tier {
-                Tier::PodFirst { pod } => Some(format!("{}/{}", pod.name, pod.uid)),
-                _ => None,
-            },
-            pods: u32::try_from(rec.expected).ok(),
-            occurrence: occurrence_key(rec.cause.occurrence),
-        };
+        let record = restart_record(rec);
         let write = JobRecord {
             record,
             root_cause: rec.cause.root_cause.clone(),
             generation: rec.generation,
             released: released.max(rec.released),
             append: rec.append,
+            // Records of this job's restarts never made go in the same
+            // patch (their own taking back, at the requeue, may have failed).
+            retract: if rec.append {
+                self.unmade.get(key).cloned().unwrap_or_default()
+            } else {
+                Vec::new()
+            },
         };
         let job = rec.job.clone();
         // On the critical path where the record is the restart (in place)
@@ -457,6 +452,28 @@ impl Core {
         );
         self.finish(key, End::Dropped, now);
         self.forget_unmade(key, rec);
+        // Its record went out with the delete: taken back, so that no
+        // later leader reads the fault as handled. Should that write fail
+        // too, this process still knows (`unmade`), and its next record on
+        // the job takes it back.
+        if rec.append && (rec.recorded || rec.recording.is_some()) {
+            let write = JobRecord {
+                record: restart_record(rec),
+                root_cause: None,
+                generation: rec.generation,
+                released: rec.released,
+                append: false,
+                retract: vec![rec.started],
+            };
+            self.effect(
+                EffectKind::Record {
+                    job: rec.job.clone(),
+                    current: None,
+                    write,
+                },
+                None,
+            );
+        }
         let unmade = self.unmade.entry(key.clone()).or_default();
         unmade.push(rec.started);
         if unmade.len() > crate::policy::KEPT_RESTARTS {
@@ -585,13 +602,22 @@ impl Core {
 
 impl Recovery {
     /// Whether the restart it stands for was made, as far as this process
-    /// knows: its delete answered (or, in place, its record written: that
-    /// write is what restarts the pods).
+    /// knows: its delete answered (or, in place and replacing the faulty
+    /// pods, its record written: that write is what restarts the pods), or
+    /// a tier before this one's.
     pub fn made(&self) -> bool {
-        if self.tier == Tier::InPlace {
-            self.recorded
-        } else {
-            self.acted
+        if !self.append {
+            // A fallback to the next tier: the restart was made by the
+            // tier before (a fallback follows a tier whose steps were all
+            // answered), and this tier is part of it.
+            return true;
+        }
+        match self.tier {
+            Tier::InPlace => self.recorded,
+            // The record restarts the pods on healthy nodes in place, the
+            // delete moves those on faulty ones: either is the restart.
+            Tier::ReplaceFaulty { .. } => self.recorded || self.acted,
+            _ => self.acted,
         }
     }
 }
@@ -611,6 +637,23 @@ impl Core {
                 self.recorded.remove(key);
             }
         }
+    }
+}
+
+/// The restart record a recovery writes on its job.
+fn restart_record(rec: &Recovery) -> RestartRecord {
+    RestartRecord {
+        at: rec.started,
+        infrastructure: rec.cause.infrastructure,
+        pod_only: matches!(rec.tier, Tier::PodFirst { .. }),
+        generation: Some(rec.generation),
+        tier: Some(rec.tier.name().to_string()),
+        pod: match &rec.tier {
+            Tier::PodFirst { pod } => Some(format!("{}/{}", pod.name, pod.uid)),
+            _ => None,
+        },
+        pods: u32::try_from(rec.expected).ok(),
+        occurrence: occurrence_key(rec.cause.occurrence),
     }
 }
 

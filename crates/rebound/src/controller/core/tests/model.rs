@@ -73,6 +73,11 @@ pub enum Applied {
         /// The occurrence the restart was for.
         occurrence: Option<String>,
     },
+    /// A restart record taken back (its restart was never made).
+    Retract {
+        uid: String,
+        occurrence: Option<String>,
+    },
     /// A node taken out of scheduling.
     Cordon { node: String, at: i64 },
 }

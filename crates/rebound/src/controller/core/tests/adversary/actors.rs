@@ -10,6 +10,9 @@ impl Sim {
     /// One step: an actor chosen by the seed does one thing.
     pub fn act(&mut self) {
         self.expire();
+        if self.pick_extra(30) == Some(0) {
+            self.outage();
+        }
         let roll = self.pick(100);
         let what = match roll {
             0..=13 => {
@@ -49,6 +52,15 @@ impl Sim {
                 let code = CODES[self.pick(3) as usize];
                 self.ever_faulty.insert(node.clone());
                 self.m.node_fault(&node, code);
+                // The model's classification: 79 and 48 cordon, 13 when
+                // it repeats on one GPU within its episode.
+                let repeats = self.m.lines.get(&node).is_some_and(|ls| {
+                    ls.iter()
+                        .any(|(c, d, _, n)| c == code && d == "0" && *n >= 2)
+                });
+                if code != "13" || repeats {
+                    self.cordonable.insert(node);
+                }
                 "node fault"
             }
             31..=32 => {
@@ -147,6 +159,36 @@ impl Sim {
             }
         };
         self.trace.push(format!("t={} {what}", self.m.t));
+    }
+
+    /// An outage of minutes: the API server refuses one kind of request
+    /// (records, restarts, deletes or fresh reads) while the controller
+    /// keeps trying (every request answered, time passing in steps), with
+    /// a fault at its start. Long enough for a recovery's retries to run
+    /// out (about four minutes).
+    fn outage(&mut self) {
+        let what =
+            ["record", "restart", "delete", "list"][self.pick_extra(4).unwrap_or(0) as usize];
+        let until = self.m.t + 250 + self.pick_extra(200).unwrap_or(0) as i64;
+        self.brownout = Some((what, until));
+        let i = self.pick_extra(64).unwrap_or(0) as usize;
+        self.fail_pod(i);
+        self.trace
+            .push(format!("t={} outage of {what} until t={until}", self.m.t));
+        while self.m.t < until {
+            self.deliver_all();
+            while !self.inflight.is_empty() {
+                self.complete_one(true);
+            }
+            self.m.operator();
+            if self.wired {
+                self.m.wire_all();
+                self.m.agents(true);
+            }
+            let secs = 5 + self.pick_extra(10).unwrap_or(0) as i64;
+            self.advance(secs);
+            self.check();
+        }
     }
 
     fn fail_pod(&mut self, i: usize) {

@@ -25,11 +25,18 @@ impl Sim {
     pub(super) fn judge_effect(&mut self, r: usize, e: &Effect) {
         let core = &self.cores[r];
         match &e.kind {
-            EffectKind::Cordon { node, .. } => assert!(
-                self.ever_faulty.contains(node),
-                "node {node} cordoned without a trusted fault ever on it (tenant input)\n{}",
-                self.tail()
-            ),
+            EffectKind::Cordon { node, .. } => {
+                assert!(
+                    self.ever_faulty.contains(node),
+                    "node {node} cordoned without a trusted fault ever on it (tenant input)\n{}",
+                    self.tail()
+                );
+                assert!(
+                    self.cordonable.contains(node),
+                    "node {node} cordoned, yet no episode of its trusted faults was ever at a cordoning level (an old episode counted)\n{}",
+                    self.tail()
+                );
+            }
             EffectKind::RestartJob { job, .. } | EffectKind::Record { job, .. } => {
                 let key = Self::key_of(job);
                 let key = if key.1 == "JobSet" || core.recoveries.contains_key(&key) {
@@ -98,20 +105,27 @@ impl Sim {
             self.tail()
         );
         // No occurrence restarts a job twice.
+        // (A record taken back, its restart never made, counts for none.)
         let mut seen: BTreeSet<(&str, &str)> = BTreeSet::new();
         for a in &self.m.applied {
-            if let model::Applied::Record {
-                uid,
-                occurrence: Some(o),
-                pod_only: false,
-                ..
-            } = a
-            {
-                assert!(
+            match a {
+                model::Applied::Record {
+                    uid,
+                    occurrence: Some(o),
+                    pod_only: false,
+                    ..
+                } => assert!(
                     seen.insert((uid, o)),
                     "occurrence {o} restarted job {uid} twice\n{}",
                     self.tail()
-                );
+                ),
+                model::Applied::Retract {
+                    uid,
+                    occurrence: Some(o),
+                } => {
+                    seen.remove(&(uid.as_str(), o.as_str()));
+                }
+                _ => {}
             }
         }
         self.check_cooldowns();
@@ -196,6 +210,41 @@ impl Sim {
                 ),
                 Some(_) => {}
             }
+        }
+        // No fault lost: an occurrence the leader says it acted on has a
+        // restart that landed for it (this term's or an earlier one's,
+        // its request or its record), or one still under way. A restart
+        // whose requests kept failing goes back to waiting.
+        let mut recorded: BTreeSet<&str> = BTreeSet::new();
+        for a in &self.m.applied {
+            match a {
+                model::Applied::Record {
+                    occurrence: Some(o),
+                    ..
+                } => {
+                    recorded.insert(o);
+                }
+                model::Applied::Retract {
+                    occurrence: Some(o),
+                    ..
+                } => {
+                    recorded.remove(o.as_str());
+                }
+                _ => {}
+            }
+        }
+        for (id, _) in &core.current {
+            let Some(Fate::Acted { .. }) = core.ledger().get(*id).map(|e| e.fate.clone()) else {
+                continue;
+            };
+            let key = super::super::super::jobs::occurrence_key(*id).unwrap_or_default();
+            assert!(
+                self.restarts.acted_for.contains(id)
+                    || recorded.contains(key.as_str())
+                    || core.recoveries.values().any(|r| r.cause.occurrence == *id),
+                "occurrence {id:x} acted on, yet no restart for it ever landed and none is under way (a fault lost)\n{}",
+                self.tail()
+            );
         }
         // The model's ground truth: every trusted fault line a node
         // carries is a trusted occurrence of the leader with a fate (a

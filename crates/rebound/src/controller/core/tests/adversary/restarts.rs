@@ -25,6 +25,7 @@
 //! justifies it.
 
 use super::super::super::effect::{EffectId, EffectKind};
+use super::super::super::occurrence::OccurrenceId;
 use super::*;
 
 /// What an emitted job effect belongs to: the job incarnation (uid) and
@@ -41,6 +42,8 @@ pub struct Owner {
     pub cause_at: Option<i64>,
     /// The leadership that decided it: (replica, its process, term).
     pub by: (usize, u64, u64),
+    /// The occurrence it was decided for (0: resumed from a record).
+    pub occurrence: OccurrenceId,
 }
 
 /// A restart made: its decision landed on the job.
@@ -66,6 +69,9 @@ pub struct Restarts {
     pub records: BTreeMap<(String, i64), i64>,
     /// How much of the model's `applied` was looked at.
     pub seen_applied: usize,
+    /// Occurrences for which a request that disrupts a job landed (any
+    /// tier, a pod's restart included).
+    pub acted_for: BTreeSet<OccurrenceId>,
 }
 
 impl Sim {
@@ -100,6 +106,7 @@ impl Sim {
                 tier: rec.tier.name(),
                 cause_at,
                 by: (r, self.processes[r], e.term),
+                occurrence: rec.cause.occurrence,
             },
         );
     }
@@ -154,6 +161,7 @@ impl Sim {
         let Some(o) = self.restarts.owners.get(&(r, e.id)).cloned() else {
             return;
         };
+        self.restarts.acted_for.insert(o.occurrence);
         let whole_job = match &e.kind {
             EffectKind::DeletePods { .. } => matches!(o.tier, "Recreate" | "NativeReplace"),
             _ => true,
@@ -237,7 +245,7 @@ impl Sim {
             let v: Vec<&&Made> = decisions.values().collect();
             for w in v.windows(2) {
                 let (a, b) = (w[0], w[1]);
-                if b.decided - a.decided >= model::COOLDOWN {
+                if b.decided - a.decided >= self.cooldown {
                     continue;
                 }
                 // Forgotten only by another leadership: the one that

@@ -85,20 +85,29 @@ impl Model {
                 patch["metadata"]
                     .as_object_mut()
                     .map(|m| m.remove("resourceVersion"));
-                let before = history_len(&obj);
+                let before = history(&obj);
                 self.patch_job(&job.name, &patch);
-                let grew = self
-                    .jobs
-                    .get(&job.name)
-                    .is_some_and(|o| history_len(o) > before);
-                if grew {
+                let after = self.jobs.get(&job.name).map(history).unwrap_or_default();
+                for r in before
+                    .iter()
+                    .filter(|r| !after.iter().any(|a| a.at == r.at))
+                {
+                    self.applied.push(Applied::Retract {
+                        uid: uid.clone(),
+                        occurrence: r.occurrence.clone(),
+                    });
+                }
+                for r in after
+                    .iter()
+                    .filter(|r| !before.iter().any(|b| b.at == r.at))
+                {
                     // When the restart was decided (what cooldowns count).
-                    let at = (write.record.at - self.t0).num_seconds();
+                    let at = (r.at - self.t0).num_seconds();
                     self.applied.push(Applied::Record {
-                        uid,
+                        uid: uid.clone(),
                         at,
-                        pod_only: write.record.pod_only,
-                        occurrence: write.record.occurrence.clone(),
+                        pod_only: r.pod_only,
+                        occurrence: r.occurrence.clone(),
                     });
                 }
                 Outcome::Ok("recorded".into())
@@ -238,8 +247,8 @@ impl Model {
     }
 }
 
-fn history_len(job: &Value) -> usize {
+fn history(job: &Value) -> Vec<crate::policy::RestartRecord> {
     let a: std::collections::BTreeMap<String, String> =
         serde_json::from_value(job["metadata"]["annotations"].clone()).unwrap_or_default();
-    crate::recover::read_history(&a).len()
+    crate::recover::read_history(&a)
 }
