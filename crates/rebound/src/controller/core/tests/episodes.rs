@@ -32,6 +32,38 @@ fn a_repeat_after_the_fault_cleared_is_a_new_episode() {
     );
 }
 
+#[test]
+fn a_new_line_seen_only_after_a_relist_is_a_new_episode() {
+    // Found by the adversary's episodes invariant: a reader that never
+    // saw the node's faults clear (a relist shows only the latest state)
+    // must still see the new line (another `at=`) as a new episode.
+    let mut b = Bed::on(Model::new(2, 1, 1), None);
+    b.m.node_fault("n1", "13");
+    b.pump();
+    b.pass(120);
+    b.m.node_clear("n1");
+    b.m.t += 5;
+    b.m.node_fault("n1", "13");
+    // Neither write reaches the watch; a relist shows the node as it is.
+    for q in b.m.queues.values_mut() {
+        q.clear();
+    }
+    let ins = b.m.relist(super::model::Kind::Nodes);
+    b.feed(ins);
+    b.pump();
+    b.pass(2);
+    let cordons_after_new_episode = b.cordons();
+    // Positive control: a repeat within the new episode escalates.
+    b.m.node_fault("n1", "13");
+    b.pump();
+    b.pass(2);
+    assert_eq!(b.cordons(), 1, "a repeat within one episode escalates");
+    assert_eq!(
+        cordons_after_new_episode, 0,
+        "the line that began anew is not a repeat of the cleared one"
+    );
+}
+
 /// The shipped node-condition classification: NotReady is ResetDevice
 /// (restart the node's jobs, cordon) once it lasts 2 minutes.
 fn with_node_conditions(b: &mut Bed) {

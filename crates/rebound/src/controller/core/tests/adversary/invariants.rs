@@ -233,7 +233,7 @@ impl Sim {
                 _ => {}
             }
         }
-        for (id, _) in &core.current {
+        for id in core.current.keys() {
             let Some(Fate::Acted { .. }) = core.ledger().get(*id).map(|e| e.fate.clone()) else {
                 continue;
             };
