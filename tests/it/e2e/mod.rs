@@ -11,7 +11,9 @@
 //! `real` variants print why and pass, unless `REBOUND_REQUIRE_REAL_SERVER=1`.
 
 /// Runs `async fn $name(server: Server)` as two tests, `$name::embedded`
-/// and `$name::real`.
+/// and `$name::real`, each with restart endings checked: a bed of the test
+/// dropped with a restart that [`every_restart_ends`] did not see end
+/// fails it.
 macro_rules! e2e {
     ($name:ident) => {
         mod $name {
@@ -19,7 +21,10 @@ macro_rules! e2e {
             async fn embedded() {
                 let _watchdog = $crate::watchdog::start();
                 let t = std::time::Instant::now();
-                super::$name(rebound_sim::testbed::Server::Embedded).await;
+                rebound_sim::testbed::check_restart_endings(super::$name(
+                    rebound_sim::testbed::Server::Embedded,
+                ))
+                .await;
                 eprintln!("{}::embedded took {:?}", module_path!(), t.elapsed());
             }
 
@@ -28,7 +33,10 @@ macro_rules! e2e {
                 let _watchdog = $crate::watchdog::start();
                 if $crate::e2e::real_server_or_skip(module_path!()) {
                     let t = std::time::Instant::now();
-                    super::$name(rebound_sim::testbed::Server::Real).await;
+                    rebound_sim::testbed::check_restart_endings(super::$name(
+                        rebound_sim::testbed::Server::Real,
+                    ))
+                    .await;
                     // With the wait for the bed's turn (one real bed at a time).
                     eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
                 }
@@ -454,6 +462,16 @@ pub async fn resumed(bed: &Testbed, ns: &str, name: &str, n: usize) -> Vec<Strin
         (resumed.len() >= n).then_some(resumed)
     })
     .await
+}
+
+/// Waits until every restart rebound made in the bed ended in one
+/// `JobResumed` or `JobNotResumed` (issue 32); call it while the
+/// controller runs, after the test's last restart ([`e2e!`] fails a test
+/// whose bed saw a restart this did not see end).
+pub async fn every_restart_ends(bed: &Testbed) {
+    if let Err(e) = bed.every_restart_ends(T + T / 2).await {
+        panic!("{e}");
+    }
 }
 
 /// The completed events (stage `ResponseComplete`) of a kept API server

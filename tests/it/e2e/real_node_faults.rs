@@ -135,6 +135,7 @@ async fn an_agent_that_never_comes_back_falls_back_with_the_barrier_released(
         "Recreate of a Volcano Job is one Command: {d:?}"
     );
     clear_fault(&bed, node).await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -173,6 +174,7 @@ async fn a_repeat_within_ten_minutes_restarts_in_place_again(node: &'static Real
     eprintln!("in place on the real kubelet, twice within a minute: {took:?}");
     assert_eq!(destructive(&bed), Vec::<String>::new());
     clear_fault(&bed, node).await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -265,6 +267,7 @@ async fn agents_cut_off_from_the_api_server_catch_up_and_restart_in_place(node: 
         cut: Some((&proxy, Duration::from_secs(10))),
     };
     restarts_in_place_on(node, &bed, &ml, kind, 2, fault).await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
     proxy.shutdown().await;
 }
