@@ -61,11 +61,7 @@ enum Source {
 impl Source {
     async fn events(&self) -> Result<Vec<Event>, String> {
         match self {
-            Source::Embedded(api) => Ok(api
-                .events_v1()
-                .into_iter()
-                .filter_map(|v| serde_json::from_value(v).ok())
-                .collect()),
+            Source::Embedded(api) => Ok(embedded_events(api)),
             Source::Upstream { config, suffix } => {
                 let client =
                     kube::Client::try_from((**config).clone()).map_err(|e| e.to_string())?;
@@ -87,8 +83,12 @@ impl Source {
         }
     }
 
-    /// [`Self::events`] from a thread of its own (for `Drop`).
+    /// [`Self::events`] without a runtime (for `Drop`): a shared
+    /// cluster's from a thread of its own.
     fn events_blocking(&self) -> Result<Vec<Event>, String> {
+        if let Source::Embedded(api) = self {
+            return Ok(embedded_events(api));
+        }
         let source = self.clone();
         std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
@@ -100,6 +100,13 @@ impl Source {
         .join()
         .map_err(|_| "the thread reading Events panicked".to_string())?
     }
+}
+
+fn embedded_events(api: &crate::server::ApiServerHandle) -> Vec<Event> {
+    api.events_v1()
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect()
 }
 
 /// Restarts made and endings per job, from rebound's Events.
