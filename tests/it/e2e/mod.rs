@@ -469,8 +469,41 @@ pub async fn resumed(bed: &Testbed, ns: &str, name: &str, n: usize) -> Vec<Strin
 /// controller runs, after the test's last restart ([`e2e!`] fails a test
 /// whose bed saw a restart this did not see end).
 pub async fn every_restart_ends(bed: &Testbed) {
-    if let Err(e) = bed.every_restart_ends(T + T / 2).await {
-        panic!("{e}");
+    every_restart_ends_within(bed, T + T / 2).await;
+}
+
+/// [`every_restart_ends`] for jobs that take longer than the suite's bound
+/// to run again; on a timeout it also says how their pods are.
+pub async fn every_restart_ends_within(bed: &Testbed, timeout: Duration) {
+    if let Err(e) = bed.every_restart_ends(timeout).await {
+        let mut pods = Vec::new();
+        for ns in ["ml", "team-a", "team-b"].map(|n| bed.ns(n)) {
+            for p in Api::<Pod>::namespaced(bed.client(), &ns)
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                pods.push(format!(
+                    "{ns}/{} {} {:?}{}{}",
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                        .unwrap_or_default(),
+                    phase,
+                    if pod_running(&p) { " running" } else { "" },
+                    if p.metadata.deletion_timestamp.is_some() {
+                        " deleting"
+                    } else {
+                        ""
+                    },
+                ));
+            }
+        }
+        panic!("{e}; pods: {pods:?}");
     }
 }
 

@@ -134,8 +134,23 @@ async fn an_agent_that_never_comes_back_falls_back_with_the_barrier_released(
             .all(|r| r.starts_with("create ") && r.contains("/commands")),
         "Recreate of a Volcano Job is one Command: {d:?}"
     );
+    // The image is back: the recreated job runs again and its restart
+    // ends in JobResumed (without it, in JobNotResumed only 10 minutes
+    // after the fallback). The kubelet may be backing off the pull.
+    node.ctr(&[
+        "-n",
+        "k8s.io",
+        "images",
+        "tag",
+        "--force",
+        &format!("docker.io/library/{REBOUND_IMAGE}"),
+        GONE,
+    ])
+    .expect("tag the image again");
     clear_fault(&bed, node).await;
-    every_restart_ends(&bed).await;
+    every_restart_ends_within(&bed, RT).await;
+    node.ctr(&["-n", "k8s.io", "images", "rm", GONE])
+        .expect("remove the tag");
     ctl.shutdown().await;
 }
 
