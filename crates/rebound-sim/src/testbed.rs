@@ -21,10 +21,12 @@
 mod agent_rbac;
 mod cleanup;
 mod connect;
+mod endings;
 mod faults;
 mod rbac;
 
 pub use agent_rbac::{grant_restart_agent, install_cluster_roles, install_restart_agent_role};
+pub use endings::check_restart_endings;
 pub use faults::Injector;
 
 use cleanup::{Made, remove_shared};
@@ -135,6 +137,9 @@ pub const ROOT: &str = "rebound-system";
 
 /// A simulated cluster ready for rebound.
 pub struct Testbed {
+    /// First, so that a bed dropped reads its Events before anything of it
+    /// stops or is removed.
+    ends: endings::Guard,
     pub cluster: SimCluster,
     /// Client configuration of the controller (before its User-Agent).
     config: kube::Config,
@@ -179,6 +184,7 @@ impl Testbed {
             .map_err(|e| TestbedError::Other(e.to_string()))?;
         let config = config_from(kc).await?;
         Ok(Testbed {
+            ends: endings::Guard::embedded(cluster.api()),
             cluster,
             config,
             shared: None,
@@ -374,7 +380,8 @@ impl Testbed {
     /// stop, and the turn passes to the next bed of the process: a bed
     /// forgotten instead held it for good, and every later real-server
     /// test of the binary waited for it until the watchdog ended the run.
-    pub async fn abandon(self) {
+    pub async fn abandon(mut self) {
+        self.ends.cluster_gone();
         if let Some(mut r) = self.stop().await {
             r.cleaned = true;
         }
@@ -385,12 +392,14 @@ impl Testbed {
     /// not (its drop releases the turn).
     async fn stop(self) -> Option<SharedRun> {
         let Testbed {
+            ends,
             cluster,
             shared,
             proxy,
             kubelet_logs,
             ..
         } = self;
+        drop(ends);
         cluster.shutdown().await;
         drop(kubelet_logs);
         if let Some(p) = proxy {

@@ -32,7 +32,10 @@ macro_rules! real_only {
                 let _watchdog = $crate::watchdog::start();
                 if $crate::e2e::real_server_or_skip(module_path!()) {
                     let t = std::time::Instant::now();
-                    super::$name(rebound_sim::testbed::Server::Real).await;
+                    rebound_sim::testbed::check_restart_endings(super::$name(
+                        rebound_sim::testbed::Server::Real,
+                    ))
+                    .await;
                     eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
                 }
             }
@@ -190,6 +193,7 @@ async fn restarts_in_place(
         notes.iter().any(|n| n.contains("wired at admission")),
         "{notes:?}"
     );
+    every_restart_ends(bed).await;
     ctl.shutdown().await;
 }
 

@@ -340,6 +340,7 @@ async fn volcano_rank_table_is_built_reset_on_restart_rebuilt_then_recovery_repo
     .await;
     assert_eq!(count(&ev), 2, "restart 1 reported once, restart 2 once");
     assert_eq!(metric(&ctl, "rebound_recovery_seconds_count"), 1.0);
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

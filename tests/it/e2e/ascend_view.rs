@@ -294,6 +294,7 @@ async fn a_chip_fault_appears_in_its_shard_with_rebounds_level_and_clears(server
     )
     .await;
     assert_granted(&bed);
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

@@ -82,6 +82,7 @@ async fn a_tenant_event_with_a_huge_count_changes_nothing_outside_its_namespace(
             after - before
         );
     }
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -224,6 +225,7 @@ async fn a_volcano_restart_whose_answer_is_lost_is_one_command(server: Server) {
     if let Some(v) = volcano {
         v.abort();
     }
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

@@ -79,7 +79,7 @@ macro_rules! dra {
                 let _watchdog = $crate::watchdog::start();
                 if let Some(cp) = super::plane_or_skip(module_path!()).await {
                     let t = std::time::Instant::now();
-                    super::$name(cp).await;
+                    rebound_sim::testbed::check_restart_endings(super::$name(cp)).await;
                     eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
                 }
             }
@@ -927,6 +927,7 @@ async fn a_faulty_gpu_is_isolated_by_a_device_taint_rule_and_only_its_job_restar
         "dra: gpu-3 allocated again {} ms after the fault cleared",
         ms(t)
     );
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -1353,6 +1354,7 @@ async fn a_faulty_gpu_returns_to_service_only_after_its_validation_job_succeeds(
     let (failures, notes) = said_on_node(&bed, &n, "ValidationFailed").await;
     assert_eq!(failures, 1, "one ValidationFailed Event: {notes:?}");
     assert!(!cordoned(&node(&bed, &n).await), "never cordoned");
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

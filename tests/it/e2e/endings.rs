@@ -83,6 +83,7 @@ async fn a_controller_killed_before_the_release_releases_when_it_returns(server:
         Some("1")
     );
     assert_eq!(a.get(GENERATION_ANNOTATION).map(String::as_str), Some("1"));
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -117,6 +118,7 @@ async fn a_job_kind_removed_while_running_leaves_recovery_working(server: Server
         (restart_count(&bed, &ml, "pt").await >= 1).then_some(())
     })
     .await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
     // Later beds on a shared control plane find the CRD again: the real
     // operator's, or the simulated one's.

@@ -11,6 +11,10 @@ use rebound_sim::cluster::SharedCluster;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cleans_up() {
     let _watchdog = crate::watchdog::start();
+    rebound_sim::testbed::check_restart_endings(on_a_bare_server()).await;
+}
+
+async fn on_a_bare_server() {
     let path = std::env::temp_dir().join(format!(
         "rebound-e2e-bare-{}.kubeconfig",
         std::process::id()
@@ -105,6 +109,7 @@ async fn a_bed_on_a_bare_server_by_kubeconfig_recovers_jobs_on_fake_nodes_and_cl
     })
     .await;
 
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
     // The bed's requests went through its proxy, which goes with it:
     // check the clean-up on the server directly.

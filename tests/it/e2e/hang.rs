@@ -100,6 +100,7 @@ async fn a_job_without_progress_is_restarted_and_a_progressing_one_is_not(server
     .await;
     assert_eq!(restart_count(&bed, &ml, "alive").await, 0);
     ticker.abort();
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
     bed.cleanup().await;
 }
@@ -214,6 +215,7 @@ async fn progress_on_pods_counts_and_silence_is_a_hang_only_when_required(server
         "a job that never reports is not hung without requireProgress"
     );
     ticker.abort();
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
     bed.cleanup().await;
 }

@@ -736,6 +736,7 @@ async fn a_held_cordon_holds_the_restart_and_the_new_pod_lands_off_the_faulty_no
         1,
         "one JobRestarted Event"
     );
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -745,8 +746,12 @@ mod a_held_cordon_holds_the_restart_and_the_new_pod_lands_off_the_faulty_node {
         let _watchdog = crate::watchdog::start();
         if let Some(cp) = super::plane_or_skip(module_path!()).await {
             let t = std::time::Instant::now();
-            super::a_held_cordon_holds_the_restart_and_the_new_pod_lands_off_the_faulty_node(cp)
-                .await;
+            rebound_sim::testbed::check_restart_endings(
+                super::a_held_cordon_holds_the_restart_and_the_new_pod_lands_off_the_faulty_node(
+                    cp,
+                ),
+            )
+            .await;
             eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
         }
     }

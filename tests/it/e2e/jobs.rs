@@ -177,6 +177,7 @@ async fn pod_exit_restarts_each_job_kind_in_one_request(server: Server) {
             assert_eq!(count, Some(n), "stage {stage} of {action}:\n{m}");
         }
     }
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -237,6 +238,7 @@ async fn cooldown_holds_the_second_failure_and_co_failing_pods_restart_once(serv
         .cloned()
         .unwrap_or_default();
     assert!(rc.contains("pt-worker-"), "root cause recorded: {rc:?}");
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -288,6 +290,7 @@ spec:
     })
     .await;
     assert_eq!(job_restarts(&bed, &ml, "pt").await, 2);
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -367,6 +370,7 @@ spec:
             .as_ref()
             .is_some_and(|o| o.iter().any(|r| r.name == "pt"))
     }));
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -442,6 +446,7 @@ spec:
     let logs = data.keys().filter(|k| k.ends_with(".pytorch")).count();
     assert_eq!(logs, 32, "{:?}", data.keys().collect::<Vec<_>>());
     assert!(data.values().any(|v| v.contains("big-worker-30: step 7")));
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

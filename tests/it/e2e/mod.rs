@@ -11,7 +11,9 @@
 //! `real` variants print why and pass, unless `REBOUND_REQUIRE_REAL_SERVER=1`.
 
 /// Runs `async fn $name(server: Server)` as two tests, `$name::embedded`
-/// and `$name::real`.
+/// and `$name::real`, each with restart endings checked: a bed of the test
+/// dropped with a restart that [`every_restart_ends`] did not see end
+/// fails it.
 macro_rules! e2e {
     ($name:ident) => {
         mod $name {
@@ -19,7 +21,10 @@ macro_rules! e2e {
             async fn embedded() {
                 let _watchdog = $crate::watchdog::start();
                 let t = std::time::Instant::now();
-                super::$name(rebound_sim::testbed::Server::Embedded).await;
+                rebound_sim::testbed::check_restart_endings(super::$name(
+                    rebound_sim::testbed::Server::Embedded,
+                ))
+                .await;
                 eprintln!("{}::embedded took {:?}", module_path!(), t.elapsed());
             }
 
@@ -28,7 +33,10 @@ macro_rules! e2e {
                 let _watchdog = $crate::watchdog::start();
                 if $crate::e2e::real_server_or_skip(module_path!()) {
                     let t = std::time::Instant::now();
-                    super::$name(rebound_sim::testbed::Server::Real).await;
+                    rebound_sim::testbed::check_restart_endings(super::$name(
+                        rebound_sim::testbed::Server::Real,
+                    ))
+                    .await;
                     // With the wait for the bed's turn (one real bed at a time).
                     eprintln!("{}::real took {:?}", module_path!(), t.elapsed());
                 }
@@ -454,6 +462,49 @@ pub async fn resumed(bed: &Testbed, ns: &str, name: &str, n: usize) -> Vec<Strin
         (resumed.len() >= n).then_some(resumed)
     })
     .await
+}
+
+/// Waits until every restart rebound made in the bed ended in one
+/// `JobResumed` or `JobNotResumed` (issue 32); call it while the
+/// controller runs, after the test's last restart ([`e2e!`] fails a test
+/// whose bed saw a restart this did not see end).
+pub async fn every_restart_ends(bed: &Testbed) {
+    every_restart_ends_within(bed, T + T / 2).await;
+}
+
+/// [`every_restart_ends`] for jobs that take longer than the suite's bound
+/// to run again; on a timeout it also says how their pods are.
+pub async fn every_restart_ends_within(bed: &Testbed, timeout: Duration) {
+    if let Err(e) = bed.every_restart_ends(timeout).await {
+        let mut pods = Vec::new();
+        for ns in ["ml", "team-a", "team-b"].map(|n| bed.ns(n)) {
+            for p in Api::<Pod>::namespaced(bed.client(), &ns)
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                pods.push(format!(
+                    "{ns}/{} {} {:?}{}{}",
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                        .unwrap_or_default(),
+                    phase,
+                    if pod_running(&p) { " running" } else { "" },
+                    if p.metadata.deletion_timestamp.is_some() {
+                        " deleting"
+                    } else {
+                        ""
+                    },
+                ));
+            }
+        }
+        panic!("{e}; pods: {pods:?}");
+    }
 }
 
 /// The completed events (stage `ResponseComplete`) of a kept API server

@@ -50,6 +50,7 @@ async fn xid_condition_cordons_taints_and_restarts_the_jobs_on_the_node(server: 
         })
         .count();
     assert_eq!(patches, 1);
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

@@ -172,6 +172,7 @@ async fn a_trainjob_whose_child_job_allows_failures_survives_three_restarts(serv
     // controller), never by its pods alone.
     let job_deletes = requests(&bed, "delete", "jobs", "");
     assert!(job_deletes.len() >= 3, "{job_deletes:?}");
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -198,6 +199,7 @@ async fn a_jobset_whose_child_job_allows_failures_survives_three_restarts(server
         (&rebound_sim::actors::jobset::api_resource(), "js"),
     )
     .await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -260,6 +262,7 @@ async fn an_exit_its_operator_treats_as_final_is_not_restarted(server: Server) {
         "a final exit restarted"
     );
     assert_eq!(restarts_in(&bed, &ml, PT, "final"), 0);
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

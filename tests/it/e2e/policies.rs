@@ -80,6 +80,7 @@ spec:
             .then_some(())
     })
     .await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -152,6 +153,7 @@ spec:
         "not repeated into a series: {:?}",
         again[0].series
     );
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -217,6 +219,7 @@ spec:
             "{ns}: the job's pods were deleted"
         );
     }
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

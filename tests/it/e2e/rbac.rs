@@ -261,6 +261,7 @@ spec:
     })
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // a status flush
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 
     let grants = grants(&bed);

@@ -42,7 +42,7 @@ macro_rules! real_node {
                 if let Some(node) = $crate::e2e::real_node::real_node_or_skip(module_path!()).await
                 {
                     let t = std::time::Instant::now();
-                    super::$name(node).await;
+                    rebound_sim::testbed::check_restart_endings(super::$name(node)).await;
                     eprintln!("{}::real_node took {:?}", module_path!(), t.elapsed());
                 }
             }
@@ -291,6 +291,7 @@ async fn in_place_on_the_real_kubelet(
         cut: None,
     };
     restarts_in_place_on(node, &bed, &ml, kind, pods, fault).await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

@@ -224,6 +224,7 @@ async fn wired_at_admission_restarts_in_place(
         .map(|s| s.name.clone())
         .collect();
     assert_eq!(subjects, ["default"]);
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
     for p in &policies {
         uninstall(&bed, p).await;

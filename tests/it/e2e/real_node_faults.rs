@@ -134,7 +134,23 @@ async fn an_agent_that_never_comes_back_falls_back_with_the_barrier_released(
             .all(|r| r.starts_with("create ") && r.contains("/commands")),
         "Recreate of a Volcano Job is one Command: {d:?}"
     );
+    // The image is back: the recreated job runs again and its restart
+    // ends in JobResumed (without it, in JobNotResumed only 10 minutes
+    // after the fallback). The kubelet may be backing off the pull.
+    node.ctr(&[
+        "-n",
+        "k8s.io",
+        "images",
+        "tag",
+        "--force",
+        &format!("docker.io/library/{REBOUND_IMAGE}"),
+        GONE,
+    ])
+    .expect("tag the image again");
     clear_fault(&bed, node).await;
+    every_restart_ends_within(&bed, RT).await;
+    node.ctr(&["-n", "k8s.io", "images", "rm", GONE])
+        .expect("remove the tag");
     ctl.shutdown().await;
 }
 
@@ -173,6 +189,7 @@ async fn a_repeat_within_ten_minutes_restarts_in_place_again(node: &'static Real
     eprintln!("in place on the real kubelet, twice within a minute: {took:?}");
     assert_eq!(destructive(&bed), Vec::<String>::new());
     clear_fault(&bed, node).await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -265,6 +282,7 @@ async fn agents_cut_off_from_the_api_server_catch_up_and_restart_in_place(node: 
         cut: Some((&proxy, Duration::from_secs(10))),
     };
     restarts_in_place_on(node, &bed, &ml, kind, 2, fault).await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
     proxy.shutdown().await;
 }

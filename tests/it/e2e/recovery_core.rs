@@ -77,6 +77,7 @@ spec:
         Some(replacement.as_str()),
         "the replacement stands"
     );
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -126,6 +127,7 @@ async fn a_rewritten_node_condition_is_not_a_repeat(server: Server) {
         cordoned(&node(&bed, &n).await).then_some(())
     })
     .await;
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -229,6 +231,7 @@ async fn a_fault_before_its_jobs_object_restarts_the_job_when_the_watch_catches_
         1,
         "one fault, one restart"
     );
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

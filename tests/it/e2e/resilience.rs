@@ -50,6 +50,7 @@ async fn dropped_watches_410s_and_500s_lose_no_fault_and_restart_nothing_twice(s
         "re-lists replay the failed pod: still one restart"
     );
     assert_eq!(restarts_in(&bed, &ml, PT, "pu"), 1);
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -88,6 +89,7 @@ async fn an_api_server_outage_loses_no_fault_and_restarts_nothing_twice(server: 
         1,
         "the fault is acted on once"
     );
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -143,6 +145,7 @@ async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_
         })
         .count();
     assert_eq!(cordons, 1);
+    every_restart_ends(&bed).await;
     ctl2.shutdown().await;
 }
 
@@ -235,6 +238,7 @@ async fn two_replicas_one_acts_and_the_other_takes_over_within_the_lease(server:
         1,
         "no repeat of the old leader's restart"
     );
+    every_restart_ends(&bed).await;
     standby.shutdown().await;
 }
 

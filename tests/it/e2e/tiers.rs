@@ -93,6 +93,7 @@ async fn in_place(server: Server, kind: Kind) {
     // Followed until the job trains again: one JobResumed, in place.
     let notes = resumed(&bed, &ml, JOB, 1).await;
     assert!(notes[0].contains("InPlace restart"), "{notes:?}");
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -171,6 +172,7 @@ async fn only_the_pod_on_a_faulty_node_is_replaced_the_others_restart_in_place(s
     d.sort();
     assert_eq!(d, moved, "exactly the pods on the faulty node deleted");
     assert!(cordoned(&super::node(&bed, &node).await));
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -193,6 +195,7 @@ async fn an_unwired_job_falls_back_to_recreate_and_says_why(server: Server) {
     let a = job_annotations(&bed, &ml, kind).await;
     // A Recreate releases its generation at once: new pods start at once.
     assert_eq!(a.get(GENERATION_ANNOTATION), a.get(RELEASED_ANNOTATION));
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 
@@ -248,6 +251,7 @@ async fn a_jobset_with_its_own_in_place_restart_loses_only_the_faulty_nodes_pod(
             "{d:?}"
         );
     }
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

@@ -90,6 +90,7 @@ async fn a_trainjob_is_restarted_through_its_jobset_and_recorded_on_itself(serve
         1,
         "restarted once"
     );
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

@@ -194,6 +194,7 @@ async fn volcano_makes_each_restart_once_and_keeps_its_retry_limit(server: Serve
     assert_eq!(volcano_restart_count(&bed, &ml).await, 2);
     assert_eq!(r.made, 3 * PODS, "each restart made the job's pods once");
     assert_no_write_during_volcanos_restarts(&bed, &ml, &r);
+    every_restart_ends(&bed).await;
     ctl.shutdown().await;
 }
 

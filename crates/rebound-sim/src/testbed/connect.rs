@@ -163,6 +163,7 @@ impl Testbed {
         // If this fails, dropping `run` removes what was made so far.
         let cluster = SimCluster::connect(client, cfg).await?;
         let bed = Testbed {
+            ends: endings::Guard::upstream(run.config.clone(), &id),
             cluster,
             config,
             shared: Some(run),

@@ -178,6 +178,19 @@ impl ApiServerHandle {
         self.inner.shared.store.read().count(key)
     }
 
+    /// Every stored Event in its `events.k8s.io/v1` form, read in-process
+    /// (no request logged, no injected fault): what the test bed's check of
+    /// restart endings reads.
+    pub fn events_v1(&self) -> Vec<Value> {
+        self.inner
+            .shared
+            .store
+            .read()
+            .iter("/events", None)
+            .map(|(_, o)| crate::server::events::core_to_v1(o))
+            .collect()
+    }
+
     /// Current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.inner.shared.store.read().rv()
