@@ -89,6 +89,7 @@ impl Executor {
                 EffectKind::Event { .. }
                     | EffectKind::SaveLogs { .. }
                     | EffectKind::MarkBudgetExhausted { .. }
+                    | EffectKind::MarkEnded { .. }
                     | EffectKind::ReadRecords { .. }
                     | EffectKind::ReadNodes { .. }
             );
@@ -319,6 +320,29 @@ impl Executor {
                 self.metrics.request("patch", r.is_ok());
                 if let Err(e) = r {
                     tracing::warn!(job = %job.name, error = %e, "could not mark the job");
+                }
+                Outcome::Ok(String::new())
+            }
+            EffectKind::MarkEnded { job, at } => {
+                if !self.may_act(term, Lane::Namespace(&job.namespace)).await {
+                    return Outcome::NotLeader;
+                }
+                let api: Api<kube::api::DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), &job.namespace, &job.api_resource());
+                // The uid as a precondition: a job recreated under the
+                // same name is not marked.
+                let mut patch = serde_json::json!({"metadata": {"annotations": {
+                    recover::RESTART_ENDED_ANNOTATION: at.timestamp_millis().to_string()
+                }}});
+                if let Some(uid) = &job.uid {
+                    patch["metadata"]["uid"] = serde_json::json!(uid);
+                }
+                let r = api
+                    .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                self.metrics.request("patch", r.is_ok());
+                if let Err(e) = r {
+                    tracing::warn!(job = %job.name, error = %e, "could not mark the job's restart ended");
                 }
                 Outcome::Ok(String::new())
             }

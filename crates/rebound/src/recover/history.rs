@@ -22,6 +22,9 @@ pub const LAST_RESTART_ANNOTATION: &str = "rebound.dev/last-restart";
 pub const RESTART_HISTORY_ANNOTATION: &str = "rebound.dev/restart-history";
 /// The pod named as root cause of the last restart (absent when unknown).
 pub const ROOT_CAUSE_ANNOTATION: &str = "rebound.dev/root-cause";
+/// The record time (Unix milliseconds) of the last restart whose ending
+/// (`JobResumed` or `JobNotResumed`) rebound told.
+pub const RESTART_ENDED_ANNOTATION: &str = "rebound.dev/restart-ended";
 /// How many restarts the history keeps (the policy's own bound, which
 /// budgets are checked against).
 pub const HISTORY_LEN: usize = crate::policy::KEPT_RESTARTS;

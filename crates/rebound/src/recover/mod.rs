@@ -21,9 +21,9 @@ mod tally;
 pub use error::RecoverError;
 pub use events::{Events, Notice, reasons, skip_event};
 pub use history::{
-    HISTORY_LEN, LAST_RESTART_ANNOTATION, RESTART_COUNT_ANNOTATION, RESTART_HISTORY_ANNOTATION,
-    ROOT_CAUSE_ANNOTATION, RecordOutcome, RecordWrite, read_history, record_restart,
-    record_write_patch, release, write_record,
+    HISTORY_LEN, LAST_RESTART_ANNOTATION, RESTART_COUNT_ANNOTATION, RESTART_ENDED_ANNOTATION,
+    RESTART_HISTORY_ANNOTATION, ROOT_CAUSE_ANNOTATION, RecordOutcome, RecordWrite, read_history,
+    record_restart, record_write_patch, release, write_record,
 };
 pub use logs::{
     CONFIG_MAP_HEADROOM, CONFIG_MAP_LIMIT, LOG_READ_TIMEOUT, LOG_SAVES_AT_ONCE, LOGS_TOTAL_TIMEOUT,

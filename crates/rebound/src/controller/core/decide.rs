@@ -248,7 +248,19 @@ impl Core {
         let mut inputs: Vec<(JobRef, JobInput)> = Vec::new();
         for r in refs {
             let key = job_key(&r);
-            if let Some(r) = self.recoveries.get_mut(&key) {
+            self.resolve_requeued(&key, now);
+            if let Some(f) = self.recoveries.get(&key).filter(|f| f.follow_only) {
+                // An earlier leader's restart followed only to tell its
+                // end: a fault since it ends it; this one is decided as if
+                // none were under way (its record says what it handled).
+                if occ.fault.last_seen > f.started {
+                    let note = format!(
+                        "a new fault before it ran again: {}",
+                        super::effect::describe(&occ.fault)
+                    );
+                    self.finish(&key, super::jobs::End::NotResumed(note), now);
+                }
+            } else if let Some(r) = self.recoveries.get_mut(&key) {
                 // Restarting every process, and none started again yet:
                 // this restart covers a software fault seen now.
                 if r.tier.bumps() && r.phase != Phase::Resume && !c.level.cordons_node() {

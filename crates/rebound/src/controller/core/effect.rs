@@ -6,6 +6,7 @@
 use crate::fault::{Fault, Level};
 use crate::recover::{NodeSnapshot, Notice, PodLogTarget};
 use crate::workload::JobRef;
+use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -123,6 +124,11 @@ pub enum EffectKind {
     Release { job: JobRef, generation: u64 },
     /// Mark a job whose restart budget is exhausted.
     MarkBudgetExhausted { job: JobRef },
+    /// Mark on the job that the ending of its restart recorded at `at`
+    /// was told (`JobResumed` or `JobNotResumed`): a leader that takes
+    /// over follows a restart the old one had not seen to its end, and
+    /// only such a one ([`crate::recover::RESTART_ENDED_ANNOTATION`]).
+    MarkEnded { job: JobRef, at: DateTime<Utc> },
     /// Save the tail of the job's pods' logs in a ConfigMap (after the
     /// restart started: a pod being deleted or restarted in place still
     /// serves its logs). The root-cause pod comes first.

@@ -3,7 +3,7 @@
 //! decided under it). Apart from the step loop that notices the change.
 
 use super::occurrence::OccurrenceId;
-use super::{Core, Now, Waiting, occurrence};
+use super::{Core, Now, Waiting};
 
 impl Core {
     /// Became able to act (ready and leading): resume recoveries recorded on
@@ -53,18 +53,7 @@ impl Core {
             .retain(|_, (w, _)| matches!(w, Waiting::Status(..)));
         self.store.access.new_term();
         self.nodes.end_term();
-        let ids: Vec<OccurrenceId> = self.current.keys().copied().collect();
-        for id in ids {
-            if let Some(e) = self.ledger.get(id)
-                && matches!(
-                    e.fate,
-                    occurrence::Fate::Acted { .. } | occurrence::Fate::Absorbed
-                )
-            {
-                let level = e.level;
-                self.ledger
-                    .set(id, level, occurrence::Fate::Pending { until: None });
-            }
-        }
+        let current = &self.current;
+        self.ledger.reopen_acted(|id| current.contains_key(&id));
     }
 }

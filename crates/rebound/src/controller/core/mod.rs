@@ -165,6 +165,10 @@ pub struct Core {
     /// Restarts recorded on a job (with their delete, at once) whose
     /// delete never went through: by their `at`, not counted as restarts.
     unmade: HashMap<JobKey, Vec<DateTime<Utc>>>,
+    /// Restarts whose requests kept failing, some perhaps landed all the
+    /// same (an answer lost): judged made or not from the cluster once
+    /// their last request can no longer land ([`jobs::Requeued`]).
+    requeued: HashMap<JobKey, Vec<jobs::Requeued>>,
     /// Generations this process wrote that the jobs do not show yet.
     written_gen: HashMap<JobKey, crate::inplace::Generation>,
     nodes: nodes::NodeBook,
@@ -248,6 +252,7 @@ impl Core {
             recorded: HashMap::default(),
             written_gen: HashMap::default(),
             unmade: HashMap::default(),
+            requeued: HashMap::default(),
             nodes: nodes::NodeBook::default(),
             skip_notices: skip_notices::SkipNotices::default(),
             hang: hang::HangBook::default(),

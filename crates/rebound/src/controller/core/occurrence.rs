@@ -144,6 +144,22 @@ impl Ledger {
     }
 
     /// Forget `id` (its carrier is gone and it was never acted on).
+    /// A leadership ended: every occurrence it acted on or absorbed
+    /// waits to be decided again by the next one (its recoveries are
+    /// dropped); one whose carrier is gone for now is forgotten, so that
+    /// it is decided afresh if it comes back (a tenant's Event deleted and
+    /// listed again must not come back as acted on; the job's records say
+    /// what was restarted).
+    pub fn reopen_acted(&mut self, present: impl Fn(OccurrenceId) -> bool) {
+        self.lines.retain(|id, e| {
+            if !matches!(e.fate, Fate::Acted { .. } | Fate::Absorbed) {
+                return true;
+            }
+            e.fate = Fate::Pending { until: None };
+            present(*id)
+        });
+    }
+
     pub fn forget(&mut self, id: OccurrenceId) {
         self.lines.remove(&id);
     }

@@ -73,8 +73,19 @@ impl Core {
                     Notice::warning(reasons::JOB_NOT_RESUMED, "Resume", note),
                 );
             }
-            End::Dropped => {}
+            End::Dropped => return,
         }
+        if rec.job.kind == crate::api::WorkloadKind::Pod {
+            // A bare pod carries no record to follow.
+            return;
+        }
+        self.effect(
+            super::super::effect::EffectKind::MarkEnded {
+                job: rec.job.clone(),
+                at: rec.started,
+            },
+            None,
+        );
     }
 }
 

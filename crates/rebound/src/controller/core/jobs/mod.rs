@@ -152,6 +152,11 @@ pub struct Recovery {
     pub targets: Vec<PodTarget>,
     /// Pod deletes beside the steps that failed, to be tried again.
     pub side: SideDeletes,
+    /// Followed only to tell its ending: a whole-job restart an earlier
+    /// leader made and did not see to its end (resume.rs). It absorbs no
+    /// fault: a newer one ends it (`JobNotResumed`) and is decided as if
+    /// no recovery were under way.
+    pub follow_only: bool,
     /// Software faults absorbed before the job's processes started again
     /// (before the Resume phase of a tier that restarts every pod): once
     /// the job runs again they count as handled by this restart.
@@ -175,8 +180,25 @@ impl Recovery {
 pub(super) const MAX_ATTEMPTS: u32 = 12;
 
 /// How long the cause of a restart that was never made waits before it is
-/// decided again (after [`MAX_ATTEMPTS`] failed requests).
-pub const REQUEUE_AFTER: Duration = Duration::from_secs(60);
+/// decided again (after [`MAX_ATTEMPTS`] failed requests): until its last
+/// request, whose answer may have been lost, can no longer land.
+pub const REQUEUE_AFTER: Duration = super::LANDING_BOUND;
+
+/// A restart whose requests failed [`MAX_ATTEMPTS`] times: whether it was
+/// made after all is read from the cluster once its last request can no
+/// longer land (`not_before`): its pods gone (or, in place, its
+/// generation on the job) say it was.
+#[derive(Clone, Debug)]
+pub struct Requeued {
+    /// Its record's time (the decision).
+    pub at: DateTime<Utc>,
+    pub not_before: DateTime<Utc>,
+    /// The pods its delete aimed at (by uid).
+    pub targets: Vec<PodTarget>,
+    /// In place: the generation its record raises.
+    pub generation: Option<u64>,
+    pub job: JobRef,
+}
 
 pub(super) fn backoff(attempts: u32) -> chrono::Duration {
     chrono::Duration::seconds(1i64 << attempts.min(5)).min(chrono::Duration::seconds(30))
@@ -318,6 +340,7 @@ impl Core {
             targets: Vec::new(),
             covered: HashSet::default(),
             side: SideDeletes::default(),
+            follow_only: false,
         };
         if let Some(v) = &self.clusterd {
             v.set_recovering_job(

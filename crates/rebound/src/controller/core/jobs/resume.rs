@@ -11,11 +11,25 @@ use crate::fault::{Fault, Level};
 use crate::workload::JobRef;
 use std::time::Duration;
 
+/// Whether the job says the ending of its restart recorded at `at` was
+/// told already.
+fn ended(
+    annotations: &std::collections::BTreeMap<String, String>,
+    at: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    annotations
+        .get(crate::recover::RESTART_ENDED_ANNOTATION)
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .is_some_and(|ms| ms >= at.timestamp_millis())
+}
+
 impl Core {
     /// A new leader finds recoveries recorded on the jobs and goes on with
     /// them: a generation raised but not released is an in-place restart
     /// waiting at its barrier; a pod-only restart younger than `jobAfter`
-    /// waits for the job to run again.
+    /// waits for the job to run again; a whole-job restart whose ending
+    /// no leader told (`rebound.dev/restart-ended`) within its bound is
+    /// followed until the job runs again or the bound passes.
     pub(in crate::controller::core) fn resume_recoveries(&mut self, now: Now) {
         let keys: Vec<JobKey> = self
             .store
@@ -66,6 +80,10 @@ impl Core {
                 .map(|p| p.restart.clone())
                 .unwrap_or_default();
             let job_after = policy.as_ref().map(|p| p.job_after).unwrap_or_default();
+            // How long after its record a restart is followed at most.
+            let give_up = cfg
+                .fallback_after
+                .saturating_add(cfg.fallback_after.max(Duration::from_secs(600)));
             let mut job = self
                 .store
                 .job_pods(&key)
@@ -73,6 +91,7 @@ impl Core {
                 .map(|p| (*p.job).clone())
                 .unwrap_or_else(|| JobRef::new(kind, &key.0, &key.2, None));
             job.uid = info.uid.clone();
+            let mut follow_only = false;
             let (tier, phase, deadline) = if generation.current > generation.released {
                 let tier = if last.tier.as_deref() == Some("ReplaceFaulty") {
                     Tier::ReplaceFaulty { pods: Vec::new() }
@@ -101,6 +120,20 @@ impl Core {
                     Phase::Resume,
                     Some(later(last.at, job_after)),
                 )
+            } else if !last.pod_only
+                && later(last.at, give_up) > now.wall
+                && !ended(&info.annotations, last.at)
+            {
+                // A whole-job restart (recreated, or in place and released)
+                // whose ending no leader told: the one that made it lost
+                // its lease or died before the job ran again. Followed to
+                // its end from here (its pods made since the record).
+                let tier = match last.tier.as_deref() {
+                    Some("InPlace") | Some("ReplaceFaulty") => Tier::InPlace,
+                    _ => Tier::Recreate,
+                };
+                follow_only = true;
+                (tier, Phase::Resume, None)
             } else {
                 return;
             };
@@ -120,11 +153,7 @@ impl Core {
                 phase,
                 started: last.at,
                 deadline,
-                give_up: later(
-                    last.at,
-                    cfg.fallback_after
-                        .saturating_add(cfg.fallback_after.max(Duration::from_secs(600))),
-                ),
+                give_up: later(last.at, give_up),
                 expected: last.pods.map(|p| p as usize).unwrap_or(0),
                 cause: Cause {
                     occurrence: 0,
@@ -155,6 +184,7 @@ impl Core {
                 cfg,
                 covered: HashSet::default(),
                 side: SideDeletes::default(),
+                follow_only,
             };
             self.recoveries.insert(key.clone(), rec);
             self.dirty_jobs.insert(key);
@@ -197,6 +227,7 @@ impl Core {
         if recreated {
             self.recorded.remove(key);
             self.unmade.remove(key);
+            self.requeued.remove(key);
             self.written_gen.remove(key);
         }
         if let Some(r) = self.recorded.get_mut(key) {

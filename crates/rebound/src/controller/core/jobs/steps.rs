@@ -451,33 +451,19 @@ impl Core {
             ),
         );
         self.finish(key, End::Dropped, now);
-        self.forget_unmade(key, rec);
-        // Its record went out with the delete: taken back, so that no
-        // later leader reads the fault as handled. Should that write fail
-        // too, this process still knows (`unmade`), and its next record on
-        // the job takes it back.
-        if rec.append && (rec.recorded || rec.recording.is_some()) {
-            let write = JobRecord {
-                record: restart_record(rec),
-                root_cause: None,
-                generation: rec.generation,
-                released: rec.released,
-                append: false,
-                retract: vec![rec.started],
-            };
-            self.effect(
-                EffectKind::Record {
-                    job: rec.job.clone(),
-                    current: None,
-                    write,
-                },
-                None,
-            );
-        }
-        let unmade = self.unmade.entry(key.clone()).or_default();
-        unmade.push(rec.started);
-        if unmade.len() > crate::policy::KEPT_RESTARTS {
-            unmade.remove(0);
+        // Remembered (its cooldown holds) until the cluster can say
+        // whether it was made after all ([`Core::resolve_requeued`]).
+        let entry = Requeued {
+            at: rec.started,
+            not_before: until,
+            targets: rec.targets.clone(),
+            generation: (rec.tier == Tier::InPlace).then_some(rec.generation),
+            job: rec.job.clone(),
+        };
+        let q = self.requeued.entry(key.clone()).or_default();
+        q.push(entry);
+        if q.len() > crate::policy::KEPT_RESTARTS {
+            q.remove(0);
         }
         let id = rec.cause.occurrence;
         if self.current.contains_key(&id) {
@@ -485,6 +471,86 @@ impl Core {
                 id,
                 rec.cause.level,
                 super::super::occurrence::Fate::Pending { until: Some(until) },
+            );
+        }
+    }
+
+    /// The restarts of `key` requeued after failing, judged once their
+    /// last request can no longer land: made if the pods they aimed at are
+    /// gone (in place: the job shows their generation), and then kept as
+    /// restarts; otherwise not made: forgotten, not counted, and their
+    /// record (written at once with the delete) taken back, so that no
+    /// later leader reads their fault as handled. Should that write fail
+    /// too, this process still knows (`unmade`), and its next record on the
+    /// job takes it back.
+    pub(in crate::controller::core) fn resolve_requeued(&mut self, key: &JobKey, now: Now) {
+        let Some(q) = self.requeued.get_mut(key) else {
+            return;
+        };
+        let (due, wait): (Vec<Requeued>, Vec<Requeued>) = std::mem::take(q)
+            .into_iter()
+            .partition(|r| r.not_before <= now.wall);
+        *q = wait;
+        if q.is_empty() {
+            self.requeued.remove(key);
+        }
+        // The job's pods not being deleted, with when each was made.
+        let live: Vec<(String, i64)> = self
+            .store
+            .job_pods(key)
+            .iter()
+            .filter(|p| !p.deleting)
+            .map(|p| (p.uid.to_string(), p.created))
+            .collect();
+        let generation = self.generation_of(key);
+        for r in due {
+            let made = match r.generation {
+                Some(g) => generation.current >= g,
+                // Every pod it aimed at is gone, or was made after the
+                // second of its decision (another leader's restart after
+                // it covers its fault).
+                None => {
+                    let decided = r.at.timestamp();
+                    !r.targets.is_empty()
+                        && r.targets.iter().all(|t| {
+                            live.iter()
+                                .find(|(u, _)| *u == *t.uid)
+                                .is_none_or(|(_, made)| *made > decided)
+                        })
+                }
+            };
+            if made {
+                continue;
+            }
+            if let Some(kept) = self.recorded.get_mut(key) {
+                kept.retain(|x| x.at != r.at);
+                if kept.is_empty() {
+                    self.recorded.remove(key);
+                }
+            }
+            let unmade = self.unmade.entry(key.clone()).or_default();
+            unmade.push(r.at);
+            if unmade.len() > crate::policy::KEPT_RESTARTS {
+                unmade.remove(0);
+            }
+            let write = JobRecord {
+                record: crate::policy::RestartRecord {
+                    at: r.at,
+                    ..Default::default()
+                },
+                root_cause: None,
+                generation: generation.current,
+                released: generation.released,
+                append: false,
+                retract: vec![r.at],
+            };
+            self.effect(
+                EffectKind::Record {
+                    job: r.job,
+                    current: None,
+                    write,
+                },
+                None,
             );
         }
     }

@@ -79,6 +79,11 @@ pub const REGRESSIONS_WITH_OUTAGES: &[u64] = &[
     // The taking back of such a record failed too: the next record on the
     // job now takes it back in the same patch.
     1592590976,
+    // A restart whose delete's answer was lost (it landed, late) was
+    // taken for never made and its record taken back: the job restarted
+    // again within its cooldown. A requeued restart is now judged from
+    // the cluster once its last request can no longer land.
+    1592591109,
 ];
 
 /// The tenant namespace with no jobs of its own: anything it makes rebound

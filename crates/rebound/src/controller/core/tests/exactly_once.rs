@@ -97,7 +97,9 @@ fn a_restart_that_keeps_failing_is_decided_again_not_lost() {
         "an Event says the fault waits"
     );
     b.refuse = |_| false;
-    b.pass(120);
+    // Decided again once its last request can no longer land (the
+    // requeue's wait), and judged not made: its pods are all there.
+    b.pass(240);
     assert_eq!(
         made_restarts(&b),
         1,

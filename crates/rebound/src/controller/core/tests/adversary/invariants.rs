@@ -233,7 +233,7 @@ impl Sim {
                 _ => {}
             }
         }
-        for id in core.current.keys() {
+        for (id, o) in &core.current {
             let Some(Fate::Acted { .. }) = core.ledger().get(*id).map(|e| e.fate.clone()) else {
                 continue;
             };
@@ -242,7 +242,12 @@ impl Sim {
                 self.restarts.acted_for.contains(id)
                     || recorded.contains(key.as_str())
                     || core.recoveries.values().any(|r| r.cause.occurrence == *id),
-                "occurrence {id:x} acted on, yet no restart for it ever landed and none is under way (a fault lost)\n{}",
+                "occurrence {id:x} ({} {} of {:?}/{:?} on {:?}) acted on, yet no restart for it ever landed and none is under way (a fault lost)\n{}",
+                o.fault.source,
+                o.fault.code,
+                o.fault.namespace,
+                o.fault.pod,
+                o.fault.node,
                 self.tail()
             );
         }
