@@ -75,8 +75,14 @@ impl State {
                 }
             }
             _ => {
-                if self.bound.contains_key(&k) || self.in_flight.contains_key(&k) {
+                if self.in_flight.contains_key(&k) {
                     return;
+                }
+                if self.bound.contains_key(&k) {
+                    // A pod's node is never unset: an unbound pod of a
+                    // bound one's name is a new pod, and the old one's
+                    // delete was missed (a watch that relisted across it).
+                    self.forget(&k);
                 }
                 let spec = pod.spec.as_ref();
                 if let Some(scope) = &self.scope

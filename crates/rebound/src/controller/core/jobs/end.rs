@@ -75,8 +75,13 @@ impl Core {
             }
             End::Dropped => return,
         }
-        if rec.job.kind == crate::api::WorkloadKind::Pod {
-            // A bare pod carries no record to follow.
+        if matches!(
+            rec.job.kind,
+            crate::api::WorkloadKind::Pod | crate::api::WorkloadKind::VolcanoJob
+        ) {
+            // A bare pod carries no record to follow; a Volcano Job is
+            // never written beside its own controller's restart (issue
+            // 32): a new leader does not follow its restarts (resume.rs).
             return;
         }
         self.effect(

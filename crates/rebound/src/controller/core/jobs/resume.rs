@@ -121,6 +121,7 @@ impl Core {
                     Some(later(last.at, job_after)),
                 )
             } else if !last.pod_only
+                && kind != WorkloadKind::VolcanoJob
                 && later(last.at, give_up) > now.wall
                 && !ended(&info.annotations, last.at)
             {
