@@ -486,7 +486,7 @@ pub async fn every_restart_ends_within(bed: &Testbed, timeout: Duration) {
             {
                 let phase = p.status.as_ref().and_then(|s| s.phase.clone());
                 pods.push(format!(
-                    "{ns}/{} {} {:?}{}{}",
+                    "{ns}/{} {} {:?}{}{} finalizers {:?} grace {:?}",
                     p.metadata.name.clone().unwrap_or_default(),
                     p.metadata
                         .creation_timestamp
@@ -500,6 +500,8 @@ pub async fn every_restart_ends_within(bed: &Testbed, timeout: Duration) {
                     } else {
                         ""
                     },
+                    p.metadata.finalizers.clone().unwrap_or_default(),
+                    p.metadata.deletion_grace_period_seconds,
                 ));
             }
         }

@@ -49,6 +49,11 @@ impl PodRun {
                 if now < until {
                     return false;
                 }
+                // As the kubelet does since 1.27: a deleted pod's stopped
+                // containers and its terminal phase are written before the
+                // object goes (the Job controller frees its tracking
+                // finalizer only from a terminal phase).
+                self.stop_deleted();
                 self.stage = Stage::Done;
                 if !self.delete_sent {
                     self.delete_sent = true;

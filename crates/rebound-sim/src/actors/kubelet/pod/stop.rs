@@ -136,6 +136,32 @@ impl PodRun {
         self.stage = self.first_stage();
     }
 
+    /// The containers of a deleted pod stopped within its grace period
+    /// (SIGTERM: 143), and the pod is terminal: Failed, unless it had
+    /// finished already.
+    pub(super) fn stop_deleted(&mut self) {
+        let ts = Timestamp::now();
+        for c in self.init.iter_mut().chain(self.main.iter_mut()) {
+            if let CState::Running { since, .. } = &c.state {
+                c.state = CState::Terminated {
+                    term: Term {
+                        code: 143,
+                        reason: "Error".into(),
+                        started: *since,
+                        finished: ts,
+                        id: c.id.clone(),
+                    },
+                    restart_at: None,
+                };
+            } else if let CState::Terminated { restart_at, .. } = &mut c.state {
+                *restart_at = None;
+            }
+        }
+        if self.terminal.is_none() {
+            self.terminal = Some("Failed");
+        }
+    }
+
     /// Every regular container ended and none restarts: the pod is
     /// terminal; its sidecars are stopped.
     pub(super) fn check_terminal(&mut self, now: Instant, out: &mut Vec<Effect>) -> bool {

@@ -208,7 +208,10 @@ impl Kubelets {
             &self.writer,
             &self.client,
         );
-        if !e.deleting && !e.in_flight && e.conflicted_at != Some(e.rv_n) {
+        // A deleted pod's status is written once more when it stopped
+        // (its terminal phase), as the kubelet does before it goes.
+        let writes = !e.deleting || run.terminal.is_some();
+        if writes && !e.in_flight && e.conflicted_at != Some(e.rv_n) {
             let desired = run.status(&mut e.tr, &e.foreign);
             let hash = fingerprint(&desired);
             let echoed = e
