@@ -81,6 +81,7 @@ fn job_writes(bed: &Testbed, plural: &str, name: &str) -> usize {
                 && r.resource == plural
                 && r.name.as_deref() == Some(name)
                 && matches!(r.verb, "patch" | "update")
+                && !ending_mark(r)
         })
         .count()
 }

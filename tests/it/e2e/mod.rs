@@ -278,6 +278,14 @@ pub fn by_controller(r: &RequestRecord) -> bool {
         .is_some_and(|u| u.starts_with("rebound-controller/"))
 }
 
+/// The controller's mark on a job that a restart's ending was told
+/// (`rebound.dev/restart-ended`): written once the job runs again, not a
+/// write of the restart itself.
+pub fn ending_mark(r: &RequestRecord) -> bool {
+    r.query
+        .contains(rebound::controller::executor::ENDED_FIELD_MANAGER)
+}
+
 /// The controller's successful requests matching verb, resource (no
 /// subresource) and a query fragment.
 pub fn requests(bed: &Testbed, verb: &str, resource: &str, query_has: &str) -> Vec<RequestRecord> {

@@ -116,6 +116,10 @@ async fn a_controller_killed_after_a_restart_and_started_again_restarts_nothing_
         (job_restarts(&bed, &ml, "pt").await == 1).then_some(())
     })
     .await;
+    // Killed once its JobRestarted is written (a kill before it loses the
+    // Event, and the ending check could not count the restart), before
+    // the job runs again: the next controller must tell the ending.
+    restarted_notes(&bed, &ml).await;
     ctl.kill();
     xid_condition(&bed, &n, "999").await; // PreSeparate, seen by the next controller only
     let ctl2 = bed

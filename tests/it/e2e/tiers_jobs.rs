@@ -162,6 +162,7 @@ pub(super) fn job_writes(bed: &Testbed, kind: Kind) -> usize {
                 && r.resource == kind.resource().plural
                 && r.name.as_deref() == Some(JOB)
                 && matches!(r.verb, "patch" | "update")
+                && !ending_mark(r)
         })
         .count()
 }

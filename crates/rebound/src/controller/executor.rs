@@ -337,9 +337,13 @@ impl Executor {
                 if let Some(uid) = &job.uid {
                     patch["metadata"]["uid"] = serde_json::json!(uid);
                 }
-                let r = api
-                    .patch(&job.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await;
+                // A field manager of its own: audit logs (and the tests)
+                // tell this write from the restart's.
+                let pp = PatchParams {
+                    field_manager: Some(ENDED_FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                };
+                let r = api.patch(&job.name, &pp, &Patch::Merge(&patch)).await;
                 self.metrics.request("patch", r.is_ok());
                 if let Err(e) = r {
                     tracing::warn!(job = %job.name, error = %e, "could not mark the job's restart ended");
@@ -668,6 +672,9 @@ impl Executor {
 /// Longest an effect may take (rate-limit waits included) before it counts
 /// as failed; below the core's own outcome timeout.
 pub const EFFECT_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// The field manager of the write that marks a restart's ending told.
+pub const ENDED_FIELD_MANAGER: &str = "rebound-restart-ended";
 
 /// Annotation marking a job whose restart budget is exhausted (value: when).
 pub const BUDGET_EXHAUSTED_ANNOTATION: &str = "rebound.dev/budget-exhausted";
